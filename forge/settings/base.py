@@ -1,0 +1,198 @@
+"""Settings shared by every environment.
+
+The environment is read here, once (CONTRACT §1). ``dev``, ``production`` and
+``test`` import this module and adjust what differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+SECRET_KEY = env_str("FORGE_SECRET_KEY")
+DEBUG = env_bool("FORGE_DEBUG", False)
+ALLOWED_HOSTS = env_list("FORGE_ALLOWED_HOSTS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "accounts",
+    "sessions.apps.SessionsConfig",
+    "memory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "forge.urls"
+ASGI_APPLICATION = "forge.asgi.application"
+WSGI_APPLICATION = "forge.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_USER_MODEL = "accounts.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/admin/login/"
+
+
+# --- Database -----------------------------------------------------------------
+
+DEFAULT_DATABASE_URL = f"sqlite:///{VAR_DIR / 'forge.sqlite3'}"
+
+
+def database_config(url: str) -> dict[str, Any]:
+    """One ``DATABASES`` entry from a URL, tuned for Forge's write pattern.
+
+    SQLite: WAL journal, ``synchronous=NORMAL`` (durable across process crashes,
+    the WAL recommendation), a busy timeout, and ``BEGIN IMMEDIATE`` for every
+    transaction so concurrent writers queue on the lock instead of failing with
+    "database is locked" on a read-to-write upgrade.
+    """
+    config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        options = config.setdefault("OPTIONS", {})
+        options.setdefault(
+            "init_command",
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+        )
+        options.setdefault("transaction_mode", "IMMEDIATE")
+        options.setdefault("timeout", 30)
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
+DATABASES = {"default": database_config(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+# --- Channel layer and cache --------------------------------------------------
+
+REDIS_URL = env_str("REDIS_URL")
+
+
+def channel_layers(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
+    if not redis_url:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "prefix": prefix, "capacity": 1000, "expiry": 60},
+        }
+    }
+
+
+def caches(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
+    if not redis_url:
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": redis_url,
+            "KEY_PREFIX": prefix,
+        }
+    }
+
+
+CHANNEL_LAYERS = channel_layers(REDIS_URL)
+CACHES = caches(REDIS_URL)
+
+
+# --- Internationalisation and static files ------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+MEDIA_ROOT = VAR_DIR / "media"
+MEDIA_URL = "media/"
+
+
+# --- REST framework -------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Forge API",
+    "DESCRIPTION": "Sessions as append-only event logs, with their message and part projections.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+
+# --- Forge ----------------------------------------------------------------------
+
+FORGE_MODEL = env_str("FORGE_MODEL", "offline/echo")
+FORGE_SMALL_MODEL = env_str("FORGE_SMALL_MODEL", FORGE_MODEL)
+FORGE_SCRIPT = env_str("FORGE_SCRIPT")
+FORGE_MAX_PROMPT_BYTES = env_int("FORGE_MAX_PROMPT_BYTES", 100_000)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"forge": {"level": "INFO"}, "sessions": {"level": "INFO"}},
+}

@@ -1,0 +1,50 @@
+"""Settings for the test suite.
+
+Two stacks, chosen by ``FORGE_TEST_STACK`` (the Makefile runs both):
+
+* ``embedded`` (default): SQLite in a temporary file (WAL, so threads and
+  processes can share it) and the in-memory channel layer.
+* ``server``: PostgreSQL from ``FORGE_TEST_DATABASE_URL`` and Redis from
+  ``FORGE_TEST_REDIS_URL``. ``tests/conftest.py`` refuses to run (fails under
+  ``CI=true``) when they are missing or unreachable.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .base import *  # noqa: F403
+from .base import caches, channel_layers, database_config
+from .env import env_str
+
+SECRET_KEY = "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+FORGE_TEST_STACK = env_str("FORGE_TEST_STACK", "embedded")
+FORGE_TEST_DATABASE_URL = env_str("FORGE_TEST_DATABASE_URL")
+FORGE_TEST_REDIS_URL = env_str("FORGE_TEST_REDIS_URL")
+_run_tag = f"forge-test-{os.getpid()}"
+
+if FORGE_TEST_STACK == "server" and FORGE_TEST_DATABASE_URL:
+    DATABASES = {"default": database_config(FORGE_TEST_DATABASE_URL)}
+else:
+    _sqlite_file = os.path.join(tempfile.gettempdir(), f"{_run_tag}.sqlite3")
+    DATABASES = {"default": database_config(f"sqlite:///{_sqlite_file}")}
+    DATABASES["default"]["TEST"] = {"NAME": _sqlite_file}
+
+if FORGE_TEST_STACK == "server" and FORGE_TEST_REDIS_URL:
+    CHANNEL_LAYERS = channel_layers(FORGE_TEST_REDIS_URL, prefix=_run_tag)
+    CACHES = caches(FORGE_TEST_REDIS_URL, prefix=_run_tag)
+else:
+    CHANNEL_LAYERS = channel_layers("")
+    CACHES = caches("")
+
+STATIC_ROOT = None  # type: ignore[assignment]  # tests serve static files from the finders
+WHITENOISE_USE_FINDERS = True
