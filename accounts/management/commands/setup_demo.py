@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from rest_framework.authtoken.models import Token
+
+from accounts.models import User
+from accounts.services import create_user
+
+DEMO_USERNAME = "demo"
+DEMO_PASSWORD = "demo"  # noqa: S105 - a development login, refused outside DEBUG
+DEMO_TENANT = "demo"
+
+
+class Command(BaseCommand):
+    help = (
+        "Create (once) the demo tenant and a demo superuser with a known password, and print "
+        "the login. Development only: refuses to run unless DEBUG is on."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--url", default="http://127.0.0.1:8000/", help="printed login URL")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG:
+            raise CommandError("setup_demo creates a known password; it runs only with DEBUG on")
+        user = User.objects.filter(username=DEMO_USERNAME).first()
+        if user is None:
+            user = create_user(
+                username=DEMO_USERNAME,
+                tenant_name=DEMO_TENANT,
+                password=DEMO_PASSWORD,
+                staff=True,
+                validate=False,
+            ).user
+            user.is_superuser = True
+            user.save(update_fields=["is_superuser"])
+        token, _ = Token.objects.get_or_create(user=user)
+        url = options["url"]
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Forge demo login: {url}  user {DEMO_USERNAME!r}  password {DEMO_PASSWORD!r}"
+                f"  (admin: {url}admin/)\nAPI token: {token.key}"
+            )
+        )
