@@ -1,0 +1,200 @@
+"""Operators' view of the store: sessions with their event timeline, messages with parts.
+
+Everything here is read-only except a session's title (renamed through
+``services.update_session``, so the rename is logged) and deleting a session
+(through ``services.delete_session``, the only way to remove a log).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from . import services
+from .log import format_time
+from .models import Message, Part, Session, SessionEvent
+
+TIMELINE_LENGTH = 50
+
+
+def _brief(data: Any, limit: int = 120) -> str:
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _part_summary(data: dict[str, Any]) -> str:
+    kind = data.get("type")
+    if kind in ("text", "reasoning"):
+        return _brief(data.get("text", ""), 160)
+    if kind == "tool":
+        state = data.get("state", {})
+        return f"{data.get('tool')} [{state.get('status')}]"
+    return _brief({k: v for k, v in data.items() if k not in ("id", "message_id", "session_id")})
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = ("id", "title", "tenant", "user", "agent", "event_count", "updated_at")
+    list_filter = ("tenant", "agent", "created_at")
+    search_fields = ("id", "title", "user__username")
+    list_select_related = ("tenant", "user")
+    date_hierarchy = "created_at"
+    ordering = ("-updated_at",)
+    fields = (
+        "id",
+        "title",
+        "tenant",
+        "user",
+        "agent",
+        "parent",
+        "created_at",
+        "updated_at",
+        "timeline",
+    )
+    readonly_fields = (
+        "id",
+        "tenant",
+        "user",
+        "agent",
+        "parent",
+        "created_at",
+        "updated_at",
+        "timeline",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # sessions start from the API or the chat page, with a user and a tenant
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        return super().get_queryset(request).annotate(_events=Count("events"))
+
+    @admin.display(description="events", ordering="_events")
+    def event_count(self, obj: Session) -> int:
+        return getattr(obj, "_events", 0)
+
+    @admin.display(description="timeline (newest first)")
+    def timeline(self, obj: Session) -> SafeString:
+        events = list(obj.events.order_by("-seq")[:TIMELINE_LENGTH])
+        all_events = reverse("admin:forge_sessions_sessionevent_changelist") + (
+            f"?session__id__exact={obj.pk}"
+        )
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            ((e.seq, e.type, format_time(e.at), _brief(e.data)) for e in events),
+        )
+        return format_html(
+            "<table><thead><tr><th>seq</th><th>type</th><th>at</th><th>data</th></tr></thead>"
+            '<tbody>{}</tbody></table><p><a href="{}">All events of this session</a></p>',
+            rows,
+            all_events,
+        )
+
+    def save_model(self, request: HttpRequest, obj: Session, form: Any, change: bool) -> None:
+        if change and "title" in form.changed_data:
+            services.update_session(session=obj, title=form.cleaned_data["title"])
+
+    def delete_model(self, request: HttpRequest, obj: Session) -> None:
+        services.delete_session(session=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        for session in queryset:
+            services.delete_session(session=session)
+
+    def get_deleted_objects(
+        self, objs: Iterable[Session], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """Summarise instead of listing every event: a log can hold millions."""
+        sessions = list(objs)
+        ids = [s.pk for s in sessions]
+        counts = {
+            "sessions": len(sessions),
+            "session events": SessionEvent.objects.filter(session_id__in=ids).count(),
+            "messages": Message.objects.filter(session_id__in=ids).count(),
+            "parts": Part.objects.filter(session_id__in=ids).count(),
+        }
+        summary = [f"Session: {s} ({s.pk}), with its whole log" for s in sessions]
+        return summary, counts, set(), []
+
+
+@admin.register(SessionEvent)
+class SessionEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("session", "seq", "type", "at", "data_brief")
+    list_filter = ("type",)
+    search_fields = ("=session__id", "=id", "type")
+    list_select_related = ("session",)
+    ordering = ("session", "-seq")
+    show_full_result_count = False
+    fields = ("id", "session", "tenant", "seq", "type", "at", "hash", "data_pretty")
+    readonly_fields = fields
+
+    @admin.display(description="data")
+    def data_brief(self, obj: SessionEvent) -> str:
+        return _brief(obj.data)
+
+    @admin.display(description="data")
+    def data_pretty(self, obj: SessionEvent) -> SafeString:
+        return format_html("<pre>{}</pre>", json.dumps(obj.data, indent=2, ensure_ascii=False))
+
+
+class PartInline(ReadOnlyMixin, admin.TabularInline):
+    model = Part
+    fields = ("id", "type", "summary", "seq")
+    readonly_fields = fields
+    ordering = ("id",)
+    extra = 0
+    can_delete = False
+
+    @admin.display(description="content")
+    def summary(self, obj: Part) -> str:
+        return _part_summary(obj.data)
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "session", "role", "created", "finish", "part_count")
+    list_filter = ("role", "tenant")
+    search_fields = ("=id", "=session__id", "session__title")
+    list_select_related = ("session",)
+    ordering = ("-id",)
+    inlines = (PartInline,)
+    fields = ("id", "session", "tenant", "role", "seq", "info")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
+        return super().get_queryset(request).annotate(_parts=Count("parts"))
+
+    @admin.display(description="parts", ordering="_parts")
+    def part_count(self, obj: Message) -> int:
+        return getattr(obj, "_parts", 0)
+
+    @admin.display(description="created")
+    def created(self, obj: Message) -> str:
+        return str(obj.data.get("created_at", ""))
+
+    @admin.display(description="finish")
+    def finish(self, obj: Message) -> str:
+        return str(obj.data.get("finish") or "")
+
+    @admin.display(description="info")
+    def info(self, obj: Message) -> SafeString:
+        return format_html("<pre>{}</pre>", json.dumps(obj.data, indent=2, ensure_ascii=False))

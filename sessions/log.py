@@ -1,0 +1,127 @@
+"""The log's canonical form: event bodies, their JSON, the hash chain, times.
+
+Each event stores ``hash = sha256(prev_hash + canonical_json(body))`` where
+``body`` is the wire event ``{seq, id, session_id, type, at, data}`` and the
+first event's ``prev_hash`` is :data:`GENESIS_HASH`. Changing, dropping or
+reordering any event breaks every hash after it, so an exported log is
+tamper-evident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+GENESIS_HASH = "0" * 64
+
+EVENT_TYPES = frozenset(
+    {
+        "session.created",
+        "session.updated",
+        "message.updated",
+        "message.removed",
+        "part.updated",
+        "part.removed",
+        "session.compacted",
+        "context.updated",
+    }
+)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def chain_hash(prev_hash: str, body: Mapping[str, Any]) -> str:
+    return chain_hash_text(prev_hash, canonical_json(body))
+
+
+def chain_hash_text(prev_hash: str, canonical_body: str) -> str:
+    return hashlib.sha256((prev_hash + canonical_body).encode()).hexdigest()
+
+
+def canonical_body_text(
+    *, seq: int, id: str, session_id: str, type: str, at: str, data_json: str
+) -> str:
+    """``canonical_json(event_body(...))`` from the already canonical ``data_json``.
+
+    Saves serialising the data twice on the append path; keys are in sorted order.
+    """
+    return (
+        f'{{"at":{_dumps(at)},"data":{data_json},"id":{_dumps(id)},"seq":{int(seq)},'
+        f'"session_id":{_dumps(session_id)},"type":{_dumps(type)}}}'
+    )
+
+
+def _dumps(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def now_ms() -> datetime:
+    """The current UTC time, truncated to milliseconds (what the wire can carry)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
+
+def format_time(value: datetime) -> str:
+    """ISO-8601 UTC with milliseconds: ``2026-11-30T01:29:18.123Z``."""
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def parse_time(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value!r} has no timezone")
+    return parsed.astimezone(UTC)
+
+
+def event_body(
+    *, seq: int, id: str, session_id: str, type: str, at: str, data: Any
+) -> dict[str, Any]:
+    return {"seq": seq, "id": id, "session_id": session_id, "type": type, "at": at, "data": data}
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    seq: int
+    message: str
+
+
+def verify_chain(
+    events: Iterable[Mapping[str, Any]], *, session_id: str | None = None
+) -> list[ChainProblem]:
+    """Check seqs 1..n without gaps and every hash. ``events`` are wire events with ``hash``."""
+    problems: list[ChainProblem] = []
+    prev_hash = GENESIS_HASH
+    expected_seq = 1
+    for event in events:
+        seq = event.get("seq")
+        if seq != expected_seq:
+            problems.append(ChainProblem(expected_seq, f"expected seq {expected_seq}, found {seq}"))
+            return problems
+        if session_id is not None and event.get("session_id") != session_id:
+            problems.append(ChainProblem(seq, "event belongs to another session"))
+        if event.get("type") not in EVENT_TYPES:
+            problems.append(ChainProblem(seq, f"unknown event type {event.get('type')!r}"))
+        body = event_body(
+            seq=seq,
+            id=event.get("id", ""),
+            session_id=event.get("session_id", ""),
+            type=event.get("type", ""),
+            at=event.get("at", ""),
+            data=event.get("data"),
+        )
+        expected_hash = chain_hash(prev_hash, body)
+        if event.get("hash") != expected_hash:
+            problems.append(ChainProblem(seq, "hash does not match the event and its predecessor"))
+            return problems
+        prev_hash = expected_hash
+        expected_seq += 1
+    return problems

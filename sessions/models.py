@@ -1,0 +1,161 @@
+"""The session store: the append-only log and its projections.
+
+``SessionEvent`` is the truth. ``Message`` and ``Part`` are projections of it,
+upserted by id in the same transaction as the event that wrote them, and
+rebuildable from the log (``rebuild_projections``). ``Session`` is the log's
+anchor: tenant, owner, and projected metadata (title, agent). The log's head is
+its newest event; nothing else stores it.
+
+Every table carries the tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from django.conf import settings
+from django.db import models
+
+from .exceptions import AppendOnlyError
+from .ids import new_session_id
+from .log import now_ms
+
+ID_LENGTH = 64
+
+
+class Session(models.Model):
+    id = models.CharField(primary_key=True, max_length=ID_LENGTH, default=new_session_id)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="sessions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="forge_sessions",
+    )
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+    )
+    title = models.CharField(max_length=255, blank=True, default="")
+    agent = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=now_ms)
+    # Last activity: the time of the newest session or message event (part
+    # events, the bulk of a reply, leave the session row alone).
+    updated_at = models.DateTimeField(default=now_ms)
+    # Set by ``services.delete_session`` only: lets the database trigger allow
+    # deleting this session's events, as part of deleting the whole session.
+    deleting = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-updated_at"], name="session_tenant_recent")]
+
+    def __str__(self) -> str:
+        return self.title or self.id
+
+
+class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise AppendOnlyError("session events are append-only and cannot be updated")
+
+    def delete(self) -> NoReturn:
+        raise AppendOnlyError(
+            "session events are append-only; delete the whole session "
+            "(sessions.services.delete_session) to remove its log"
+        )
+
+    def bulk_update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise AppendOnlyError("session events are append-only and cannot be updated")
+
+    def update_or_create(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise AppendOnlyError("session events are append-only and cannot be updated")
+
+
+class SessionEvent(models.Model):
+    """One entry of a session's log. Inserted once, never changed (ORM and database)."""
+
+    id = models.CharField(primary_key=True, max_length=ID_LENGTH)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=32)
+    at = models.DateTimeField()
+    data = models.JSONField()
+    # sha256(previous event's hash + canonical JSON of this event's wire body).
+    hash = models.CharField(max_length=64)
+
+    objects = SessionEventQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="sessionevent_session_seq")
+        ]
+        ordering = ["session", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("session events are append-only and cannot be updated")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise AppendOnlyError(
+            "session events are append-only; delete the whole session to remove its log"
+        )
+
+
+class Message(models.Model):
+    """Projection: a message envelope (a user turn or an assistant reply)."""
+
+    id = models.CharField(primary_key=True, max_length=ID_LENGTH)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
+    role = models.CharField(max_length=16)
+    data = models.JSONField()
+    # seq of the event that last wrote this row.
+    seq = models.PositiveBigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "id"], name="message_session_id")]
+        ordering = ["session", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.id}"
+
+
+class Part(models.Model):
+    """Projection: one piece of a message (text, reasoning, tool, …)."""
+
+    id = models.CharField(primary_key=True, max_length=ID_LENGTH)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="parts", db_index=False
+    )
+    message = models.ForeignKey(
+        Message, on_delete=models.CASCADE, related_name="parts", db_index=False
+    )
+    type = models.CharField(max_length=20)
+    data = models.JSONField()
+    seq = models.PositiveBigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["message", "id"], name="part_message_id"),
+            models.Index(fields=["session", "id"], name="part_session_id"),
+        ]
+        ordering = ["message", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id}"

@@ -1,0 +1,150 @@
+"""Messages and parts as projections of the log.
+
+Two halves that must agree, and ``rebuild_projections --check`` proves they do:
+
+* :func:`statements` says how one new event changes the projection tables
+  (the live path: run in the transaction that appends the event);
+* :func:`fold` computes, without touching the database, the rows a whole log
+  projects to (used to rebuild the tables and to check them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import sql
+
+
+class EventLike(Protocol):
+    tenant_id: int
+    session_id: str
+    seq: int
+    type: str
+    data: Any
+
+
+def statements(
+    dialect: sql.Dialect,
+    *,
+    tenant_id: int,
+    session_id: str,
+    seq: int,
+    type: str,
+    data: dict[str, Any],
+    data_json: str,
+    at: Any,
+) -> list[sql.Statement]:
+    """The projection writes for one new event (``data_json`` is ``data``, canonical;
+    ``at`` its time, adapted for the database). Session and message events also
+    record activity on the session (``updated_at``); part events, the bulk of a
+    reply, touch only their part row."""
+    if type == "message.updated":
+        return [
+            sql.touch_session(session_id=session_id, at=at),
+            sql.upsert_message(
+                dialect,
+                message_id=data["id"],
+                tenant_id=tenant_id,
+                session_id=session_id,
+                role=data["role"],
+                data_json=data_json,
+                seq=seq,
+            ),
+        ]
+    if type == "part.updated":
+        return [
+            sql.upsert_part(
+                dialect,
+                part_id=data["id"],
+                tenant_id=tenant_id,
+                session_id=session_id,
+                message_id=data["message_id"],
+                type=data["type"],
+                data_json=data_json,
+                seq=seq,
+            )
+        ]
+    if type in ("session.created", "session.updated"):
+        return [
+            sql.set_session_info(
+                session_id=session_id,
+                title=data.get("title") or "",
+                agent=data.get("agent") or "",
+                at=at,
+            )
+        ]
+    if type == "message.removed":
+        return sql.delete_message(session_id=session_id, message_id=data["message_id"])
+    if type == "part.removed":
+        return [sql.delete_part(session_id=session_id, part_id=data["part_id"])]
+    # session.compacted and context.updated project to no rows: the model's
+    # context (forge.context.derive_messages) reads them from the log.
+    return []
+
+
+@dataclass
+class Projection:
+    """The rows a log projects to, keyed by id. Row values mirror the model columns."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def fold(events: Iterable[EventLike]) -> Projection:
+    state = Projection()
+    for event in events:
+        apply(state, event)
+    return state
+
+
+def apply(state: Projection, event: EventLike) -> None:
+    data: dict[str, Any] = event.data
+    if event.type in ("session.created", "session.updated"):
+        state.session = {"title": data.get("title") or "", "agent": data.get("agent") or ""}
+    elif event.type == "message.updated":
+        state.messages[data["id"]] = {
+            "tenant_id": event.tenant_id,
+            "session_id": event.session_id,
+            "role": data["role"],
+            "data": data,
+            "seq": event.seq,
+        }
+    elif event.type == "part.updated":
+        state.parts[data["id"]] = {
+            "tenant_id": event.tenant_id,
+            "session_id": event.session_id,
+            "message_id": data["message_id"],
+            "type": data["type"],
+            "data": data,
+            "seq": event.seq,
+        }
+    elif event.type == "message.removed":
+        message_id = data["message_id"]
+        state.messages.pop(message_id, None)
+        for part_id in [k for k, row in state.parts.items() if row["message_id"] == message_id]:
+            del state.parts[part_id]
+    elif event.type == "part.removed":
+        state.parts.pop(data["part_id"], None)
+
+
+def compare(expected: Projection, actual: Projection) -> list[str]:
+    """Human-readable differences between two projections (empty when equal)."""
+    problems: list[str] = []
+    if expected.session != actual.session:
+        problems.append(f"session: expected {expected.session}, found {actual.session}")
+    for kind, want, have in (
+        ("message", expected.messages, actual.messages),
+        ("part", expected.parts, actual.parts),
+    ):
+        for row_id in sorted(want.keys() - have.keys()):
+            problems.append(f"{kind} {row_id}: missing")
+        for row_id in sorted(have.keys() - want.keys()):
+            problems.append(f"{kind} {row_id}: not in the log")
+        for row_id in sorted(want.keys() & have.keys()):
+            if want[row_id] != have[row_id]:
+                fields = sorted(k for k in want[row_id] if want[row_id][k] != have[row_id].get(k))
+                problems.append(f"{kind} {row_id}: differs in {', '.join(fields)}")
+    return problems

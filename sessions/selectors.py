@@ -1,0 +1,186 @@
+"""All reads of the session store. Every selector takes the tenant.
+
+An object of another tenant is indistinguishable from a missing one: both
+raise ``NotFound``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from accounts.models import Tenant
+
+from .exceptions import InvalidCursor, NotFound
+from .ids import is_valid_id
+from .log import ChainProblem, event_body, format_time, verify_chain
+from .models import Message, Part, Session, SessionEvent
+from .projector import Projection, fold
+
+PAGE_DEFAULT = 50
+PAGE_MAX = 200
+EVENTS_PAGE_MAX = 1000
+
+
+def event_wire(event: SessionEvent, *, with_hash: bool = False) -> dict[str, Any]:
+    """The durable event's wire shape ``{seq, id, session_id, type, at, data}`` (+ ``hash``)."""
+    body = event_body(
+        seq=event.seq,
+        id=event.id,
+        session_id=event.session_id,
+        type=event.type,
+        at=format_time(event.at),
+        data=event.data,
+    )
+    if with_hash:
+        body["hash"] = event.hash
+    return body
+
+
+def get_session(*, tenant: Tenant, session_id: str) -> Session:
+    if not is_valid_id(session_id):
+        raise NotFound(f"no session {session_id!r}")
+    try:
+        return Session.objects.get(tenant=tenant, pk=session_id)
+    except Session.DoesNotExist:
+        raise NotFound(f"no session {session_id!r}") from None
+
+
+def list_sessions(*, tenant: Tenant) -> QuerySet[Session]:
+    """The tenant's sessions, most recently active first."""
+    return Session.objects.filter(tenant=tenant).order_by("-updated_at", "-id")
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    items: list[dict[str, Any]]  # [{"info": message, "parts": [part, …]}], oldest first
+    next_before: str | None  # pass as ``before`` for the next (older) page; None at the start
+
+
+def _check_limit(limit: int, maximum: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InvalidCursor(f"limit must be an integer from 1 to {maximum}")
+    return limit
+
+
+def message_page(
+    *, tenant: Tenant, session_id: str, limit: int = PAGE_DEFAULT, before: str | None = None
+) -> MessagePage:
+    """One page of history: the newest ``limit`` messages older than ``before``.
+
+    Pages go newest first; inside a page, messages are oldest first, each with
+    its parts in creation order. Two queries per page, whatever its size.
+    """
+    _check_limit(limit, PAGE_MAX)
+    session = get_session(tenant=tenant, session_id=session_id)
+    messages = Message.objects.filter(tenant=tenant, session=session)
+    if before is not None:
+        if not is_valid_id(before):
+            raise InvalidCursor(f"before: {before!r} is not a message id")
+        messages = messages.filter(id__lt=before)
+    rows = list(messages.order_by("-id").values_list("id", "data")[: limit + 1])
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    rows.reverse()
+    return MessagePage(
+        items=_with_parts(tenant, session, rows), next_before=rows[0][0] if has_more else None
+    )
+
+
+def _with_parts(
+    tenant: Tenant, session: Session, rows: list[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``[{"info", "parts"}]`` for message rows ``(id, data)``, in one query for all parts."""
+    parts_by_message: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id, _ in rows}
+    if rows:
+        part_rows = (
+            Part.objects.filter(tenant=tenant, session=session, message_id__in=parts_by_message)
+            .order_by("message_id", "id")
+            .values_list("message_id", "data")
+        )
+        for message_id, data in part_rows:
+            parts_by_message[message_id].append(data)
+    return [{"info": data, "parts": parts_by_message[mid]} for mid, data in rows]
+
+
+def iter_history(
+    *, tenant: Tenant, session_id: str, batch: int = PAGE_MAX
+) -> Iterator[dict[str, Any]]:
+    """The whole history, oldest first, ``{"info", "parts"}`` each, read in batches."""
+    session = get_session(tenant=tenant, session_id=session_id)
+    after: str | None = None
+    while True:
+        messages = Message.objects.filter(tenant=tenant, session=session).order_by("id")
+        if after is not None:
+            messages = messages.filter(id__gt=after)
+        rows = list(messages.values_list("id", "data")[:batch])
+        yield from _with_parts(tenant, session, rows)
+        if len(rows) < batch:
+            return
+        after = rows[-1][0]
+
+
+def events_after(
+    *, tenant: Tenant, session_id: str, after: int = 0, limit: int = EVENTS_PAGE_MAX
+) -> list[dict[str, Any]]:
+    """Wire events with ``seq > after``, oldest first, at most ``limit``."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidCursor("after must be a non-negative integer")
+    _check_limit(limit, EVENTS_PAGE_MAX)
+    session = get_session(tenant=tenant, session_id=session_id)
+    events = SessionEvent.objects.filter(tenant=tenant, session=session, seq__gt=after).order_by(
+        "seq"
+    )[:limit]
+    return [event_wire(event) for event in events]
+
+
+def iter_log(*, session: Session, with_hash: bool = True) -> Iterator[dict[str, Any]]:
+    """Every wire event of a session the caller already holds (so tenant-checked), in order."""
+    events = SessionEvent.objects.filter(tenant_id=session.tenant_id, session=session).order_by(
+        "seq"
+    )
+    for event in events.iterator(chunk_size=2000):
+        yield event_wire(event, with_hash=with_hash)
+
+
+def stored_projection(*, tenant: Tenant, session: Session) -> Projection:
+    """The projection rows as they are in the database, in ``projector.Projection`` form."""
+    state = Projection(session={"title": session.title, "agent": session.agent})
+    messages = Message.objects.filter(tenant=tenant, session=session)
+    for message_id, tenant_id, role, data, seq in messages.values_list(
+        "id", "tenant_id", "role", "data", "seq"
+    ):
+        state.messages[message_id] = {
+            "tenant_id": tenant_id,
+            "session_id": session.pk,
+            "role": role,
+            "data": data,
+            "seq": seq,
+        }
+    parts = Part.objects.filter(tenant=tenant, session=session)
+    for part_id, tenant_id, message_id, part_type, data, seq in parts.values_list(
+        "id", "tenant_id", "message_id", "type", "data", "seq"
+    ):
+        state.parts[part_id] = {
+            "tenant_id": tenant_id,
+            "session_id": session.pk,
+            "message_id": message_id,
+            "type": part_type,
+            "data": data,
+            "seq": seq,
+        }
+    return state
+
+
+def projection_from_log(*, tenant: Tenant, session: Session) -> Projection:
+    """What the session's log projects to (computed in memory, the database untouched)."""
+    events = SessionEvent.objects.filter(tenant=tenant, session=session).order_by("seq")
+    return fold(events.iterator(chunk_size=2000))
+
+
+def verify_log(*, tenant: Tenant, session: Session) -> list[ChainProblem]:
+    """Sequence and hash-chain problems of the session's log (empty when it verifies)."""
+    return verify_chain(iter_log(session=session), session_id=session.pk)

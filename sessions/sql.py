@@ -1,0 +1,249 @@
+"""Hand-written SQL for appending to the log: the store's one hot path.
+
+Every reply writes tens of events, so ``update_part`` must not pay the ORM's
+per-query compile cost. An append is, on one cursor:
+
+1. one statement that reads the log's head (its newest event, from the
+   ``(session, seq)`` index) together with the message or part being updated
+   and the message a new part names (after locking the session row when the
+   write runs in a transaction; see ``services._commit``);
+2. the writes (insert the event, upsert or delete projection rows), sent in
+   one round trip on PostgreSQL (client-side binding allows several statements
+   per execute) and one by one on SQLite.
+
+The same canonical JSON text is stored in the event and in the projection row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from .log import GENESIS_HASH
+from .models import Message, Part, Session, SessionEvent
+
+EVENT = SessionEvent._meta.db_table
+SESSION = Session._meta.db_table
+MESSAGE = Message._meta.db_table
+PART = Part._meta.db_table
+
+SEQ_CONSTRAINT = "sessionevent_session_seq"
+
+Statement = tuple[str, list[Any]]
+
+
+@dataclass(frozen=True)
+class Head:
+    """The log's head, read under the session lock, with what the write needs to check."""
+
+    seq: int
+    hash: str
+    owner: str | None = None  # session of the message/part being updated; None: it is new
+    data: dict[str, Any] | None = None  # its stored wire dict
+    parent_owner: str | None = None  # session of the message a new part names
+
+
+def _batches(db: BaseDatabaseWrapper) -> bool:
+    """Whether one execute may carry several statements (psycopg's client-side binding)."""
+    return db.vendor == "postgresql" and not db.settings_dict["OPTIONS"].get("server_side_binding")
+
+
+class Dialect:
+    """The few differences between SQLite and PostgreSQL on this path."""
+
+    def __init__(self, cursor: CursorWrapper) -> None:
+        db = cursor.db
+        self.alias = db.alias
+        self.postgres = db.vendor == "postgresql"
+        self.batch = _batches(db)
+        self.json = "CAST(%s AS jsonb)" if self.postgres else "%s"
+        self.adapt_datetime = db.ops.adapt_datetimefield_value
+
+
+def can_batch_outside_transaction(db: BaseDatabaseWrapper) -> bool:
+    """True when a multi-statement execute would run as its own implicit transaction:
+    PostgreSQL with client-side binding, in autocommit, not inside ``atomic()``."""
+    return _batches(db) and db.get_autocommit() and not db.in_atomic_block
+
+
+def is_seq_conflict(exc: IntegrityError) -> bool:
+    """The insert lost the race for its seq to a concurrent writer."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) == SEQ_CONSTRAINT
+
+
+def lock_statement(dialect: Dialect, session_id: str) -> Statement:
+    """Lock the session row until the transaction ends; every writer to a session takes
+    this lock before inserting anything, so writers never deadlock.
+
+    PostgreSQL: ``FOR NO KEY UPDATE``, which (unlike ``FOR UPDATE``) does not conflict
+    with the ``FOR KEY SHARE`` locks of foreign-key checks. SQLite: every transaction
+    is ``BEGIN IMMEDIATE``, which already holds the database's write lock.
+    """
+    lock = " FOR NO KEY UPDATE" if dialect.postgres else ""
+    return (f"SELECT 1 FROM {SESSION} WHERE id = %s{lock}", [session_id])
+
+
+def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str) -> bool:
+    """Take :func:`lock_statement`'s lock; False if there is no such session on PostgreSQL.
+
+    On SQLite the transaction's ``BEGIN IMMEDIATE`` is the lock, and nothing is run
+    (a missing session shows when the head is read).
+    """
+    if not dialect.postgres:
+        return True
+    cursor.execute(*lock_statement(dialect, session_id))
+    return cursor.fetchone() is not None
+
+
+def read_head(
+    cursor: CursorWrapper,
+    session_id: str,
+    *,
+    table: str | None = None,
+    obj_id: str | None = None,
+    parent_message_id: str | None = None,
+) -> Head | None:
+    """Read, in one statement, the log's head (its newest event), the stored message or
+    part ``obj_id`` of ``table`` (if any), and the session of the message
+    ``parent_message_id`` (if any). None if the session does not exist.
+    """
+    newest = f"FROM {EVENT} e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1"
+    columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
+    joins = []
+    params: list[Any] = []
+    if table is not None:
+        columns += ["o.session_id", "o.data"]
+        joins.append(f"LEFT JOIN {table} o ON o.id = %s")
+        params.append(obj_id)
+    if parent_message_id is not None:
+        columns.append("m.session_id")
+        joins.append(f"LEFT JOIN {MESSAGE} m ON m.id = %s")
+        params.append(parent_message_id)
+    params.append(session_id)
+    cursor.execute(
+        f"SELECT {', '.join(columns)} FROM {SESSION} s {' '.join(joins)} WHERE s.id = %s",
+        params,
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    seq, last_hash, *rest = row
+    owner = data = parent_owner = None
+    if table is not None:
+        owner, data, *rest = rest
+        if isinstance(data, str):
+            data = json.loads(data)
+    if parent_message_id is not None:
+        parent_owner = rest[0]
+    return Head(
+        seq=seq or 0,
+        hash=last_hash or GENESIS_HASH,
+        owner=owner,
+        data=data,
+        parent_owner=parent_owner,
+    )
+
+
+def owner_of(cursor: CursorWrapper, table: str, obj_id: str) -> str | None:
+    """The session id a message or part belongs to, or None if there is none."""
+    cursor.execute(f"SELECT session_id FROM {table} WHERE id = %s", [obj_id])
+    row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def insert_event(
+    dialect: Dialect,
+    *,
+    event_id: str,
+    tenant_id: int,
+    session_id: str,
+    seq: int,
+    type: str,
+    at: Any,
+    data_json: str,
+    event_hash: str,
+) -> Statement:
+    return (
+        f"INSERT INTO {EVENT} (id, tenant_id, session_id, seq, type, at, data, hash) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, {dialect.json}, %s)",
+        [event_id, tenant_id, session_id, seq, type, at, data_json, event_hash],
+    )
+
+
+def touch_session(*, session_id: str, at: Any) -> Statement:
+    """Record activity on the session (its ``updated_at``)."""
+    return (f"UPDATE {SESSION} SET updated_at = %s WHERE id = %s", [at, session_id])
+
+
+def upsert_message(
+    dialect: Dialect,
+    *,
+    message_id: str,
+    tenant_id: int,
+    session_id: str,
+    role: str,
+    data_json: str,
+    seq: int,
+) -> Statement:
+    return (
+        f"INSERT INTO {MESSAGE} (id, tenant_id, session_id, role, data, seq) "
+        f"VALUES (%s, %s, %s, %s, {dialect.json}, %s) "
+        "ON CONFLICT (id) DO UPDATE SET role = excluded.role, data = excluded.data, "
+        "seq = excluded.seq",
+        [message_id, tenant_id, session_id, role, data_json, seq],
+    )
+
+
+def upsert_part(
+    dialect: Dialect,
+    *,
+    part_id: str,
+    tenant_id: int,
+    session_id: str,
+    message_id: str,
+    type: str,
+    data_json: str,
+    seq: int,
+) -> Statement:
+    return (
+        f"INSERT INTO {PART} (id, tenant_id, session_id, message_id, type, data, seq) "
+        f"VALUES (%s, %s, %s, %s, %s, {dialect.json}, %s) "
+        "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
+        "seq = excluded.seq",
+        [part_id, tenant_id, session_id, message_id, type, data_json, seq],
+    )
+
+
+def delete_message(*, session_id: str, message_id: str) -> list[Statement]:
+    return [
+        (f"DELETE FROM {PART} WHERE session_id = %s AND message_id = %s", [session_id, message_id]),
+        (f"DELETE FROM {MESSAGE} WHERE session_id = %s AND id = %s", [session_id, message_id]),
+    ]
+
+
+def delete_part(*, session_id: str, part_id: str) -> Statement:
+    return (f"DELETE FROM {PART} WHERE session_id = %s AND id = %s", [session_id, part_id])
+
+
+def set_session_info(*, session_id: str, title: str, agent: str, at: Any) -> Statement:
+    return (
+        f"UPDATE {SESSION} SET title = %s, agent = %s, updated_at = %s WHERE id = %s",
+        [title, agent, at, session_id],
+    )
+
+
+def run(cursor: CursorWrapper, dialect: Dialect, statements: list[Statement]) -> None:
+    """Execute the statements in order, in one round trip where the driver allows it."""
+    if dialect.batch and len(statements) > 1:
+        cursor.execute(
+            "; ".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps]
+        )
+    else:
+        for sql, params in statements:
+            cursor.execute(sql, params)
