@@ -1,0 +1,100 @@
+"""Operators browse sessions, their timelines, messages and parts; they cannot edit history."""
+
+import pytest
+from django.urls import reverse
+
+from sessions.models import Message, Part, Session, SessionEvent
+
+from .script import drive
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def scripted(session):
+    drive(session, turns=2)
+    return session
+
+
+def test_session_list_is_searchable_and_filterable(admin_client, scripted, user):
+    from sessions.services import create_session
+
+    create_session(user=user, title="Unrelated chat")
+    url = reverse("admin:forge_sessions_session_changelist")
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert "Notes review" in page.text
+    found = admin_client.get(url, {"q": "Notes"})
+    assert "Notes review" in found.text
+    assert "Unrelated chat" not in found.text
+    assert admin_client.get(url, {"tenant__id__exact": scripted.tenant_id}).status_code == 200
+
+
+def test_session_page_shows_the_event_timeline(admin_client, scripted):
+    page = admin_client.get(reverse("admin:forge_sessions_session_change", args=[scripted.pk]))
+    assert page.status_code == 200
+    newest = scripted.events.order_by("-seq").first()
+    assert "timeline" in page.text
+    assert f"<td>{newest.seq}</td><td>{newest.type}</td>" in page.text
+    assert f"?session__id__exact={scripted.pk}" in page.text
+
+
+def test_events_are_listed_filtered_and_read_only(admin_client, scripted):
+    url = reverse("admin:forge_sessions_sessionevent_changelist")
+    listing = admin_client.get(
+        url, {"session__id__exact": scripted.pk, "type__exact": "part.updated"}
+    )
+    assert listing.status_code == 200
+    assert "part.updated" in listing.text
+    event = scripted.events.get(seq=1)
+    change_url = reverse("admin:forge_sessions_sessionevent_change", args=[event.pk])
+    view = admin_client.get(change_url)
+    assert view.status_code == 200
+    assert 'name="_save"' not in view.text
+    assert admin_client.post(change_url, {"type": "x"}).status_code == 403
+    delete_url = reverse("admin:forge_sessions_sessionevent_delete", args=[event.pk])
+    assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
+    assert admin_client.get(reverse("admin:forge_sessions_sessionevent_add")).status_code == 403
+    assert SessionEvent.objects.filter(pk=event.pk).exists()
+
+
+def test_a_message_shows_its_parts_inline(admin_client, scripted):
+    message = Message.objects.filter(session=scripted, role="assistant").order_by("id")[0]
+    page = admin_client.get(reverse("admin:forge_sessions_message_change", args=[message.pk]))
+    assert page.status_code == 200
+    for part in Part.objects.filter(message=message):
+        assert part.pk in page.text
+    assert "read_file [completed]" in page.text
+    listing = admin_client.get(
+        reverse("admin:forge_sessions_message_changelist"),
+        {"role__exact": "assistant", "q": scripted.pk},
+    )
+    assert listing.status_code == 200
+    assert message.pk in listing.text
+
+
+def test_renaming_in_the_admin_is_logged(admin_client, scripted):
+    url = reverse("admin:forge_sessions_session_change", args=[scripted.pk])
+    response = admin_client.post(url, {"title": "Renamed by an operator"})
+    assert response.status_code == 302
+    last = scripted.events.order_by("-seq").first()
+    assert (last.type, last.data["title"]) == ("session.updated", "Renamed by an operator")
+
+
+def test_deleting_a_session_in_the_admin_removes_its_log(admin_client, scripted):
+    url = reverse("admin:forge_sessions_session_delete", args=[scripted.pk])
+    confirm = admin_client.get(url)
+    assert confirm.status_code == 200
+    assert "with its whole log" in confirm.text
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    assert not Session.objects.filter(pk=scripted.pk).exists()
+    assert not SessionEvent.objects.filter(session_id=scripted.pk).exists()
+
+
+def test_bulk_delete_action_uses_the_service(admin_client, scripted):
+    response = admin_client.post(
+        reverse("admin:forge_sessions_session_changelist"),
+        {"action": "delete_selected", "_selected_action": [scripted.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not SessionEvent.objects.filter(session_id=scripted.pk).exists()

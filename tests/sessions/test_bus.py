@@ -1,0 +1,108 @@
+"""Frames reach the session's channel-layer group (in-memory layer, then Redis), after commit."""
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection
+
+from sessions import bus, services
+from sessions.exceptions import InvalidPart
+from sessions.models import SessionEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def subscribe(session: Any) -> tuple[Any, str]:
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(bus.session_group(session.pk), channel)
+    return layer, channel
+
+
+async def next_frame(layer: Any, channel: str) -> dict:
+    message = await asyncio.wait_for(layer.receive(channel), timeout=5)
+    assert message["type"] == bus.FRAME_MESSAGE_TYPE
+    return message["frame"]
+
+
+async def test_committed_events_reach_the_group_in_order(session):
+    layer, channel = await subscribe(session)
+    message = await database_sync_to_async(services.update_message)(
+        session=session, info={"role": "user"}
+    )
+    written = [message]
+    for n in range(5):
+        written.append(
+            await database_sync_to_async(services.update_part)(
+                session=session,
+                part={"message_id": message.data["id"], "type": "text", "text": f"part {n}"},
+            )
+        )
+    frames = [await next_frame(layer, channel) for _ in written]
+    assert [f["seq"] for f in frames] == [2, 3, 4, 5, 6, 7]
+    for frame, event in zip(frames, written, strict=True):
+        assert frame == {
+            "kind": "event",
+            "seq": event.seq,
+            "id": event.id,
+            "session_id": session.pk,
+            "type": event.type,
+            "at": frame["at"],
+            "data": event.data,
+        }
+
+
+async def test_a_refused_write_publishes_nothing(session):
+    layer, channel = await subscribe(session)
+    with pytest.raises(InvalidPart):
+        await database_sync_to_async(services.update_part)(
+            session=session, part={"message_id": "msg_missing", "type": "text", "text": "x"}
+        )
+    await services.apublish_delta(
+        session=session, message_id="m", part_id="p", field="text", offset=0, delta="marker"
+    )
+    frame = await next_frame(layer, channel)
+    assert frame["kind"] == "delta"
+    assert frame["delta"] == "marker"
+
+
+async def test_deltas_go_to_the_bus_only(session):
+    layer, channel = await subscribe(session)
+    before = await database_sync_to_async(SessionEvent.objects.count)()
+    for offset, delta in ((0, "Hel"), (3, "lo")):
+        await services.apublish_delta(
+            session=session,
+            message_id="msg_1",
+            part_id="prt_1",
+            field="text",
+            offset=offset,
+            delta=delta,
+        )
+    frames = [await next_frame(layer, channel) for _ in range(2)]
+    assert [(f["type"], f["offset"], f["delta"]) for f in frames] == [
+        ("part.delta", 0, "Hel"),
+        ("part.delta", 3, "lo"),
+    ]
+    assert await database_sync_to_async(SessionEvent.objects.count)() == before
+    with pytest.raises(InvalidPart, match="offset"):
+        await services.apublish_delta(
+            session=session, message_id="m", part_id="p", field="text", offset=-1, delta="x"
+        )
+
+
+async def test_a_sync_caller_with_no_event_loop_publishes_too(session):
+    """Management commands and plain threads publish through the bus's own loop."""
+    layer, channel = await subscribe(session)
+
+    def write_from_a_plain_thread() -> Any:
+        try:
+            return services.update_message(session=session, info={"role": "user"})
+        finally:
+            connection.close()
+
+    event = await asyncio.to_thread(write_from_a_plain_thread)
+    frame = await next_frame(layer, channel)
+    assert (frame["seq"], frame["id"]) == (event.seq, event.id)

@@ -1,0 +1,98 @@
+"""Settings come from the environment, once; production refuses to start half-configured."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from forge.settings.base import channel_layers, database_config
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_KEY = "k3y-" + "x1y2z3" * 12
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FORGE_", "DJANGO_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    result = manage(
+        "check",
+        DJANGO_SETTINGS_MODULE="forge.settings.production",
+        FORGE_ALLOWED_HOSTS="forge.example.com",
+    )
+    assert result.returncode != 0
+    assert "FORGE_SECRET_KEY must be set" in result.stderr
+
+
+def test_production_refuses_a_development_key_and_missing_hosts():
+    dev_key = manage(
+        "check",
+        DJANGO_SETTINGS_MODULE="forge.settings.production",
+        FORGE_SECRET_KEY="dev-insecure-" + "a1b2c3" * 10,
+        FORGE_ALLOWED_HOSTS="forge.example.com",
+    )
+    assert "development key" in dev_key.stderr
+    no_hosts = manage(
+        "check", DJANGO_SETTINGS_MODULE="forge.settings.production", FORGE_SECRET_KEY=REAL_KEY
+    )
+    assert "FORGE_ALLOWED_HOSTS" in no_hosts.stderr
+
+
+def test_production_passes_the_deploy_check_when_configured():
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_SETTINGS_MODULE="forge.settings.production",
+        FORGE_SECRET_KEY=REAL_KEY,
+        FORGE_ALLOWED_HOSTS="forge.example.com",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_sqlite_urls_get_wal_a_busy_timeout_and_immediate_transactions():
+    config = database_config("sqlite:////tmp/x.sqlite3")
+    assert "journal_mode=WAL" in config["OPTIONS"]["init_command"]
+    assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+    assert config["OPTIONS"]["timeout"] >= 5
+    assert database_config("postgres://u@h:5432/d")["ENGINE"] == "django.db.backends.postgresql"
+
+
+def test_redis_url_switches_the_channel_layer():
+    assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    redis = channel_layers("redis://127.0.0.1:6379/0")["default"]
+    assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert redis["CONFIG"]["hosts"] == ["redis://127.0.0.1:6379/0"]
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.django_db
+def test_the_embedded_stack_really_is_sqlite_in_wal_mode():
+    assert connection.vendor == "sqlite"
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("InMemoryChannelLayer")
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db
+def test_the_server_stack_really_is_postgresql_and_redis():
+    assert connection.vendor == "postgresql"
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
