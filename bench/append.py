@@ -1,0 +1,201 @@
+"""Append throughput of the session store: events per second through ``update_part``.
+
+One session, one transaction per event, on SQLite (WAL, a file in a temporary
+directory) and on PostgreSQL (a scratch database on the server of
+``--postgres-url``), each in its own process. Two workloads per engine:
+
+* ``new part``: every event creates a text part (what text-start, tool-pending
+  or step-start write);
+* ``update``: every event replaces an existing part (text-end, tool state changes).
+
+Each event carries a 200-character text. The bus is the in-memory channel
+layer, so every append also publishes its frame (no subscriber).
+
+Prints a table: events/s, per-call latency (p50, p99), and the bytes stored per
+event (the log table with its indexes; and with the message/part projection).
+
+    python bench/append.py [--events 5000] [--engines sqlite,postgres]
+                           [--postgres-url postgres://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DB = "forge_bench_append"
+TEXT = "x" * 200
+
+
+def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
+    """Runs in a child process: set up a fresh database, append, measure."""
+    if engine == "sqlite":
+        directory = tempfile.mkdtemp(prefix="forge-bench-")
+        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
+    else:
+        import psycopg
+
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+            admin.execute(f"CREATE DATABASE {BENCH_DB}")
+        os.environ["DATABASE_URL"] = postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
+    os.environ.pop("REDIS_URL", None)
+    os.environ["FORGE_DEBUG"] = "0"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"
+    sys.path.insert(0, str(ROOT))
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from accounts.services import create_user
+    from sessions import services
+    from sessions.models import SessionEvent
+
+    call_command("migrate", verbosity=0)
+    user = create_user(username="bench", tenant_name="bench", validate=False).user
+    session = services.create_session(user=user, title="bench")
+    message_id = services.update_message(session=session, info={"role": "user"}).data["id"]
+
+    def new_part() -> Any:
+        return services.update_part(
+            session=session, part={"message_id": message_id, "type": "text", "text": TEXT}
+        )
+
+    for _ in range(200):  # warm up connections, caches, the bus loop
+        new_part()
+    existing = [new_part().data["id"] for _ in range(100)]
+
+    def measure(label: str, write: Any) -> dict[str, Any]:
+        latencies = []
+        started = time.perf_counter()
+        for n in range(events):
+            t0 = time.perf_counter()
+            write(n)
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - started
+        latencies.sort()
+        return {
+            "workload": label,
+            "events_per_s": events / elapsed,
+            "p50_us": statistics.median(latencies) * 1e6,
+            "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        }
+
+    rows = [
+        measure("new part", lambda n: new_part()),
+        measure(
+            "update",
+            lambda n: services.update_part(
+                session=session,
+                part={"id": existing[n % len(existing)], "text": TEXT[:-1] + str(n % 10)},
+            ),
+        ),
+    ]
+    count = SessionEvent.objects.count()
+    log_bytes, all_bytes = stored_bytes(connection)
+    for row in rows:
+        row["log_bytes_per_event"] = log_bytes / count
+        row["total_bytes_per_event"] = all_bytes / count
+    if engine == "postgres":
+        connection.close()
+        import psycopg
+
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    return {"engine": engine, "events": count, "rows": rows}
+
+
+def stored_bytes(connection: Any) -> tuple[float, float]:
+    """Bytes of the log table with its indexes, and of log + message/part projections."""
+    log_tables = ["forge_sessions_sessionevent"]
+    all_tables = [*log_tables, "forge_sessions_message", "forge_sessions_part"]
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            cursor.execute(
+                "SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index')"
+            )
+            owner = dict(cursor.fetchall())
+            cursor.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")
+            sizes = {owner.get(name, name): 0 for name in owner.values()}
+            for name, size in cursor.fetchall():
+                sizes[owner.get(name, name)] = sizes.get(owner.get(name, name), 0) + size
+            return sum(sizes[t] for t in log_tables), sum(sizes[t] for t in all_tables)
+        totals = []
+        for tables in (log_tables, all_tables):
+            cursor.execute(
+                "SELECT SUM(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) t",
+                [tables],
+            )
+            totals.append(float(cursor.fetchone()[0]))
+        return totals[0], totals[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=5000, help="events per workload")
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(
+            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+        ),
+        help="a server where a scratch database may be created and dropped",
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.events, args.postgres_url)))
+        return
+    results = []
+    for engine in args.engines.split(","):
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                engine,
+                "--events",
+                str(args.events),
+                "--postgres-url",
+                args.postgres_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if child.returncode != 0:
+            sys.exit(f"{engine} run failed:\n{child.stderr}")
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    print(
+        f"append throughput through sessions.services.update_part: {args.events} events per "
+        "workload, one transaction per event, one session, in-memory bus"
+    )
+    header = f"| {'engine':8} | {'workload':8} | {'events/s':>8} | {'p50 µs':>7} | {'p99 µs':>7} | {'log B/event':>11} | {'log+projection B/event':>22} |"
+    print(header)
+    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
+    for result in results:
+        for row in result["rows"]:
+            print(
+                f"| {result['engine']:8} | {row['workload']:8} | {row['events_per_s']:8.0f} | "
+                f"{row['p50_us']:7.0f} | {row['p99_us']:7.0f} | {row['log_bytes_per_event']:11.0f} | "
+                f"{row['total_bytes_per_event']:22.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
