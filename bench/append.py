@@ -185,16 +185,25 @@ def main() -> None:
         f"append throughput through sessions.services.update_part: {args.events} events per "
         "workload, one transaction per event, one session, in-memory bus"
     )
-    header = f"| {'engine':8} | {'workload':8} | {'events/s':>8} | {'p50 µs':>7} | {'p99 µs':>7} | {'log B/event':>11} | {'log+projection B/event':>22} |"
-    print(header)
-    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
-    for result in results:
-        for row in result["rows"]:
-            print(
-                f"| {result['engine']:8} | {row['workload']:8} | {row['events_per_s']:8.0f} | "
-                f"{row['p50_us']:7.0f} | {row['p99_us']:7.0f} | {row['log_bytes_per_event']:11.0f} | "
-                f"{row['total_bytes_per_event']:22.0f} |"
-            )
+    columns = [
+        ("engine", lambda r, row: r["engine"]),
+        ("workload", lambda r, row: row["workload"]),
+        ("events/s", lambda r, row: f"{row['events_per_s']:.0f}"),
+        ("p50 µs", lambda r, row: f"{row['p50_us']:.0f}"),
+        ("p99 µs", lambda r, row: f"{row['p99_us']:.0f}"),
+        ("log B/event", lambda r, row: f"{row['log_bytes_per_event']:.0f}"),
+        ("log+projection B/event", lambda r, row: f"{row['total_bytes_per_event']:.0f}"),
+    ]
+    table = [[cell(r, row) for _, cell in columns] for r in results for row in r["rows"]]
+    print_table([name for name, _ in columns], table)
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
 
 
 if __name__ == "__main__":
