@@ -23,7 +23,6 @@ logger = logging.getLogger(__name__)
 FRAME_MESSAGE_TYPE = "forge.frame"  # handled by a consumer's ``forge_frame`` method
 
 
-
 def session_group(session_id: str) -> str:
     return f"forge.session.{session_id}"
 
