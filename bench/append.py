@@ -13,6 +13,8 @@ layer, so every append also publishes its frame (no subscriber).
 
 Prints a table: events/s, per-call latency (p50, p99), and the bytes stored per
 event (the log table with its indexes; and with the message/part projection).
+For scale, each engine also gets a row of raw one-row commits through the bare
+driver, measured in the same run (this machine's numbers drift between runs).
 
     python bench/append.py [--events 5000] [--engines sqlite,postgres]
                            [--postgres-url postgres://postgres@127.0.0.1:5432/postgres]
@@ -108,6 +110,7 @@ def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
     for row in rows:
         row["log_bytes_per_event"] = log_bytes / count
         row["total_bytes_per_event"] = all_bytes / count
+    rows.append(raw_commits(connection, events))
     if engine == "postgres":
         connection.close()
         import psycopg
@@ -115,6 +118,36 @@ def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
     return {"engine": engine, "events": count, "rows": rows}
+
+
+def raw_commits(connection: Any, events: int) -> dict[str, Any]:
+    """For scale: one-row INSERT + COMMIT through the bare driver, same database, same time."""
+    raw = connection.connection  # the driver's own connection (sqlite3 / psycopg)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_raw (id INTEGER PRIMARY KEY, v TEXT)")
+    latencies = []
+    started = time.perf_counter()
+    for n in range(events):
+        t0 = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.cursor.execute(
+                "INSERT INTO bench_raw (id, v) VALUES (%s, %s)".replace(
+                    "%s", "?" if connection.vendor == "sqlite" else "%s"
+                ),
+                (n, TEXT),
+            )
+        raw.commit()
+        latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "workload": "raw 1-row commit (driver)",
+        "events_per_s": events / elapsed,
+        "p50_us": statistics.median(latencies) * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "log_bytes_per_event": float("nan"),
+        "total_bytes_per_event": float("nan"),
+    }
 
 
 def stored_bytes(connection: Any) -> tuple[float, float]:
@@ -191,11 +224,15 @@ def main() -> None:
         ("events/s", lambda r, row: f"{row['events_per_s']:.0f}"),
         ("p50 µs", lambda r, row: f"{row['p50_us']:.0f}"),
         ("p99 µs", lambda r, row: f"{row['p99_us']:.0f}"),
-        ("log B/event", lambda r, row: f"{row['log_bytes_per_event']:.0f}"),
-        ("log+projection B/event", lambda r, row: f"{row['total_bytes_per_event']:.0f}"),
+        ("log B/event", lambda r, row: _bytes(row["log_bytes_per_event"])),
+        ("log+projection B/event", lambda r, row: _bytes(row["total_bytes_per_event"])),
     ]
     table = [[cell(r, row) for _, cell in columns] for r in results for row in r["rows"]]
     print_table([name for name, _ in columns], table)
+
+
+def _bytes(value: float) -> str:
+    return "" if value != value else f"{value:.0f}"  # NaN: not measured for this row
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
