@@ -168,7 +168,7 @@ def _commit(
         for _ in range(OPTIMISTIC_ATTEMPTS):
             with connection.cursor() as cursor:
                 dialect = sql.Dialect(cursor)
-                head = _head(sql.read_head(cursor, session.pk, **lookup), session)
+                head = _head(sql.read_head(cursor, dialect, session.pk, **lookup), session)
                 prepared = _prepare(dialect, session, head, *build(head))
                 lock = sql.lock_statement(dialect, session.pk)
                 try:
@@ -186,7 +186,7 @@ def _commit(
             raise NotFound(f"session {session.pk!r} does not exist")
         # A statement after the lock: under READ COMMITTED it sees the events
         # that the writer we may have waited for committed.
-        head = _head(sql.read_head(cursor, session.pk, **lookup), session)
+        head = _head(sql.read_head(cursor, dialect, session.pk, **lookup), session)
         prepared = _prepare(dialect, session, head, *build(head))
         sql.run(cursor, dialect, prepared.statements)
         _advance(session, prepared.event)

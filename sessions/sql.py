@@ -103,6 +103,7 @@ def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str) -> bo
 
 def read_head(
     cursor: CursorWrapper,
+    dialect: Dialect,
     session_id: str,
     *,
     table: str | None = None,
@@ -114,8 +115,12 @@ def read_head(
     ``parent_message_id`` (if any). None if the session does not exist.
     """
     newest = f"FROM {EVENT} e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1"
-    columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
-    joins = []
+    if dialect.postgres:  # a LATERAL join plans faster than two correlated subqueries
+        columns = ["h.seq", "h.hash"]
+        joins = [f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"]
+    else:
+        columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
+        joins = []
     params: list[Any] = []
     if table is not None:
         columns += ["o.session_id", "o.data"]
@@ -126,10 +131,8 @@ def read_head(
         joins.append(f"LEFT JOIN {MESSAGE} m ON m.id = %s")
         params.append(parent_message_id)
     params.append(session_id)
-    cursor.execute(
-        f"SELECT {', '.join(columns)} FROM {SESSION} s {' '.join(joins)} WHERE s.id = %s",
-        params,
-    )
+    query = f"SELECT {', '.join(columns)} FROM {SESSION} s {' '.join(joins)} WHERE s.id = %s"
+    cursor.execute(query, params)
     row = cursor.fetchone()
     if row is None:
         return None

@@ -130,9 +130,9 @@ def test_after_repeated_lost_races_the_write_takes_the_lock(user, monkeypatch: A
     me = threading.current_thread()
     calls = {"unlocked": 0}
 
-    def always_stale(cursor: Any, session_id: str, **kwargs: Any) -> Any:
+    def always_stale(cursor: Any, dialect: Any, session_id: str, **kwargs: Any) -> Any:
         """Every unlocked read of ours is overtaken by a rival write before we write."""
-        head = read_head(cursor, session_id, **kwargs)
+        head = read_head(cursor, dialect, session_id, **kwargs)
         if threading.current_thread() is me and cursor.db.get_autocommit():
             calls["unlocked"] += 1
             rival = threading.Thread(
