@@ -16,7 +16,7 @@ import time
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_BITS = 80
 _RANDOM_MAX = (1 << _RANDOM_BITS) - 1
-ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -65,4 +65,4 @@ def new_event_id() -> str:
 
 
 def is_valid_id(value: object) -> bool:
-    return isinstance(value, str) and ID_RE.match(value) is not None
+    return isinstance(value, str) and ID_RE.fullmatch(value) is not None

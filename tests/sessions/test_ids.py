@@ -34,5 +34,5 @@ def test_ids_from_many_threads_are_unique_and_each_thread_sees_them_increase():
 
 
 def test_is_valid_id_rejects_what_is_not_an_id():
-    for bad in ("", "a b", "x/y", "é", "a" * 65, None, 12):
+    for bad in ("", "a b", "x/y", "é", "a" * 65, "abc\n", None, 12):
         assert not is_valid_id(bad)

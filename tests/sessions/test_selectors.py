@@ -1,5 +1,7 @@
 """Reads: cursor-paged history, the log after a seq, and tenant scoping on every selector."""
 
+import time
+
 import pytest
 
 from sessions import selectors, services
@@ -90,7 +92,9 @@ def test_another_tenant_sees_nothing(session, other_user):
 
 def test_sessions_are_listed_most_recently_active_first(user, tenant):
     older = services.create_session(user=user, title="older")
+    time.sleep(0.002)  # activity times have millisecond resolution
     newer = services.create_session(user=user, title="newer")
     assert list(selectors.list_sessions(tenant=tenant)) == [newer, older]
+    time.sleep(0.002)
     services.update_message(session=older, info={"role": "user"})
     assert list(selectors.list_sessions(tenant=tenant)) == [older, newer]
