@@ -10,12 +10,14 @@ Channel layers deliver at most once: a subscriber repairs gaps from the log
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
-from asgiref.sync import SyncToAsync, async_to_sync
+from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -31,15 +33,18 @@ def _message(frame: dict[str, Any]) -> dict[str, Any]:
     return {"type": FRAME_MESSAGE_TYPE, "frame": frame}
 
 
-def _called_for_server_loop() -> bool:
-    """True in a worker thread that ``sync_to_async`` runs on behalf of a live event loop.
+def _server_loop() -> asyncio.AbstractEventLoop | None:
+    """The live event loop this thread works for, if ``sync_to_async`` runs it.
 
-    There the frame must be sent from that loop (where the consumers of an
-    in-memory layer wait), which ``async_to_sync`` does.
+    Frames must be sent from that loop (an in-memory layer's consumers wait there).
+    asgiref records it in a thread-local (the one ``async_to_sync`` reads too).
     """
+    loop: asyncio.AbstractEventLoop | None
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
     pid = getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None)
-    return loop is not None and pid == os.getpid() and loop.is_running()
+    if loop is not None and pid == os.getpid() and loop.is_running() and not loop.is_closed():
+        return loop
+    return None
 
 
 class _ThreadLoop:
@@ -70,15 +75,78 @@ def _own_loop() -> asyncio.AbstractEventLoop:
     return holder.loop
 
 
+class _LoopPublisher:
+    """The ordered outbox of one event loop.
+
+    Frames go to the channel layer in the order they were handed over, whether
+    by coroutines of the loop (deltas) or by threads working for it (events,
+    after their transaction commits), without those threads waiting for the
+    send. A drain task runs only while frames are queued. A coroutine that
+    publishes while the queue is long waits for it to shrink (backpressure).
+    """
+
+    HIGH_WATER = 1000
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.draining: asyncio.Task[None] | None = None
+
+    def put(self, group: str, message: dict[str, Any]) -> None:
+        """Queue a frame (in the loop's thread)."""
+        self.queue.append((group, message))
+        self.drained.clear()
+        if self.draining is None or self.draining.done():
+            self.draining = self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        layer = get_channel_layer()
+        try:
+            while self.queue:
+                group, message = self.queue.popleft()
+                try:
+                    await layer.group_send(group, message)
+                except Exception:
+                    frame = message.get("frame", {})
+                    logger.exception("could not publish %s %s", frame.get("type"), frame.get("seq"))
+        finally:
+            if not self.queue:
+                self.drained.set()
+
+
+_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPublisher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _publisher(loop: asyncio.AbstractEventLoop) -> _LoopPublisher:
+    publisher = _publishers.get(loop)
+    if publisher is None:
+        publisher = _publishers[loop] = _LoopPublisher(loop)
+    return publisher
+
+
+def _enqueue(loop: asyncio.AbstractEventLoop, group: str, message: dict[str, Any]) -> None:
+    _publisher(loop).put(group, message)
+
+
 def publish(session_id: str, frame: dict[str, Any]) -> None:
-    """Send one frame to the session's group, from synchronous code; returns once sent."""
-    layer = get_channel_layer()
-    if layer is None:
+    """Send one frame to the session's group, from synchronous code.
+
+    In a thread working for an event loop (``sync_to_async``), the frame joins
+    that loop's ordered outbox and this returns at once. Elsewhere (management
+    commands, scripts) it is sent on a loop of this thread's own, and this
+    returns once it is sent.
+    """
+    if get_channel_layer() is None:
         return
     message = _message(frame)
     group = session_group(session_id)
-    if _called_for_server_loop():
-        async_to_sync(layer.group_send)(group, message)
+    loop = _server_loop()
+    if loop is not None:
+        loop.call_soon_threadsafe(_enqueue, loop, group, message)
         return
     try:
         asyncio.get_running_loop()
@@ -86,15 +154,24 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
         pass
     else:
         raise RuntimeError("bus.publish() called from a running event loop: await apublish()")
-    _own_loop().run_until_complete(layer.group_send(group, message))
+    _own_loop().run_until_complete(get_channel_layer().group_send(group, message))
 
 
 async def apublish(session_id: str, frame: dict[str, Any]) -> None:
-    """Send one frame to the session's group, from async code."""
-    layer = get_channel_layer()
-    if layer is None:
+    """Send one frame to the session's group, from async code (in order with the rest)."""
+    if get_channel_layer() is None:
         return
-    await layer.group_send(session_group(session_id), _message(frame))
+    publisher = _publisher(asyncio.get_running_loop())
+    if len(publisher.queue) >= publisher.HIGH_WATER:
+        await publisher.drained.wait()
+    publisher.put(session_group(session_id), _message(frame))
+
+
+async def flush() -> None:
+    """Wait until every frame this loop has queued has been handed to the channel layer."""
+    publisher = _publishers.get(asyncio.get_running_loop())
+    if publisher is not None:
+        await publisher.drained.wait()
 
 
 def publish_after_commit(session_id: str, frame: dict[str, Any]) -> None:
