@@ -1,0 +1,62 @@
+"""Model providers, chosen by ``provider/model`` strings (``offline/echo``, ``openai/gpt-4o``).
+
+:func:`resolve` returns the provider for a model string; settings are read when
+it is called, never at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+
+from .base import ModelRequest, Provider, ToolSpec
+
+__all__ = ["ModelRequest", "Provider", "ToolSpec", "UnknownModel", "register", "resolve"]
+
+
+class UnknownModel(ValueError):
+    code = "unknown_model"
+
+
+_factories: dict[str, Callable[[str], Provider]] = {}
+
+
+def register(provider: str, factory: Callable[[str], Provider]) -> None:
+    """Make ``provider/<model>`` strings resolve through ``factory(model)``."""
+    _factories[provider] = factory
+
+
+def _offline(model: str) -> Provider:
+    from .offline import EchoProvider, ScriptProvider
+
+    if model == "echo":
+        return EchoProvider(model, delay=settings.FORGE_ECHO_DELAY)
+    if model == "script":
+        return ScriptProvider(model, path=settings.FORGE_SCRIPT or None)
+    raise UnknownModel(f"offline models are 'echo' and 'script', not {model!r}")
+
+
+def _openai(model: str) -> Provider:
+    from .openai import OpenAIProvider
+
+    return OpenAIProvider.from_settings(model)
+
+
+register("offline", _offline)
+register("openai", _openai)
+
+
+def split_model(model: str) -> tuple[str, str]:
+    provider, _, name = model.partition("/")
+    if not provider or not name:
+        raise UnknownModel(f"a model is 'provider/model', not {model!r}")
+    return provider, name
+
+
+def resolve(model: str) -> Provider:
+    provider, name = split_model(model)
+    factory = _factories.get(provider)
+    if factory is None:
+        raise UnknownModel(f"unknown provider {provider!r}; known: {sorted(_factories)}")
+    return factory(name)

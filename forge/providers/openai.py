@@ -1,0 +1,519 @@
+"""The OpenAI provider: one streamed Chat Completions call per step, with the official SDK.
+
+Works with OpenAI and with any OpenAI-compatible server (vLLM, Ollama, llama.cpp,
+LM Studio, DeepSeek …): ``base_url`` points at the server's ``/v1`` root.
+
+What is sent: the system prompts first (one ``system`` message each), then the
+request's messages as given, the tools as ``function`` tools, ``temperature``
+when set and ``max_completion_tokens`` when ``max_output_tokens`` is set (the
+SDK accepts both that and the older ``max_tokens``; OpenAI deprecated
+``max_tokens`` and its reasoning models refuse it, while current vLLM,
+llama.cpp and Ollama accept ``max_completion_tokens``; a subclass can set
+``max_tokens_param = "max_tokens"`` for an older server). ``stream_options``
+asks for the usage chunk at the end.
+
+How chunks become stream events (see :mod:`forge.providers.events`):
+``reasoning_content`` (or ``reasoning``), an extension field of vLLM, DeepSeek and
+llama.cpp, becomes a reasoning block; ``content`` (and ``refusal``) a text block;
+``tool_calls`` fragments, keyed by ``index``, the input of tool calls, each
+completed by a ``tool-call`` when the choice finishes. Blocks are numbered
+within the step (``text-0``, ``reasoning-0``, ``text-1`` …).
+
+Failures never raise out of :meth:`OpenAIProvider.stream`: 429, 408, 5xx,
+connection errors and a connection dropped before any content are retried under
+a :class:`~forge.providers.retry.RetryPolicy` (each retry announced by a
+``Retry`` event); anything else, or running out of attempts, ends the step with
+an ``Error`` event. Once content has reached the caller a retry would repeat it,
+so a failure after that ends the step with an ``Error`` (open text and reasoning
+blocks are closed first; a tool call whose input was still streaming is dropped).
+Cancelling the task that consumes the stream propagates ``CancelledError`` and
+closes the HTTP response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import openai
+from openai.types.chat import ChatCompletionChunk
+from openai.types.completion_usage import CompletionUsage
+
+from .base import ModelRequest
+from .events import (
+    Error,
+    FinishStep,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    Retry,
+    StartStep,
+    StreamEvent,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCall,
+    ToolInputDelta,
+    ToolInputEnd,
+    ToolInputStart,
+    Usage,
+)
+from .retry import RetryPolicy, is_retryable_status, parse_retry_after
+
+__all__ = ["OpenAIProvider"]
+
+logger = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[object]]
+Clock = Callable[[], float]
+
+FINISH_REASONS = {
+    "stop": "stop",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "length": "length",
+    "content_filter": "content-filter",
+}
+
+# The API key sent when none is configured: local servers need none, but the SDK
+# insists on one.
+NO_API_KEY = "not-needed"
+
+
+class OpenAIProvider:
+    """A :class:`~forge.providers.base.Provider` for the Chat Completions API."""
+
+    name = "openai"
+    max_tokens_param: ClassVar[str] = "max_completion_tokens"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_attempts: int = 4,
+        retry_window: float = 30.0,
+        timeout: float = 120.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.time,
+    ) -> None:
+        """``base_url`` None: the SDK's default (``$OPENAI_BASE_URL`` or api.openai.com);
+        ``api_key`` None: ``$OPENAI_API_KEY``, or a placeholder for servers that need
+        none. ``sleep`` and ``clock`` are injectable for tests."""
+        self.model = model
+        self.policy = RetryPolicy(max_attempts=max(1, max_attempts), window=retry_window)
+        self.timeout = timeout
+        self._sleep = sleep
+        self._clock = clock
+        self.client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or NO_API_KEY,
+            max_retries=0,  # retries are ours (see stream), so they are visible as events
+            timeout=timeout,
+        )
+
+    @classmethod
+    def from_settings(
+        cls, model: str, *, sleep: Sleep = asyncio.sleep, clock: Clock = time.time
+    ) -> OpenAIProvider:
+        """A provider configured by the Django settings ``OPENAI_BASE_URL``,
+        ``OPENAI_API_KEY`` and ``FORGE_PROVIDER_{MAX_ATTEMPTS,RETRY_WINDOW,TIMEOUT}``
+        (read now, not at import)."""
+        from django.conf import settings
+
+        return cls(
+            model,
+            base_url=getattr(settings, "OPENAI_BASE_URL", None) or None,
+            api_key=getattr(settings, "OPENAI_API_KEY", "") or NO_API_KEY,
+            max_attempts=int(getattr(settings, "FORGE_PROVIDER_MAX_ATTEMPTS", 4)),
+            retry_window=float(getattr(settings, "FORGE_PROVIDER_RETRY_WINDOW", 30.0)),
+            timeout=float(getattr(settings, "FORGE_PROVIDER_TIMEOUT", 120.0)),
+            sleep=sleep,
+            clock=clock,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its pooled connections)."""
+        await self.client.close()
+
+    def request_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for ``request``."""
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": text} for text in request.system
+        ]
+        messages.extend(request.messages)
+        params: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            params["tools"] = [{"type": "function", "function": t.as_dict()} for t in request.tools]
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        if request.max_output_tokens is not None:
+            params[self.max_tokens_param] = request.max_output_tokens
+        return params
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """One model call (one step) as normalized events; see the module docstring."""
+        yield StartStep()
+        params = self.request_params(request)
+        started_at = self._clock()
+        attempt = 1
+        while True:
+            mapper = _ChunkMapper()
+            try:
+                async with aclosing(self._attempt(params, mapper)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except Exception as exc:  # CancelledError is a BaseException: it propagates
+                failure = _classify(exc, now=self._clock())
+                if failure.unexpected:
+                    logger.exception("openai provider: unexpected failure")
+            if mapper.finished:
+                # The answer is complete; only the tail (usage, [DONE]) was lost.
+                for event in mapper.end():
+                    yield event
+                return
+            if mapper.content:
+                # Retrying would repeat what the caller already has.
+                for event in mapper.close_blocks():
+                    yield event
+                yield failure.error(suffix="after part of the reply was streamed")
+                return
+            if not failure.retryable:
+                yield failure.error()
+                return
+            next_at = self.policy.next_attempt_at(
+                attempt=attempt,
+                started_at=started_at,
+                now=self._clock(),
+                retry_after=failure.retry_after,
+            )
+            if next_at is None:
+                tries = "attempt" if attempt == 1 else "attempts"
+                yield failure.error(suffix=f"gave up after {attempt} {tries}")
+                return
+            attempt += 1
+            logger.warning(
+                "openai provider: %s; attempt %d in %.2fs",
+                failure.message,
+                attempt,
+                next_at - self._clock(),
+            )
+            yield Retry(attempt=attempt, next_at=next_at, message=failure.message)
+            await self._sleep(max(0.0, next_at - self._clock()))
+
+    async def _attempt(
+        self, params: dict[str, Any], mapper: _ChunkMapper
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """One HTTP request: its events, ending with ``FinishStep``; failures raise."""
+        response: openai.AsyncStream[ChatCompletionChunk]
+        response = await self.client.chat.completions.create(**params)
+        async with response:
+            chunks = response.__aiter__()
+            while True:
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except (ValueError, TypeError) as exc:  # bad JSON in an SSE data line
+                    raise _MalformedChunk(str(exc)) from exc
+                try:
+                    events = mapper.feed(chunk)
+                except (AttributeError, TypeError, ValueError, KeyError) as exc:
+                    raise _MalformedChunk(f"{type(exc).__name__}: {exc}") from exc
+                for event in events:
+                    yield event
+        for event in mapper.end():
+            yield event
+
+
+# --- chunks to events -------------------------------------------------------------
+
+
+@dataclass
+class _ToolInput:
+    index: int
+    call_id: str
+    tool: str = ""
+    arguments: str = ""
+    started: bool = False  # tool-input-start sent (waits for the tool's name)
+    done: bool = False  # tool-input-end and tool-call sent
+    given_id: bool = True  # the id came from the server
+
+
+@dataclass
+class _ChunkMapper:
+    """Turns the chunks of one streamed response into stream events."""
+
+    content: bool = False  # a content event (text, reasoning, tool input) was produced
+    finish_reason: str | None = None
+    finished: bool = False
+    usage: Usage = field(default_factory=Usage)
+    _text: str | None = None  # id of the open text block
+    _reasoning: str | None = None  # id of the open reasoning block
+    _texts: int = 0
+    _reasonings: int = 0
+    _calls: list[_ToolInput] = field(default_factory=list)
+    _by_index: dict[int, _ToolInput] = field(default_factory=dict)
+
+    def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+        if not isinstance(chunk, ChatCompletionChunk):  # e.g. a JSON array
+            raise TypeError(f"not a chat.completion.chunk: {chunk!r:.200}")
+        out: list[StreamEvent] = []
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = _usage(usage)
+        for choice in getattr(chunk, "choices", None) or ():
+            # Fields a lenient server leaves out are simply missing (the SDK does not
+            # validate chunks), hence getattr.
+            if getattr(choice, "index", 0) not in (0, None):  # one choice is asked for
+                continue
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                reasoning = _reasoning_text(delta)
+                if reasoning:
+                    out += self._reasoning_delta(reasoning)
+                for key in ("content", "refusal"):
+                    text = getattr(delta, key, None)
+                    if isinstance(text, str) and text:
+                        out += self._text_delta(text)
+                for position, tool_call in enumerate(getattr(delta, "tool_calls", None) or ()):
+                    out += self._tool_delta(tool_call, position)
+            reason = getattr(choice, "finish_reason", None)
+            if reason is not None:
+                self.finish_reason = str(reason)
+                self.finished = True
+                out += self.close()
+        return out
+
+    def close(self) -> list[StreamEvent]:
+        """Close every open block and complete every tool call, in index order."""
+        out = self.close_blocks()
+        for call in sorted(self._calls, key=lambda c: c.index):
+            if call.done:
+                continue
+            out += self._start_tool(call)
+            call.done = True
+            out.append(ToolInputEnd(call_id=call.call_id))
+            out.append(ToolCall(call_id=call.call_id, tool=call.tool, input=call.arguments or "{}"))
+        return out
+
+    def close_blocks(self) -> list[StreamEvent]:
+        """Close the open text and reasoning blocks (tool inputs stay incomplete)."""
+        return self._end_reasoning() + self._end_text()
+
+    def end(self) -> list[StreamEvent]:
+        """The events that end the step: whatever is open, then ``FinishStep``."""
+        finish = FINISH_REASONS.get(self.finish_reason or "", "other")
+        return [*self.close(), FinishStep(finish_reason=finish, usage=self.usage)]
+
+    def _end_text(self) -> list[StreamEvent]:
+        if self._text is None:
+            return []
+        text_id, self._text = self._text, None
+        return [TextEnd(id=text_id)]
+
+    def _end_reasoning(self) -> list[StreamEvent]:
+        if self._reasoning is None:
+            return []
+        reasoning_id, self._reasoning = self._reasoning, None
+        return [ReasoningEnd(id=reasoning_id)]
+
+    def _text_delta(self, text: str) -> list[StreamEvent]:
+        out = self._end_reasoning()
+        if self._text is None:
+            self._text = f"text-{self._texts}"
+            self._texts += 1
+            out.append(TextStart(id=self._text))
+        out.append(TextDelta(id=self._text, delta=text))
+        self.content = True
+        return out
+
+    def _reasoning_delta(self, text: str) -> list[StreamEvent]:
+        out = self._end_text()
+        if self._reasoning is None:
+            self._reasoning = f"reasoning-{self._reasonings}"
+            self._reasonings += 1
+            out.append(ReasoningStart(id=self._reasoning))
+        out.append(ReasoningDelta(id=self._reasoning, delta=text))
+        self.content = True
+        return out
+
+    def _tool_delta(self, tool_call: Any, position: int) -> list[StreamEvent]:
+        out = self.close_blocks()
+        index = getattr(tool_call, "index", None)
+        index = index if isinstance(index, int) else position
+        call_id = getattr(tool_call, "id", None)
+        call_id = call_id if isinstance(call_id, str) and call_id else None
+        function = getattr(tool_call, "function", None)
+        name = getattr(function, "name", None)
+        name = name if isinstance(name, str) else ""
+        fragment = getattr(function, "arguments", None)
+        fragment = fragment if isinstance(fragment, str) else ""
+
+        call = self._by_index.get(index)
+        # Some servers reuse one index for parallel calls; a new id means a new call.
+        if call is not None and call_id and call.given_id and call_id != call.call_id:
+            index = max(self._by_index) + 1
+            call = None
+        if call is None or call.done:
+            call = _ToolInput(
+                index=index,
+                call_id=call_id or f"call_{index}",
+                given_id=call_id is not None,
+            )
+            self._calls.append(call)
+            self._by_index[index] = call
+        elif call_id and not call.given_id and not call.started:
+            call.call_id, call.given_id = call_id, True
+        if name and not call.tool:
+            call.tool = name
+        if call.tool:
+            out += self._start_tool(call)
+        if fragment:
+            call.arguments += fragment
+            if call.started:
+                out.append(ToolInputDelta(call_id=call.call_id, delta=fragment))
+        self.content = True
+        return out
+
+    def _start_tool(self, call: _ToolInput) -> list[StreamEvent]:
+        if call.started:
+            return []
+        call.started = True
+        self.content = True
+        out: list[StreamEvent] = [ToolInputStart(call_id=call.call_id, tool=call.tool)]
+        if call.arguments:  # fragments that came before the tool's name
+            out.append(ToolInputDelta(call_id=call.call_id, delta=call.arguments))
+        return out
+
+
+def _reasoning_text(delta: Any) -> str | None:
+    """The reasoning fragment of a delta (``reasoning_content``, else ``reasoning``)."""
+    extra = getattr(delta, "model_extra", None) or {}
+    for key in ("reasoning_content", "reasoning"):
+        value = extra.get(key, getattr(delta, key, None))
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _usage(usage: CompletionUsage) -> Usage:
+    def count(obj: object, name: str) -> int:
+        value = getattr(obj, name, None)
+        return value if isinstance(value, int) else 0
+
+    return Usage(
+        input=count(usage, "prompt_tokens"),
+        output=count(usage, "completion_tokens"),
+        reasoning=count(getattr(usage, "completion_tokens_details", None), "reasoning_tokens"),
+        cache_read=count(getattr(usage, "prompt_tokens_details", None), "cached_tokens"),
+        cache_write=0,
+    )
+
+
+# --- failures ---------------------------------------------------------------------
+
+
+class _MalformedChunk(Exception):
+    """A chunk that is not JSON, or not a chat.completion.chunk."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    message: str
+    retryable: bool
+    status: int | None = None
+    retry_after: float | None = None
+    name: str = "APIError"
+    unexpected: bool = False
+
+    def error(self, *, suffix: str = "") -> Error:
+        message = f"{self.message} ({suffix})" if suffix else self.message
+        return Error(name=self.name, message=message, retryable=self.retryable, status=self.status)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP libraries' transport errors (the SDK wraps them, but not always)."""
+    found: list[type[BaseException]] = []
+    for module_name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
+    return tuple(found)
+
+
+def _detail(exc: openai.APIError) -> str:
+    """The server's own message, when its error body has one."""
+    body = exc.body
+    if isinstance(body, dict):
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return exc.message
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else ""
+
+
+def _classify(exc: Exception, *, now: float) -> _Failure:
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retryable = is_retryable_status(status)
+        retry_after = parse_retry_after(exc.response.headers, now=now) if retryable else None
+        return _Failure(
+            message=f"HTTP {status} from the model server: {_detail(exc)}",
+            retryable=retryable,
+            status=status,
+            retry_after=retry_after,
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return _Failure(message="the model server timed out", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = _cause(exc)
+        return _Failure(
+            message=f"connection to the model server failed{': ' + cause if cause else ''}",
+            retryable=True,
+        )
+    if isinstance(exc, _MalformedChunk):
+        return _Failure(
+            message=f"malformed chunk in the model's stream: {exc}",
+            retryable=False,
+            name="ProviderError",
+        )
+    if isinstance(exc, openai.APIError):  # e.g. an error object sent mid-stream
+        return _Failure(
+            message=f"the model server reported an error: {_detail(exc)}", retryable=False
+        )
+    if isinstance(exc, (*_transport_errors(), ConnectionError)):
+        return _Failure(
+            message=f"connection to the model server failed: {type(exc).__name__}: {exc}",
+            retryable=True,
+        )
+    return _Failure(
+        message=f"unexpected {type(exc).__name__}: {exc}",
+        retryable=False,
+        name="ProviderError",
+        unexpected=True,
+    )

@@ -1,0 +1,292 @@
+"""A fake OpenAI Chat Completions server: real HTTP on 127.0.0.1, scripted per request.
+
+It speaks ``POST /v1/chat/completions`` with ``stream: true`` the way OpenAI does:
+HTTP/1.1, ``text/event-stream`` in a chunked body, one ``data: {chat.completion.chunk}``
+event per chunk, then ``data: [DONE]``. Each request takes the next scripted
+reply from a queue:
+
+* :class:`Stream`: chunks (dicts are sent as JSON, strings as the raw data line,
+  so ``"{not json"`` makes a malformed chunk), optionally slowly (``delay``) or
+  ending by dropping the connection (``drop``: no ``[DONE]``, no end of body);
+* :class:`Status`: an HTTP error with OpenAI's JSON error body and headers
+  (``retry-after`` …).
+
+Every request body is recorded (``requests``, with ``headers``; ``on_request`` is
+called for each), and ``disconnected`` is set when a client goes away in the
+middle of a stream.
+:func:`reply` builds a realistic stream from text, reasoning and tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "gpt-fake"
+
+
+@dataclass
+class Stream:
+    """A 200 streamed reply."""
+
+    chunks: list[dict[str, Any] | str]
+    done: bool = True  # send "data: [DONE]" at the end
+    drop: bool = False  # after the chunks, close the socket mid-body
+    delay: float = 0.0  # seconds before each chunk
+
+
+@dataclass
+class Status:
+    """An HTTP error reply with OpenAI's error body."""
+
+    status: int
+    message: str = "scripted error"
+    headers: dict[str, str] = field(default_factory=dict)
+    type: str = "server_error"
+
+
+Reply = Stream | Status
+
+
+# --- chunk builders ---------------------------------------------------------------
+
+
+def chunk(
+    delta: dict[str, Any] | None = None,
+    *,
+    finish_reason: str | None = None,
+    choices: list[dict[str, Any]] | None = None,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` (with ``usage: null`` unless given, as OpenAI
+    sends when ``include_usage`` is on)."""
+    if choices is None:
+        choices = [
+            {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish_reason}
+        ]
+    return {
+        "id": "chatcmpl-fake123",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": MODEL,
+        "system_fingerprint": "fp_fake",
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+def usage_chunk(
+    prompt: int, completion: int, *, reasoning: int = 0, cached: int = 0
+) -> dict[str, Any]:
+    """The last chunk when ``include_usage`` is on: no choices, the usage."""
+    return chunk(
+        choices=[],
+        usage={
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": reasoning,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        },
+    )
+
+
+@dataclass
+class ToolCallScript:
+    """A streamed tool call: its first chunk carries id and name, then argument fragments."""
+
+    id: str
+    name: str
+    fragments: Sequence[str]
+    index: int = 0
+
+
+def tool_call_chunks(call: ToolCallScript) -> Iterator[dict[str, Any]]:
+    yield chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": call.index,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }
+            ]
+        }
+    )
+    for fragment in call.fragments:
+        yield chunk({"tool_calls": [{"index": call.index, "function": {"arguments": fragment}}]})
+
+
+def reply(
+    *,
+    reasoning: Iterable[str] = (),
+    text: Iterable[str] = (),
+    tool_calls: Iterable[ToolCallScript] = (),
+    finish_reason: str = "stop",
+    usage: dict[str, Any] | None = None,
+    delay: float = 0.0,
+) -> Stream:
+    """A complete stream the way OpenAI-compatible servers send it: a role chunk with
+    empty content, reasoning, text and tool-call chunks, the finish chunk, the usage
+    chunk (``usage`` from :func:`usage_chunk`; a default one when None)."""
+    chunks: list[dict[str, Any] | str] = [
+        chunk({"role": "assistant", "content": "", "refusal": None})
+    ]
+    chunks += [chunk({"reasoning_content": piece}) for piece in reasoning]
+    chunks += [chunk({"content": piece}) for piece in text]
+    for call in tool_calls:
+        chunks += tool_call_chunks(call)
+    chunks.append(chunk(finish_reason=finish_reason))
+    chunks.append(usage if usage is not None else usage_chunk(10, 5))
+    return Stream(chunks=chunks, delay=delay)
+
+
+# --- the server -------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeOpenAI
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # an idle keep-alive connection is dropped after this
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        fake.record(body, {k.lower(): v for k, v in self.headers.items()})
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_error(Status(404, f"no route {self.path}", type="invalid_request_error"))
+            return
+        scripted = fake.next_reply()
+        if isinstance(scripted, Status):
+            self._send_error(scripted)
+        else:
+            self._send_stream(scripted)
+
+    def _send_error(self, status: Status) -> None:
+        payload = json.dumps(
+            {
+                "error": {
+                    "message": status.message,
+                    "type": status.type,
+                    "param": None,
+                    "code": None,
+                }
+            }
+        ).encode()
+        self.send_response(status.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in status.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _send_stream(self, stream: Stream) -> None:
+        fake = self.server.fake
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for item in stream.chunks:
+                if stream.delay:
+                    time.sleep(stream.delay)
+                data = item if isinstance(item, str) else json.dumps(item)
+                self._write_chunk(f"data: {data}\n\n".encode())
+            if stream.drop:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if stream.done:
+                self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True
+            fake.disconnected.set()
+
+
+class FakeOpenAI:
+    """The server; ``with FakeOpenAI() as fake:`` runs it in a thread."""
+
+    def __init__(self) -> None:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="fake-openai", daemon=True
+        )
+        self._lock = threading.Lock()
+        self._replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.disconnected = threading.Event()
+        self.on_request: Callable[[], object] | None = None  # called as each request arrives
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def push(self, *replies: Reply) -> None:
+        """Script the replies to the next requests, in order."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def next_reply(self) -> Reply:
+        with self._lock:
+            if self._replies:
+                return self._replies.popleft()
+        return Status(599, "fake_openai: no scripted reply left")
+
+    def record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+        if self.on_request is not None:
+            self.on_request()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAI:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,763 @@
+"""The OpenAI provider against a real HTTP server on loopback (the SDK is not mocked)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+from forge.providers.base import ModelRequest, ToolSpec
+from forge.providers.events import (
+    Error,
+    FinishStep,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    Retry,
+    StartStep,
+    StreamEvent,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCall,
+    ToolInputDelta,
+    ToolInputEnd,
+    ToolInputStart,
+    Usage,
+)
+from forge.providers.openai import OpenAIProvider
+
+from .conftest import FakeClock
+from .fake_openai import FakeOpenAI, Status, Stream, ToolCallScript, chunk, reply, usage_chunk
+
+MakeProvider = Callable[..., OpenAIProvider]
+
+REQUEST = ModelRequest(model="gpt-fake", messages=[{"role": "user", "content": "hi"}])
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="The weather in a city.",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+)
+
+
+async def collect(provider: OpenAIProvider, request: ModelRequest = REQUEST) -> list[StreamEvent]:
+    return [event async for event in provider.stream(request)]
+
+
+def hello_reply() -> Stream:
+    return reply(text=["Hel", "lo"], usage=usage_chunk(7, 2))
+
+
+HELLO_EVENTS: list[StreamEvent] = [
+    TextStart(id="text-0"),
+    TextDelta(id="text-0", delta="Hel"),
+    TextDelta(id="text-0", delta="lo"),
+    TextEnd(id="text-0"),
+    FinishStep(finish_reason="stop", usage=Usage(input=7, output=2)),
+]
+
+
+# --- streaming ----------------------------------------------------------------------
+
+
+async def test_reasoning_text_and_usage(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(
+        reply(
+            reasoning=["Let me ", "think."],
+            text=["Hello", ", ", "world!"],
+            usage=usage_chunk(120, 40, reasoning=12, cached=64),
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        ReasoningStart(id="reasoning-0"),
+        ReasoningDelta(id="reasoning-0", delta="Let me "),
+        ReasoningDelta(id="reasoning-0", delta="think."),
+        ReasoningEnd(id="reasoning-0"),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Hello"),
+        TextDelta(id="text-0", delta=", "),
+        TextDelta(id="text-0", delta="world!"),
+        TextEnd(id="text-0"),
+        FinishStep(
+            finish_reason="stop",
+            usage=Usage(input=120, output=40, reasoning=12, cache_read=64, cache_write=0),
+        ),
+    ]
+
+
+async def test_reasoning_field_named_reasoning(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(
+        Stream(
+            [
+                chunk({"role": "assistant", "content": ""}),
+                chunk({"reasoning": "hmm"}),
+                chunk({"content": "ok"}),
+                chunk(finish_reason="length"),
+            ]
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        ReasoningStart(id="reasoning-0"),
+        ReasoningDelta(id="reasoning-0", delta="hmm"),
+        ReasoningEnd(id="reasoning-0"),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="ok"),
+        TextEnd(id="text-0"),
+        FinishStep(finish_reason="length", usage=Usage()),
+    ]
+
+
+async def test_tool_call_arguments_in_fragments(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fragments = ['{"ci', 'ty": "Par', 'is"}']
+    fake_openai.push(
+        reply(
+            text=["Checking."],
+            tool_calls=[ToolCallScript(id="call_abc", name="get_weather", fragments=fragments)],
+            finish_reason="tool_calls",
+            usage=usage_chunk(50, 20),
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Checking."),
+        TextEnd(id="text-0"),
+        ToolInputStart(call_id="call_abc", tool="get_weather"),
+        ToolInputDelta(call_id="call_abc", delta='{"ci'),
+        ToolInputDelta(call_id="call_abc", delta='ty": "Par'),
+        ToolInputDelta(call_id="call_abc", delta='is"}'),
+        ToolInputEnd(call_id="call_abc"),
+        ToolCall(call_id="call_abc", tool="get_weather", input='{"city": "Paris"}'),
+        FinishStep(finish_reason="tool-calls", usage=Usage(input=50, output=20)),
+    ]
+
+
+async def test_parallel_tool_calls(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(
+        reply(
+            tool_calls=[
+                ToolCallScript(id="call_1", name="get_weather", fragments=['{"city"', ': "Oslo"}']),
+                ToolCallScript(id="call_2", name="get_time", fragments=[], index=1),
+            ],
+            finish_reason="tool_calls",
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        ToolInputStart(call_id="call_1", tool="get_weather"),
+        ToolInputDelta(call_id="call_1", delta='{"city"'),
+        ToolInputDelta(call_id="call_1", delta=': "Oslo"}'),
+        ToolInputStart(call_id="call_2", tool="get_time"),
+        ToolInputEnd(call_id="call_1"),
+        ToolCall(call_id="call_1", tool="get_weather", input='{"city": "Oslo"}'),
+        ToolInputEnd(call_id="call_2"),
+        ToolCall(call_id="call_2", tool="get_time", input="{}"),
+        FinishStep(finish_reason="tool-calls", usage=Usage(input=10, output=5)),
+    ]
+
+
+async def test_interleaved_parallel_tool_call_fragments(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    def call(index: int, **fields: Any) -> dict[str, Any]:
+        return chunk({"tool_calls": [{"index": index, **fields}]})
+
+    fake_openai.push(
+        Stream(
+            [
+                call(0, id="a", type="function", function={"name": "f", "arguments": "{"}),
+                call(1, id="b", type="function", function={"name": "g", "arguments": ""}),
+                call(1, function={"arguments": "[1]"}),
+                call(0, function={"arguments": "}"}),
+                chunk(finish_reason="tool_calls"),
+            ]
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        ToolInputStart(call_id="a", tool="f"),
+        ToolInputDelta(call_id="a", delta="{"),
+        ToolInputStart(call_id="b", tool="g"),
+        ToolInputDelta(call_id="b", delta="[1]"),
+        ToolInputDelta(call_id="a", delta="}"),
+        ToolInputEnd(call_id="a"),
+        ToolCall(call_id="a", tool="f", input="{}"),
+        ToolInputEnd(call_id="b"),
+        ToolCall(call_id="b", tool="g", input="[1]"),
+        FinishStep(finish_reason="tool-calls", usage=Usage()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("stop", "stop"),
+        ("tool_calls", "tool-calls"),
+        ("function_call", "tool-calls"),
+        ("length", "length"),
+        ("content_filter", "content-filter"),
+        ("something_new", "other"),
+    ],
+)
+async def test_finish_reasons(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, reason: str, expected: str
+):
+    fake_openai.push(reply(text=["x"], finish_reason=reason))
+
+    events = await collect(make_provider())
+
+    assert events[-1] == FinishStep(finish_reason=expected, usage=Usage(input=10, output=5))
+
+
+async def test_no_finish_reason_is_other(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(Stream([chunk({"role": "assistant", "content": "x"})]))
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="x"),
+        TextEnd(id="text-0"),
+        FinishStep(finish_reason="other", usage=Usage()),
+    ]
+
+
+# --- what is sent -------------------------------------------------------------------
+
+
+async def test_request_body(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(reply(text=["ok"]))
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ]
+    request = ModelRequest(
+        model="gpt-fake",
+        system=["You are Forge.", "Be brief."],
+        messages=messages,
+        tools=[WEATHER],
+        temperature=0.3,
+        max_output_tokens=256,
+    )
+
+    await collect(make_provider(), request)
+
+    [body] = fake_openai.requests
+    assert body["model"] == "gpt-fake"
+    assert body["messages"] == [
+        {"role": "system", "content": "You are Forge."},
+        {"role": "system", "content": "Be brief."},
+        *messages,
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The weather in a city.",
+                "parameters": WEATHER.parameters,
+            },
+        }
+    ]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["temperature"] == 0.3
+    assert body["max_completion_tokens"] == 256
+    assert fake_openai.headers[0]["authorization"] == "Bearer sk-test"
+
+
+async def test_request_body_minimal(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(reply(text=["ok"]))
+
+    await collect(make_provider())
+
+    [body] = fake_openai.requests
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    for absent in ("tools", "temperature", "max_completion_tokens", "max_tokens"):
+        assert absent not in body
+
+
+# --- retries ------------------------------------------------------------------------
+
+
+async def test_429_then_500_then_success(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, clock: FakeClock
+):
+    start = clock.now
+    fake_openai.push(
+        Status(429, "Rate limit reached", type="rate_limit_error"),
+        Status(500, "The server had an error"),
+        hello_reply(),
+    )
+
+    events = await collect(make_provider())
+
+    assert events[0] == StartStep()
+    first, second = events[1], events[2]
+    assert isinstance(first, Retry)
+    assert isinstance(second, Retry)
+    assert (first.attempt, second.attempt) == (2, 3)
+    assert "429" in first.message
+    assert "Rate limit reached" in first.message
+    assert "500" in second.message
+    # exponential backoff with jitter: 0.5 s then 1 s, each up to 20 % more
+    assert 0.5 <= first.next_at - start <= 0.6
+    assert 1.0 <= second.next_at - first.next_at <= 1.2
+    assert clock.sleeps == pytest.approx([first.next_at - start, second.next_at - first.next_at])
+    assert events[3:] == HELLO_EVENTS
+    assert len(fake_openai.requests) == 3
+
+
+async def test_retry_after_header_is_honoured(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, clock: FakeClock
+):
+    start = clock.now
+    fake_openai.push(Status(429, "slow down", headers={"retry-after": "3"}), hello_reply())
+
+    events = await collect(make_provider())
+
+    retry = events[1]
+    assert isinstance(retry, Retry)
+    assert (retry.attempt, retry.next_at) == (2, start + 3.0)
+    assert clock.sleeps == [3.0]
+    assert events[2:] == HELLO_EVENTS
+
+
+async def test_retries_exhausted(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(*[Status(500, "The server had an error") for _ in range(6)])
+
+    events = await collect(make_provider())
+
+    assert events[0] == StartStep()
+    retries = events[1:-1]
+    assert [r.attempt for r in retries if isinstance(r, Retry)] == [2, 3, 4]
+    assert len(retries) == 3
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert (error.name, error.retryable, error.status) == ("APIError", True, 500)
+    assert "500" in error.message
+    assert "The server had an error" in error.message
+    assert "4 attempts" in error.message
+    assert len(fake_openai.requests) == 4
+
+
+async def test_max_attempts_is_configurable(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(*[Status(503, "overloaded") for _ in range(3)])
+
+    events = await collect(make_provider(max_attempts=2))
+
+    assert [type(e) for e in events] == [StartStep, Retry, Error]
+    assert len(fake_openai.requests) == 2
+
+
+async def test_retry_window_bounds_attempts(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, clock: FakeClock
+):
+    # backoff 0.5 s (+ jitter) fits a 1 s window; the next, 1 s later, does not.
+    fake_openai.push(*[Status(502, "bad gateway") for _ in range(4)])
+
+    events = await collect(make_provider(retry_window=1.0))
+
+    assert [type(e) for e in events] == [StartStep, Retry, Error]
+    assert len(fake_openai.requests) == 2
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert error.status == 502
+    assert error.retryable is True
+
+
+async def test_retry_after_beyond_the_window_gives_up(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, clock: FakeClock
+):
+    fake_openai.push(Status(429, "come back later", headers={"retry-after": "60"}), hello_reply())
+
+    events = await collect(make_provider(retry_window=30.0))
+
+    assert [type(e) for e in events] == [StartStep, Error]
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert (error.name, error.retryable, error.status) == ("APIError", True, 429)
+    assert "come back later" in error.message
+    assert clock.sleeps == []
+    assert len(fake_openai.requests) == 1
+
+
+async def test_slow_failures_use_up_the_window(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, clock: FakeClock
+):
+    """The window counts from the first attempt, including the time attempts take."""
+
+    def takes_four_seconds() -> None:
+        clock.now += 4.0
+
+    fake_openai.on_request = takes_four_seconds
+    fake_openai.push(*[Status(500, "boom") for _ in range(4)])
+
+    events = await collect(make_provider(retry_window=8.0))
+
+    # attempt 1: 0-4 s, attempt 2: 4.5-8.5 s; a third at >= 9.5 s is past the window
+    # (the sleeps alone, 0.5 + 1 s, would have fit).
+    assert [type(e) for e in events] == [StartStep, Retry, Error]
+    assert len(fake_openai.requests) == 2
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+async def test_client_errors_are_not_retried(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, status: int
+):
+    fake_openai.push(Status(status, "Invalid 'messages'", type="invalid_request_error"))
+
+    events = await collect(make_provider())
+
+    assert len(events) == 2
+    error = events[1]
+    assert isinstance(error, Error)
+    assert (error.name, error.retryable, error.status) == ("APIError", False, status)
+    assert str(status) in error.message
+    assert "Invalid 'messages'" in error.message
+    assert len(fake_openai.requests) == 1
+
+
+async def test_connection_refused_is_retried(make_provider: MakeProvider):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    events = await collect(make_provider(base_url=f"http://127.0.0.1:{port}/v1", max_attempts=2))
+
+    assert [type(e) for e in events] == [StartStep, Retry, Error]
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert error.retryable is True
+    assert error.status is None
+    assert "connection" in error.message.lower()
+
+
+async def test_drop_before_content_is_retried(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(
+        Stream([chunk({"role": "assistant", "content": ""})], drop=True),
+        hello_reply(),
+    )
+
+    events = await collect(make_provider())
+
+    assert events[0] == StartStep()
+    retry = events[1]
+    assert isinstance(retry, Retry)
+    assert retry.attempt == 2
+    assert "connection" in retry.message.lower()
+    assert events[2:] == HELLO_EVENTS
+    assert len(fake_openai.requests) == 2
+
+
+async def test_drop_after_content_is_an_error(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(
+        Stream(
+            [
+                chunk({"role": "assistant", "content": ""}),
+                chunk({"content": "Hel"}),
+            ],
+            drop=True,
+        ),
+        hello_reply(),
+    )
+
+    events = await collect(make_provider())
+
+    assert events[:4] == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Hel"),
+        TextEnd(id="text-0"),
+    ]
+    assert len(events) == 5
+    error = events[4]
+    assert isinstance(error, Error)
+    assert error.retryable is True
+    assert error.status is None
+    assert len(fake_openai.requests) == 1  # no retry, so no duplicate "Hel"
+
+
+async def test_drop_during_tool_input_drops_the_call(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(
+        Stream(
+            [
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_x",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"ci'},
+                            }
+                        ]
+                    }
+                )
+            ],
+            drop=True,
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events[:3] == [
+        StartStep(),
+        ToolInputStart(call_id="call_x", tool="get_weather"),
+        ToolInputDelta(call_id="call_x", delta='{"ci'),
+    ]
+    assert [type(e) for e in events[3:]] == [Error]
+
+
+async def test_drop_after_finish_keeps_the_answer(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(Stream([chunk({"content": "Done."}), chunk(finish_reason="stop")], drop=True))
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Done."),
+        TextEnd(id="text-0"),
+        FinishStep(finish_reason="stop", usage=Usage()),
+    ]
+    assert len(fake_openai.requests) == 1
+
+
+# --- malformed streams --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]", json.dumps({"choices": 5})])
+async def test_malformed_chunk_is_an_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, bad: str
+):
+    fake_openai.push(Stream([chunk({"role": "assistant", "content": ""}), bad]))
+
+    events = await collect(make_provider())
+
+    assert len(events) == 2
+    error = events[1]
+    assert isinstance(error, Error)
+    assert error.name in ("APIError", "ProviderError")
+    assert error.retryable is False
+    assert len(fake_openai.requests) == 1
+
+
+async def test_malformed_chunk_after_text_closes_the_text(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(Stream([chunk({"content": "Hi"}), "{not json"]))
+
+    events = await collect(make_provider())
+
+    assert events[:4] == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Hi"),
+        TextEnd(id="text-0"),
+    ]
+    assert isinstance(events[4], Error)
+    assert len(events) == 5
+
+
+async def test_error_object_in_the_stream(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(Stream([{"error": {"message": "model overloaded", "type": "server_error"}}]))
+
+    events = await collect(make_provider())
+
+    assert len(events) == 2
+    error = events[1]
+    assert isinstance(error, Error)
+    assert "model overloaded" in error.message
+
+
+# --- cancellation -------------------------------------------------------------------
+
+
+async def test_cancel_stops_promptly_and_disconnects(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(reply(text=[f"word{i} " for i in range(400)], delay=0.05))
+    provider = make_provider()
+    seen: list[StreamEvent] = []
+    streaming = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in provider.stream(REQUEST):
+            seen.append(event)
+            if isinstance(event, TextDelta):
+                streaming.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(streaming.wait(), timeout=5)
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 1.0
+    assert not any(isinstance(e, (FinishStep, Error)) for e in seen)
+    assert await asyncio.to_thread(fake_openai.disconnected.wait, 5)
+
+
+async def test_closing_the_stream_early_disconnects(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    fake_openai.push(reply(text=[f"word{i} " for i in range(400)], delay=0.05))
+    provider = make_provider()
+
+    async with aclosing(provider.stream(REQUEST)) as events:
+        async for event in events:
+            if isinstance(event, TextDelta):
+                break
+
+    assert await asyncio.to_thread(fake_openai.disconnected.wait, 5)
+
+
+async def test_cancel_during_retry_sleep(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    fake_openai.push(Status(500, "boom"), hello_reply())
+    provider = make_provider(sleep=asyncio.sleep, clock=time.time)
+    retried = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in provider.stream(REQUEST):
+            if isinstance(event, Retry):
+                retried.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(retried.wait(), timeout=5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(fake_openai.requests) == 1
+
+
+# --- settings -----------------------------------------------------------------------
+
+
+async def test_from_settings(fake_openai: FakeOpenAI, settings: Any):
+    settings.OPENAI_BASE_URL = fake_openai.base_url
+    settings.OPENAI_API_KEY = "sk-from-settings"
+    settings.FORGE_PROVIDER_MAX_ATTEMPTS = 2
+    settings.FORGE_PROVIDER_RETRY_WINDOW = 7.5
+    settings.FORGE_PROVIDER_TIMEOUT = 3.0
+    clock = FakeClock()
+    provider = OpenAIProvider.from_settings("gpt-fake", sleep=clock.sleep, clock=clock)
+    try:
+        assert provider.name == "openai"
+        assert provider.model == "gpt-fake"
+        assert provider.policy.max_attempts == 2
+        assert provider.policy.window == 7.5
+        assert provider.timeout == 3.0
+        assert provider.client.timeout == 3.0
+        assert provider.client.max_retries == 0
+        assert str(provider.client.base_url).rstrip("/") == fake_openai.base_url
+
+        fake_openai.push(Status(500, "boom"), Status(500, "boom"), hello_reply())
+        events = await collect(provider)
+        assert [type(e) for e in events] == [StartStep, Retry, Error]  # 2 attempts
+        assert fake_openai.headers[0]["authorization"] == "Bearer sk-from-settings"
+    finally:
+        await provider.aclose()
+
+
+async def test_from_settings_without_a_key(fake_openai: FakeOpenAI, settings: Any):
+    settings.OPENAI_BASE_URL = fake_openai.base_url
+    settings.OPENAI_API_KEY = ""
+    provider = OpenAIProvider.from_settings("local-model")
+    try:
+        fake_openai.push(hello_reply())
+        events = await collect(provider)
+        assert events[-1] == HELLO_EVENTS[-1]
+        assert fake_openai.headers[0]["authorization"] == "Bearer not-needed"
+        assert fake_openai.requests[0]["model"] == "gpt-fake"  # the request's model
+    finally:
+        await provider.aclose()
+
+
+async def test_lenient_server_chunks(fake_openai: FakeOpenAI, make_provider: MakeProvider):
+    """Servers that leave fields out: no tool-call index or id, no choices in the
+    usage chunk, no completion/prompt token details."""
+    base = chunk(finish_reason="tool_calls")
+    usage_only = {k: v for k, v in base.items() if k != "choices"}
+    usage_only["usage"] = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+    fake_openai.push(
+        Stream(
+            [
+                chunk({"role": "assistant"}),
+                chunk(
+                    {
+                        "tool_calls": [
+                            {"function": {"name": "f", "arguments": '{"a": 1}'}},
+                            {"function": {"name": "g", "arguments": "{}"}},
+                        ]
+                    }
+                ),
+                base,
+                usage_only,
+            ]
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events == [
+        StartStep(),
+        ToolInputStart(call_id="call_0", tool="f"),
+        ToolInputDelta(call_id="call_0", delta='{"a": 1}'),
+        ToolInputStart(call_id="call_1", tool="g"),
+        ToolInputDelta(call_id="call_1", delta="{}"),
+        ToolInputEnd(call_id="call_0"),
+        ToolCall(call_id="call_0", tool="f", input='{"a": 1}'),
+        ToolInputEnd(call_id="call_1"),
+        ToolCall(call_id="call_1", tool="g", input="{}"),
+        FinishStep(finish_reason="tool-calls", usage=Usage(input=9, output=4)),
+    ]
