@@ -1,0 +1,32 @@
+"""Tools: the registry, preparing and executing a call, and the workspace tools.
+
+Importing this package registers the built-in workspace tools (``list_files``,
+``read_file``, ``write_file``, ``edit_file``).
+"""
+
+from __future__ import annotations
+
+from .base import Tool, ToolContext, ToolError, ToolFunction, ToolResult
+from .execute import execute, prepare_call
+from .registry import all_tools, get_tool, temporary_tools, tool, tool_specs
+from .workspace import Snapshot, changed_files, resolve_in_workspace, snapshot, workspace_path
+
+__all__ = [
+    "Snapshot",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolFunction",
+    "ToolResult",
+    "all_tools",
+    "changed_files",
+    "execute",
+    "get_tool",
+    "prepare_call",
+    "resolve_in_workspace",
+    "snapshot",
+    "temporary_tools",
+    "tool",
+    "tool_specs",
+    "workspace_path",
+]

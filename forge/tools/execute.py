@@ -1,0 +1,183 @@
+"""Turning a model's tool call into a result: :func:`prepare_call`, then :func:`execute`.
+
+Every failure the model should hear about is a :class:`ToolError`; nothing else
+escapes, except :class:`asyncio.CancelledError` (an abort), which always
+propagates untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+from collections.abc import Collection
+from typing import Any
+
+from django.conf import settings
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
+from .registry import get_tool, tool_names
+
+MAX_OUTPUT_CHARS = 50_000  # a longer output is cut to this many characters, marker included
+MAX_RAW_INPUT_CHARS = 2_000  # how much of unparseable input is kept in the error's metadata
+MAX_ERROR_CHARS = 2_000  # how much of an unexpected exception's message reaches the model
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _path_of(error: ValidationError) -> str:
+    return ".".join(str(part) for part in error.absolute_path)
+
+
+def prepare_call(
+    name: str, raw_input: str, allowed: Collection[str] | None = None
+) -> tuple[Tool, dict[str, Any]]:
+    """Look up the tool and parse + validate its JSON input.
+
+    ``allowed`` (None: every registered tool) is what the calling agent may use.
+    Raises :class:`ToolError` for an unknown or disallowed tool, input that is not
+    a JSON object, or input failing the tool's schema. ``metadata["input"]`` is
+    always set: the parsed object when there is one, else ``{}``; unparseable
+    input is also kept (truncated) in ``metadata["raw_input"]``.
+
+    An empty (or all-blank) ``raw_input`` counts as ``{}``: models send that for
+    tools without parameters.
+    """
+    parsed: Any = None
+    parse_error: str | None = None
+    if raw_input is None or not raw_input.strip():
+        parsed = {}
+    else:
+        try:
+            parsed = json.loads(raw_input)
+        except (ValueError, RecursionError) as exc:
+            parse_error = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+    args: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+
+    registered = tool_names()
+    available = registered if allowed is None else [n for n in registered if n in allowed]
+    item = get_tool(name)
+    if item is None:
+        listing = ", ".join(available) if available else "(none)"
+        raise ToolError(f"unknown tool {name!r}; available: {listing}", metadata={"input": args})
+    if allowed is not None and name not in allowed:
+        raise ToolError(
+            f"tool {name!r} is not available to this agent; available: "
+            + (", ".join(available) if available else "(none)"),
+            metadata={"input": args},
+        )
+    if parse_error is not None:
+        raise ToolError(
+            f"invalid input for {name}: arguments are not valid JSON ({parse_error})",
+            metadata={"input": {}, "raw_input": raw_input[:MAX_RAW_INPUT_CHARS]},
+        )
+    if not isinstance(parsed, dict):
+        raise ToolError(
+            f"invalid input for {name}: arguments must be a JSON object, "
+            f"not {type(parsed).__name__ if parsed is not None else 'null'}",
+            metadata={"input": {}},
+        )
+    errors = list(Draft202012Validator(item.parameters).iter_errors(args))
+    if errors:
+        error = best_match(errors)
+        where = _path_of(error)
+        message = f"invalid input for {name}: " + (f"{where}: " if where else "") + error.message
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        raise ToolError(_truncate(message, MAX_ERROR_CHARS), metadata={"input": args})
+    return item, args
+
+
+def _effective_timeout(item: Tool, timeout: float | None) -> float | None:
+    if timeout is not None:
+        return timeout
+    if item.timeout is not None:
+        return item.timeout
+    value = getattr(settings, "FORGE_TOOL_TIMEOUT", DEFAULT_TIMEOUT)
+    return None if value is None else float(value)
+
+
+async def _call(item: Tool, args: dict[str, Any], ctx: ToolContext) -> Any:
+    if inspect.iscoroutinefunction(item.function):
+        result = await item.function(ctx, args)
+    else:
+        result = await asyncio.to_thread(item.function, ctx, args)
+    # A sync callable may hand back an awaitable (a partial of a coroutine function,
+    # an object with an async __call__): await it too.
+    while inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _cap_output(result: ToolResult) -> ToolResult:
+    length = len(result.output)
+    if length <= MAX_OUTPUT_CHARS:
+        return result
+    marker = f"\n\n[output truncated: showing the first {{kept}} of {length} characters]"
+    kept = MAX_OUTPUT_CHARS - len(marker.format(kept=MAX_OUTPUT_CHARS))
+    output = result.output[:kept] + marker.format(kept=kept)
+    metadata = {**result.metadata, "truncated": True, "output_chars": length}
+    return dataclasses.replace(result, output=output, metadata=metadata)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+async def execute(
+    tool: Tool, args: dict[str, Any], ctx: ToolContext, *, timeout: float | None = None
+) -> ToolResult:
+    """Run ``tool`` with already-validated ``args``; every failure becomes :class:`ToolError`.
+
+    ``timeout`` (seconds): None uses ``tool.timeout``, then
+    ``settings.FORGE_TOOL_TIMEOUT`` (read now). An async tool is awaited; a sync
+    one runs in a worker thread, which on timeout or cancellation is abandoned
+    (it keeps running to completion; its result is dropped) while this call
+    returns at once. A ``str`` result becomes ``ToolResult(output=...)``; output
+    over :data:`MAX_OUTPUT_CHARS` is cut, with ``metadata["truncated"] = True``.
+    Cancellation of the awaiting task propagates as :class:`asyncio.CancelledError`.
+    """
+    limit = _effective_timeout(tool, timeout)
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            result = await _call(tool, args, ctx)
+    except ToolError:
+        raise
+    except TimeoutError as exc:
+        if deadline.expired():
+            assert limit is not None
+            raise ToolError(
+                f"tool {tool.name!r} timed out after {_seconds(limit)} s",
+                metadata={"timeout": limit},
+            ) from None
+        raise _failure(tool, exc) from exc
+    except Exception as exc:
+        raise _failure(tool, exc) from exc
+
+    if isinstance(result, str):
+        result = ToolResult(output=result)
+    elif not isinstance(result, ToolResult):
+        raise ToolError(
+            f"tool {tool.name!r} failed: it returned {type(result).__name__}, "
+            "expected a ToolResult or a str",
+            metadata={"exception": "TypeError"},
+        )
+    elif not isinstance(result.output, str):
+        raise ToolError(
+            f"tool {tool.name!r} failed: its ToolResult.output is "
+            f"{type(result.output).__name__}, expected a str",
+            metadata={"exception": "TypeError"},
+        )
+    return _cap_output(result)
+
+
+def _failure(item: Tool, exc: BaseException) -> ToolError:
+    kind = type(exc).__name__
+    detail = _truncate(str(exc), MAX_ERROR_CHARS)
+    return ToolError(f"tool {item.name!r} failed: {kind}: {detail}", metadata={"exception": kind})

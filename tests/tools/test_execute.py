@@ -1,0 +1,414 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    execute,
+    get_tool,
+    prepare_call,
+    temporary_tools,
+)
+from forge.tools.execute import MAX_OUTPUT_CHARS
+
+from . import make_context
+
+OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": False}
+NOT_A_STRING_OUTPUT = ToolResult(output=5)  # type: ignore[arg-type]
+
+
+def make(name: str, function: Any, *, timeout: float | None = None, **schema: Any) -> Tool:
+    return Tool(
+        name=name,
+        description=f"the {name} tool",
+        parameters={**OBJECT, **schema},
+        function=function,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return make_context(tmp_path)
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Set at the end of the test, so a blocked worker thread ends promptly."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+# --- prepare_call -----------------------------------------------------------------------
+
+
+def test_prepare_call_parses_and_validates() -> None:
+    tool, args = prepare_call("read_file", '{"path": "a.txt", "offset": 3}')
+    assert tool is get_tool("read_file")
+    assert args == {"path": "a.txt", "offset": 3}
+
+
+def test_prepare_call_treats_empty_input_as_an_empty_object() -> None:
+    tool, args = prepare_call("list_files", "")
+    assert tool.name == "list_files"
+    assert args == {}
+    _, args = prepare_call("list_files", "  \n")
+    assert args == {}
+
+
+def test_unknown_tool_lists_the_available_ones() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("rm_rf", '{"path": "/"}')
+    assert info.value.message.startswith("unknown tool 'rm_rf'; available: ")
+    listed = info.value.message.split("available: ", 1)[1].split(", ")
+    assert listed == sorted(listed)
+    assert {"edit_file", "list_files", "read_file", "write_file"} <= set(listed)
+    assert info.value.metadata["input"] == {"path": "/"}
+
+
+def test_unknown_tool_lists_only_what_the_agent_may_use() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("rm_rf", "{}", allowed=["read_file", "list_files", "ghost"])
+    assert info.value.message == "unknown tool 'rm_rf'; available: list_files, read_file"
+
+
+def test_an_allowed_but_unregistered_name_is_unknown() -> None:
+    with pytest.raises(ToolError, match="unknown tool 'ghost'"):
+        prepare_call("ghost", "{}", allowed=["ghost"])
+
+
+def test_a_tool_outside_allowed_is_refused() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("write_file", '{"path": "a", "content": "x"}', allowed={"read_file"})
+    assert info.value.message.startswith("tool 'write_file' is not available to this agent")
+    assert info.value.metadata["input"] == {"path": "a", "content": "x"}
+    # An empty allowed set allows nothing; None allows everything.
+    with pytest.raises(ToolError, match="not available to this agent"):
+        prepare_call("read_file", '{"path": "a"}', allowed=())
+    assert prepare_call("read_file", '{"path": "a"}', allowed=None)[1] == {"path": "a"}
+
+
+def test_invalid_json_keeps_the_raw_input_truncated() -> None:
+    raw = '{"path": "a.txt", "content": "' + "x" * 5000
+    with pytest.raises(ToolError) as info:
+        prepare_call("write_file", raw)
+    assert info.value.message.startswith("invalid input for write_file: arguments are not valid")
+    assert info.value.metadata["raw_input"] == raw[:2000]
+    assert info.value.metadata["input"] == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"), [("[1, 2]", "list"), ('"path"', "str"), ("3", "int"), ("null", "null")]
+)
+def test_json_that_is_not_an_object_is_refused(raw: str, kind: str) -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", raw)
+    assert info.value.message == (
+        f"invalid input for read_file: arguments must be a JSON object, not {kind}"
+    )
+    assert info.value.metadata == {"input": {}}
+
+
+def test_a_missing_property_is_named() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", "{}")
+    assert info.value.message == "invalid input for read_file: 'path' is a required property"
+    assert info.value.metadata == {"input": {}}
+
+
+def test_a_wrong_type_names_its_path() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", '{"path": "a", "offset": "ten"}')
+    assert (
+        info.value.message == "invalid input for read_file: offset: 'ten' is not of type 'integer'"
+    )
+    assert info.value.metadata["input"] == {"path": "a", "offset": "ten"}
+
+
+def test_a_nested_path_is_named() -> None:
+    schema: dict[str, Any] = {
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object", "required": ["id"]}},
+        }
+    }
+    with (
+        temporary_tools(make("nested", lambda ctx, args: "", **schema)),
+        pytest.raises(ToolError) as info,
+    ):
+        prepare_call("nested", '{"items": [{"id": 1}, {}]}')
+    assert info.value.message == "invalid input for nested: items.1: 'id' is a required property"
+
+
+def test_extra_properties_are_refused() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", '{"path": "a", "mode": "rb"}')
+    assert "Additional properties are not allowed ('mode' was unexpected)" in info.value.message
+    assert info.value.metadata["input"] == {"path": "a", "mode": "rb"}
+
+
+def test_several_problems_are_counted() -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", '{"offset": 0, "limit": 0}')
+    assert info.value.message.startswith("invalid input for read_file: ")
+    assert "more problem" in info.value.message
+
+
+# --- execute: results -------------------------------------------------------------------
+
+
+async def test_async_tool_result_passes_through(ctx: ToolContext) -> None:
+    seen: list[Any] = []
+
+    async def fn(c: ToolContext, args: dict[str, Any]) -> ToolResult:
+        seen.append((c, args))
+        return ToolResult(output="done", title="t", metadata={"k": 1})
+
+    result = await execute(make("a", fn), {"x": 1}, ctx)
+    assert result == ToolResult(output="done", title="t", metadata={"k": 1})
+    assert seen == [(ctx, {"x": 1})]
+
+
+async def test_sync_tool_runs_in_a_worker_thread(ctx: ToolContext) -> None:
+    threads: list[int] = []
+
+    def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        threads.append(threading.get_ident())
+        return f"hello {args['who']}"
+
+    result = await execute(make("s", fn), {"who": "you"}, ctx)
+    assert result == ToolResult(output="hello you")
+    assert threads
+    assert threads[0] != threading.get_ident()
+
+
+async def test_async_string_result_becomes_a_tool_result(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        return "plain"
+
+    assert await execute(make("a", fn), {}, ctx) == ToolResult(output="plain")
+
+
+async def test_an_async_callable_object_is_awaited(ctx: ToolContext) -> None:
+    class Callable:
+        async def __call__(self, c: ToolContext, args: dict[str, Any]) -> str:
+            return "called"
+
+    assert (await execute(make("obj", Callable()), {}, ctx)).output == "called"
+
+
+@pytest.mark.parametrize("bad", [None, 42, {"output": "x"}, b"bytes", NOT_A_STRING_OUTPUT])
+async def test_a_result_of_the_wrong_type_is_an_error(ctx: ToolContext, bad: Any) -> None:
+    with pytest.raises(ToolError) as info:
+        await execute(make("wrong", lambda c, a: bad), {}, ctx)
+    assert info.value.message.startswith("tool 'wrong' failed: ")
+    assert "expected" in info.value.message
+    assert info.value.metadata == {"exception": "TypeError"}
+
+
+async def test_long_output_is_truncated(ctx: ToolContext) -> None:
+    text = "abcdefghij" * 6_000  # 60,000 characters
+    result = await execute(
+        make("long", lambda c, a: ToolResult(output=text, title="t", metadata={"k": 1})), {}, ctx
+    )
+    assert len(result.output) <= MAX_OUTPUT_CHARS
+    assert result.output.startswith(text[:40_000])
+    assert result.output.endswith("of 60000 characters]")
+    assert "[output truncated" in result.output
+    assert result.metadata == {"k": 1, "truncated": True, "output_chars": 60_000}
+    assert result.title == "t"
+
+
+async def test_output_at_the_limit_is_kept_whole(ctx: ToolContext) -> None:
+    text = "x" * MAX_OUTPUT_CHARS
+    result = await execute(make("exact", lambda c, a: text), {}, ctx)
+    assert result.output == text
+    assert "truncated" not in result.metadata
+
+
+# --- execute: failures ------------------------------------------------------------------
+
+
+async def test_tool_error_passes_through(ctx: ToolContext) -> None:
+    error = ToolError("file is locked", metadata={"path": "a"})
+
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise error
+
+    def sync_fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise error
+
+    for function in (fn, sync_fn):
+        with pytest.raises(ToolError) as info:
+            await execute(make("locked", function), {}, ctx)
+        assert info.value is error
+
+
+async def test_an_exception_becomes_a_tool_error(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise ValueError("boom")
+
+    def sync_fn(c: ToolContext, args: dict[str, Any]) -> str:
+        empty: dict[str, str] = {}
+        return empty["missing"]
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("explode", fn), {}, ctx)
+    assert info.value.message == "tool 'explode' failed: ValueError: boom"
+    assert info.value.metadata == {"exception": "ValueError"}
+    assert isinstance(info.value.__cause__, ValueError)
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("lookup", sync_fn), {}, ctx)
+    assert info.value.message == "tool 'lookup' failed: KeyError: 'missing'"
+    assert info.value.metadata == {"exception": "KeyError"}
+
+
+async def test_a_timeout_error_raised_by_the_tool_is_not_a_timeout(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise TimeoutError("socket timed out")
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("net", fn), {}, ctx, timeout=5)
+    assert info.value.message == "tool 'net' failed: TimeoutError: socket timed out"
+    assert info.value.metadata == {"exception": "TimeoutError"}
+
+
+async def test_an_async_tool_times_out(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    started = time.monotonic()
+    with pytest.raises(ToolError) as info:
+        await execute(make("slow", fn), {}, ctx, timeout=0.05)
+    assert time.monotonic() - started < 1
+    assert info.value.message == "tool 'slow' timed out after 0.05 s"
+    assert info.value.metadata == {"timeout": 0.05}
+
+
+async def test_a_sync_tool_times_out(ctx: ToolContext, release: threading.Event) -> None:
+    def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        release.wait(5)
+        return "late"
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolError, match=r"^tool 'blocking' timed out after 0.05 s$"):
+            await execute(make("blocking", fn), {}, ctx, timeout=0.05)
+        assert time.monotonic() - started < 1
+    finally:
+        release.set()  # let the abandoned thread end, so the loop can close quickly
+
+
+async def test_the_tool_timeout_applies_when_none_is_given(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("own", fn, timeout=0.05), {}, ctx)
+    assert info.value.metadata == {"timeout": 0.05}
+    # An explicit timeout wins over the tool's.
+    with pytest.raises(ToolError) as info:
+        await execute(make("own", fn, timeout=30), {}, ctx, timeout=0.02)
+    assert info.value.metadata == {"timeout": 0.02}
+
+
+async def test_the_settings_timeout_is_read_at_call_time(ctx: ToolContext, settings: Any) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    settings.FORGE_TOOL_TIMEOUT = 0.05
+    with pytest.raises(ToolError) as info:
+        await execute(make("default", fn), {}, ctx)
+    assert info.value.message == "tool 'default' timed out after 0.05 s"
+
+
+async def test_a_fast_tool_is_not_affected_by_the_timeout(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        await asyncio.sleep(0)
+        return "quick"
+
+    assert (await execute(make("quick", fn), {}, ctx, timeout=5)).output == "quick"
+
+
+# --- execute: cancellation --------------------------------------------------------------
+
+
+async def test_cancelling_an_async_tool_propagates(ctx: ToolContext) -> None:
+    started = asyncio.Event()
+
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        started.set()
+        await asyncio.sleep(10)
+        return "late"
+
+    task = asyncio.create_task(execute(make("cancel_me", fn), {}, ctx, timeout=30))
+    await asyncio.wait_for(started.wait(), 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 1)
+    assert task.cancelled()
+
+
+async def test_cancelling_a_sync_tool_ends_the_await_promptly(
+    ctx: ToolContext, release: threading.Event
+) -> None:
+    started, finished = threading.Event(), threading.Event()
+
+    def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        started.set()
+        release.wait(5)  # a sync tool that would run far longer than the test allows
+        finished.set()
+        return "late"
+
+    task = asyncio.create_task(execute(make("stuck", fn), {}, ctx, timeout=30))
+    try:
+        assert await asyncio.to_thread(started.wait, 1)
+        begun = time.monotonic()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=1)
+        assert done == {task}
+        assert time.monotonic() - begun < 1
+        assert task.cancelled()
+        assert not finished.is_set()  # the thread was still running when the await ended
+    finally:
+        release.set()  # let the abandoned thread end, so the loop can close quickly
+
+
+async def test_a_tool_raising_cancelled_error_is_not_swallowed(ctx: ToolContext) -> None:
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await execute(make("aborting", fn), {}, ctx)
+
+
+async def test_prepare_then_execute_a_temporary_tool(ctx: ToolContext) -> None:
+    def echo(c: ToolContext, args: dict[str, Any]) -> str:
+        return json.dumps(args, sort_keys=True)
+
+    with temporary_tools(
+        make(
+            "echo",
+            echo,
+            properties={"text": {"type": "string"}},
+            required=["text"],
+        )
+    ):
+        tool, args = prepare_call("echo", '{"text": "hi"}', allowed=["echo"])
+        result = await execute(tool, args, ctx)
+    assert result.output == '{"text": "hi"}'
