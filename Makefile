@@ -28,6 +28,7 @@ var:
 run: $(VENV)/.run-deps | var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	$(BIN)/python manage.py recover_sessions --quiet
 	$(BIN)/python manage.py setup_demo
 	$(BIN)/daphne -b $(HOST) -p $(PORT) forge.asgi:application
 

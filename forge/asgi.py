@@ -1,5 +1,6 @@
 """ASGI entry: ``daphne forge.asgi:application``."""
 
+import logging
 import os
 
 from django.core.asgi import get_asgi_application
@@ -9,5 +10,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "forge.settings.dev")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+if settings.FORGE_RECOVER_ON_START:
+    # Turns a crashed process left open are finalized before serving (sessions
+    # another live process runs hold a live lease and are left alone).
+    from forge.runtime import recover_sessions
+
+    try:
+        recovered = recover_sessions()
+        if recovered:
+            logging.getLogger("forge").info("recovered %d session(s) at start-up", len(recovered))
+    except Exception:
+        logging.getLogger("forge").exception("recovering sessions at start-up failed")
 
 application = ProtocolTypeRouter({"http": django_asgi_app})

@@ -93,6 +93,14 @@ class SessionEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="sessionevent_session_seq")
         ]
+        indexes = [
+            # The model's context is folded from these few events every turn.
+            models.Index(
+                fields=["session", "seq"],
+                condition=models.Q(type__in=["context.updated", "session.compacted"]),
+                name="sessionevent_context",
+            )
+        ]
         ordering = ["session", "seq"]
 
     def __str__(self) -> str:

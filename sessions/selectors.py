@@ -184,3 +184,32 @@ def projection_from_log(*, tenant: Tenant, session: Session) -> Projection:
 def verify_log(*, tenant: Tenant, session: Session) -> list[ChainProblem]:
     """Sequence and hash-chain problems of the session's log (empty when it verifies)."""
     return verify_chain(iter_log(session=session), session_id=session.pk)
+
+
+CONTEXT_TYPES = ("context.updated",)
+
+
+def context_updates(
+    *, tenant: Tenant, session: Session, upto_seq: int | None = None
+) -> list[dict[str, Any]]:
+    """The data of the session's ``context.updated`` events, oldest first (up to a seq)."""
+    events = SessionEvent.objects.filter(tenant=tenant, session=session, type__in=CONTEXT_TYPES)
+    if upto_seq is not None:
+        events = events.filter(seq__lte=upto_seq)
+    return list(events.order_by("seq").values_list("data", flat=True))
+
+
+def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
+    """Assistant messages not finished yet (``completed_at`` null), each ``{info, parts}``."""
+    rows = list(
+        Message.objects.filter(
+            tenant=tenant, session=session, role="assistant", data__completed_at=None
+        )
+        .order_by("id")
+        .values_list("id", "data")
+    )
+    return _with_parts(tenant, session, rows)
+
+
+def count_assistant_messages(*, tenant: Tenant, session: Session) -> int:
+    return Message.objects.filter(tenant=tenant, session=session, role="assistant").count()

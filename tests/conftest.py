@@ -138,3 +138,17 @@ def user_message(session: Any) -> dict[str, Any]:
     from sessions.services import update_message
 
     return update_message(session=session, info={"role": "user"}).data
+
+
+@pytest.fixture(autouse=True)
+def _close_runtime_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Turns write from the runtime's own thread; close its connection after each
+    test (before a flush, and before the test database is dropped)."""
+    yield
+    if "transactional_db" in request.fixturenames or (
+        (marker := request.node.get_closest_marker("django_db")) is not None
+        and marker.kwargs.get("transaction")
+    ):
+        from forge.runtime.db import close_connections
+
+        close_connections()

@@ -11,7 +11,7 @@ from typing import Any
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "accounts",
     "sessions.apps.SessionsConfig",
     "memory",
+    "forge",
 ]
 
 MIDDLEWARE = [
@@ -187,6 +188,35 @@ FORGE_MODEL = env_str("FORGE_MODEL", "offline/echo")
 FORGE_SMALL_MODEL = env_str("FORGE_SMALL_MODEL", FORGE_MODEL)
 FORGE_SCRIPT = env_str("FORGE_SCRIPT")
 FORGE_MAX_PROMPT_BYTES = env_int("FORGE_MAX_PROMPT_BYTES", 100_000)
+# offline/echo streams word by word with this pause (seconds) between words.
+FORGE_ECHO_DELAY = env_float("FORGE_ECHO_DELAY", 0.03)
+
+# The OpenAI provider (official SDK; any OpenAI-compatible server).
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+# Retries on 429, 5xx and dropped connections: at most this many attempts,
+# all within this many seconds, with exponential backoff.
+FORGE_PROVIDER_MAX_ATTEMPTS = env_int("FORGE_PROVIDER_MAX_ATTEMPTS", 4)
+FORGE_PROVIDER_RETRY_WINDOW = env_float("FORGE_PROVIDER_RETRY_WINDOW", 30.0)
+FORGE_PROVIDER_TIMEOUT = env_float("FORGE_PROVIDER_TIMEOUT", 120.0)
+
+# Tools.
+FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
+FORGE_WORKSPACE_ROOT = VAR_DIR / "workspaces"
+
+# One runner per session: a lease in the database, renewed while the turn runs.
+FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)
+# Finalize turns a crashed process left open when the ASGI application starts.
+FORGE_RECOVER_ON_START = env_bool("FORGE_RECOVER_ON_START", True)
+
+# Price per million tokens, by "provider/model", for step and message cost.
+FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {
+    # The offline model has a nominal price so cost shows up in development.
+    "offline/echo": {"input": 0.10, "output": 0.40, "cache_read": 0.01},
+    "openai/gpt-4o-mini": {"input": 0.15, "output": 0.60, "cache_read": 0.075},
+    "openai/gpt-4o": {"input": 2.50, "output": 10.00, "cache_read": 1.25},
+    "openai/gpt-4.1-mini": {"input": 0.40, "output": 1.60, "cache_read": 0.10},
+}
 
 LOGGING = {
     "version": 1,

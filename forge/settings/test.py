@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 from .base import *  # noqa: F403
 from .base import caches, channel_layers, database_config
@@ -48,3 +49,7 @@ else:
 
 STATIC_ROOT = None  # type: ignore[assignment]  # tests serve static files from the finders
 WHITENOISE_USE_FINDERS = True
+
+FORGE_ECHO_DELAY = 0.0
+FORGE_WORKSPACE_ROOT = Path(tempfile.gettempdir()) / f"{_run_tag}-workspaces"
+FORGE_LEASE_SECONDS = 5.0

@@ -1,0 +1,140 @@
+"""What the model sees, derived from the log every turn (``derive_messages``).
+
+Two inputs, both read from the store: the history (messages with their parts)
+and the context blocks logged by ``context.updated`` events. Nothing reaches
+the model that is not in the log, so the same functions run on an exported log
+replay what the model was sent.
+
+Context blocks: each ``context.updated`` event carries ``{"blocks": [...]}``;
+a block is ``{"kind", "key", ...}`` and replaces the earlier block of the same
+kind and key (``"removed": true`` drops it). Kinds used by the runtime:
+
+* ``system`` (``text``): a system prompt (the agent's, key ``agent``);
+* ``tools`` (``tools``: a list of ``{name, description, parameters}``);
+* ``settings`` (``model``, ``temperature``): how the model is called.
+
+Other kinds (memory's ``dialog_history``, later) reach the model as extra
+system text, after the agent's prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from forge.providers.base import ModelRequest, ToolSpec
+
+TEXT_MIMES = ("text/", "application/json", "application/xml", "application/x-yaml")
+
+
+def fold_context(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The blocks in force after these ``context.updated`` events (their ``data``)."""
+    blocks: dict[str, dict[str, Any]] = {}
+    for data in events:
+        for block in data.get("blocks", []):
+            key = f"{block.get('kind')}:{block.get('key', '')}"
+            if block.get("removed"):
+                blocks.pop(key, None)
+            else:
+                blocks[key] = dict(block)
+    return blocks
+
+
+def derive_messages(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions messages: ``history`` is ``[{info, parts}]``,
+    oldest first. An assistant message becomes one assistant message per step
+    (steps start at ``step-start`` parts), each followed by its tool results.
+    Reasoning is not sent back; a text file's content arrives as a synthetic
+    text part of the user message, so it is part of the log.
+    """
+    messages: list[dict[str, Any]] = []
+    for item in history:
+        info, parts = item["info"], item["parts"]
+        if info["role"] == "user":
+            content = _user_content(parts)
+            if content:
+                messages.append({"role": "user", "content": content})
+        else:
+            messages.extend(_assistant_messages(parts))
+    return messages
+
+
+def _user_content(parts: list[Mapping[str, Any]]) -> str:
+    pieces: list[str] = []
+    inlined = {p.get("text", "") for p in parts if p["type"] == "text" and p.get("synthetic")}
+    for part in parts:
+        if part["type"] == "text" and part["text"]:
+            pieces.append(part["text"])
+        elif part["type"] == "file":
+            name = part.get("filename") or part["url"]
+            if not any(f'name="{name}"' in text for text in inlined):
+                pieces.append(f"[attached file: {name} ({part['mime']})]")
+    return "\n\n".join(pieces)
+
+
+def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    steps: list[list[Mapping[str, Any]]] = []
+    for part in parts:
+        if part["type"] == "step-start" or not steps:
+            steps.append([])
+        steps[-1].append(part)
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        text = "".join(p["text"] for p in step if p["type"] == "text")
+        tools = [p for p in step if p["type"] == "tool"]
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tools:
+            message["tool_calls"] = [
+                {
+                    "id": p["call_id"],
+                    "type": "function",
+                    "function": {
+                        "name": p["tool"],
+                        "arguments": json.dumps(p["state"].get("input", {}), ensure_ascii=False),
+                    },
+                }
+                for p in tools
+            ]
+        out.append(message)
+        for p in tools:
+            out.append({"role": "tool", "tool_call_id": p["call_id"], "content": _tool_result(p)})
+    return out
+
+
+def _tool_result(part: Mapping[str, Any]) -> str:
+    state = part["state"]
+    if state["status"] == "completed":
+        return str(state["output"])
+    if state["status"] == "error":
+        return f"Error: {state['error']}"
+    return "Error: the tool call was interrupted"
+
+
+def build_request(
+    *, blocks: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, Any]], model: str
+) -> ModelRequest:
+    """The model request for a turn: logged context blocks + derived history."""
+    system = [b["text"] for b in blocks.values() if b.get("kind") == "system" and b.get("text")]
+    extra = [
+        _block_text(b)
+        for b in blocks.values()
+        if b.get("kind") not in ("system", "tools", "settings")
+    ]
+    tools_block = next((b for b in blocks.values() if b.get("kind") == "tools"), None)
+    settings_block = next((b for b in blocks.values() if b.get("kind") == "settings"), {})
+    tools = [ToolSpec(**spec) for spec in (tools_block or {}).get("tools", [])]
+    return ModelRequest(
+        model=model,
+        system=system + [text for text in extra if text],
+        messages=derive_messages(history),
+        tools=tools,
+        temperature=settings_block.get("temperature"),
+    )
+
+
+def _block_text(block: Mapping[str, Any]) -> str:
+    if isinstance(block.get("text"), str):
+        return str(block["text"])
+    body = {k: v for k, v in block.items() if k not in ("kind", "key")}
+    return f"<{block.get('kind')}>\n{json.dumps(body, ensure_ascii=False)}\n</{block.get('kind')}>"

@@ -1,0 +1,67 @@
+"""Agents as the runtime uses them: an immutable snapshot of the ``Agent`` row."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from forge.models import Agent
+from sessions.exceptions import ForgeError
+
+MENTION = re.compile(r"(?<![\w@/.])@([a-z][a-z0-9_-]{0,63})\b")
+
+
+class UnknownAgent(ForgeError, ValueError):
+    code = "unknown_agent"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str
+    system_prompt: str = ""
+    model: str = ""  # provider/model; "" means FORGE_MODEL
+    tools: list[str] = field(default_factory=list)  # allowed tools; empty: all
+    step_limit: int = 10
+    temperature: float | None = None
+
+    @property
+    def resolved_model(self) -> str:
+        return self.model or settings.FORGE_MODEL
+
+
+FALLBACK = AgentConfig(name="build", system_prompt="You are a helpful assistant.")
+
+
+def _config(agent: Agent) -> AgentConfig:
+    return AgentConfig(
+        name=agent.name,
+        system_prompt=agent.system_prompt,
+        model=agent.model,
+        tools=list(agent.tools or []),
+        step_limit=agent.step_limit,
+        temperature=agent.temperature,
+    )
+
+
+def get_agent(name: str) -> AgentConfig:
+    agent = Agent.objects.filter(name=name).first()
+    if agent is None:
+        known = ", ".join(Agent.objects.values_list("name", flat=True)) or "none"
+        raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
+    return _config(agent)
+
+
+def default_agent() -> AgentConfig:
+    agent = Agent.objects.filter(is_default=True).first() or Agent.objects.order_by("name").first()
+    return _config(agent) if agent else FALLBACK
+
+
+def mentioned_agent(text: str) -> str | None:
+    """The first ``@name`` in the text that names an agent, if any."""
+    names = MENTION.findall(text)
+    if not names:
+        return None
+    known = set(Agent.objects.filter(name__in=names).values_list("name", flat=True))
+    return next((name for name in names if name in known), None)

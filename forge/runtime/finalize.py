@@ -1,0 +1,108 @@
+"""Closing a reply that did not end normally (an abort, or a crashed process).
+
+The same rules either way: open text and reasoning parts are written with the
+text that had streamed (trailing white space trimmed), pending and running tool
+parts end in ``error`` with ``metadata.interrupted``, and the message gets
+``completed_at`` and a ``MessageAbortedError``. No reply stays open, no tool
+stays running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+
+from forge import hooks
+from sessions import selectors, services
+from sessions.log import format_time, now_ms
+from sessions.models import Session
+
+ABORTED = "aborted"
+INTERRUPTED = "interrupted: the process running this reply stopped"
+
+
+def aborted_error(message: str) -> dict[str, Any]:
+    return {"name": "MessageAbortedError", "message": message, "retryable": False}
+
+
+@transaction.atomic
+def finalize_open_messages(
+    *,
+    session: Session,
+    reason: str,
+    error: dict[str, Any] | None = None,
+    texts: Mapping[str, str] | None = None,
+    message_id: str | None = None,
+    agent: str = "",
+) -> list[str]:
+    """Finalize unfinished assistant messages of the session (or just ``message_id``).
+
+    Open parts are closed as the module says, tools interrupted with ``reason``;
+    the message gets ``completed_at`` and ``error`` (default: a
+    ``MessageAbortedError`` saying ``reason``). ``texts`` gives the streamed text
+    of parts still open (from the in-flight buffer); without it, an open part
+    keeps the text it has in the store. Returns the ids finalized.
+    """
+    texts = texts or {}
+    finished: list[str] = []
+    now = format_time(now_ms())
+    for item in selectors.open_assistant_messages(tenant=session.tenant, session=session):
+        info = item["info"]
+        if message_id is not None and info["id"] != message_id:
+            continue
+        for part in item["parts"]:
+            _close_part(
+                session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
+            )
+        services.update_message(
+            session=session,
+            info={"id": info["id"], "completed_at": now, "error": error or aborted_error(reason)},
+        )
+        finished.append(info["id"])
+    return finished
+
+
+def _close_part(
+    session: Session,
+    part: Mapping[str, Any],
+    *,
+    reason: str,
+    text: str | None,
+    now: str,
+    agent: str,
+) -> None:
+    if part["type"] in ("text", "reasoning") and not part.get("time", {}).get("end"):
+        final = (part["text"] if text is None else text).rstrip()
+        if part["type"] == "text":
+            final = hooks.text_complete(
+                final,
+                hooks.TextContext(
+                    session_id=session.pk,
+                    message_id=part["message_id"],
+                    part_id=part["id"],
+                    agent=agent,
+                ),
+            )
+        start = part.get("time", {}).get("start") or now
+        services.update_part(
+            session=session,
+            part={"id": part["id"], "text": final, "time": {"start": start, "end": now}},
+        )
+    elif part["type"] == "tool" and part["state"]["status"] in ("pending", "running"):
+        state = part["state"]
+        start = state.get("time", {}).get("start") or now
+        services.update_part(
+            session=session,
+            part={
+                "id": part["id"],
+                "state": {
+                    "status": "error",
+                    "input": state.get("input", {}),
+                    "error": reason,
+                    "metadata": {**state.get("metadata", {}), "interrupted": True},
+                    "time": {"start": start, "end": now},
+                },
+            },
+        )

@@ -1,0 +1,359 @@
+"""The Processor: one step's stream in, the log and the bus out (CONTRACT §2).
+
+| stream event                     | log + projection                         | bus         |
+| -------------------------------- | ---------------------------------------- | ----------- |
+| text-start / reasoning-start     | a new, empty part                        | yes         |
+| text-delta / reasoning-delta     | no                                       | part.delta  |
+| text-end / reasoning-end         | the whole part (trimmed, hook applied)   | yes         |
+| tool-input-start                 | the tool part, ``pending``               | yes         |
+| tool-input deltas                | no                                       | no          |
+| tool-call                        | ``running``, then ``completed``/``error`` | yes         |
+| start-step / finish-step         | step-start / step-finish part            | yes         |
+| (after a step that changed files) | a patch part                            | yes         |
+
+Deltas are published with the offset of the text before them and kept in the
+in-flight buffer (for snapshots, and for finalizing an aborted reply). Every
+write is one unit of work run off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from forge import hooks, tools
+from forge.providers import events as ev
+from forge.tools import ToolContext, ToolError
+from sessions import bus, services
+from sessions.ids import new_part_id
+from sessions.log import format_time, now_ms
+
+from .db import db
+from .inflight import buffer
+from .turn import Turn
+
+
+async def finish_then_cancel(work: Awaitable[Any]) -> Any:
+    """Await a write; if the task is cancelled meanwhile, let the write finish first.
+
+    A write runs in a thread that cancellation cannot stop; finalizing an abort
+    while it is still running could interleave with it. So the write always
+    completes, and the cancellation is honoured right after.
+    """
+    future = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait({future})
+        raise
+
+
+@dataclass
+class _Block:
+    part_id: str
+    kind: str  # "text" | "reasoning"
+    start: str
+
+
+@dataclass
+class _Call:
+    part_id: str
+    tool: str
+    start: str | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+
+
+@dataclass
+class StepResult:
+    finish_reason: str
+    usage: ev.Usage
+    cost: float
+    error: ev.Error | None = None
+
+
+def price(model: str, usage: ev.Usage) -> float:
+    """Cost in dollars of a step, from ``FORGE_MODEL_PRICES`` (per million tokens).
+
+    Input tokens include cached ones, billed at the cache-read price; output
+    tokens include reasoning.
+    """
+    table = settings.FORGE_MODEL_PRICES.get(model, {})
+    uncached = max(usage.input - usage.cache_read, 0)
+    cost = (
+        uncached * table.get("input", 0.0)
+        + usage.cache_read * table.get("cache_read", table.get("input", 0.0))
+        + usage.cache_write * table.get("cache_write", 0.0)
+        + usage.output * table.get("output", 0.0)
+    )
+    return round(cost / 1_000_000, 10)
+
+
+class Processor:
+    """Processes the steps of one turn. Keeps only what the current step needs."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.blocks: dict[str, _Block] = {}
+        self.calls: dict[str, _Call] = {}
+        self.snapshot_before: tools.Snapshot | None = None
+
+    # --- writes -------------------------------------------------------------------
+
+    async def _part(self, part: dict[str, Any]) -> None:
+        await finish_then_cancel(db(services.update_part)(session=self.turn.session, part=part))
+
+    def _now(self) -> str:
+        return format_time(now_ms())
+
+    # --- the step -------------------------------------------------------------------
+
+    async def run_step(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult:
+        """Consume one step's stream; return how it finished."""
+        turn = self.turn
+        result: StepResult | None = None
+        async for event in stream:
+            if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
+                await self._delta(event)
+            elif isinstance(event, ev.TextStart | ev.ReasoningStart):
+                await self._open(
+                    event.id, "text" if isinstance(event, ev.TextStart) else "reasoning"
+                )
+            elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
+                await self._close(event.id)
+            elif isinstance(event, ev.ToolInputStart):
+                await self._pending(event.call_id, event.tool)
+            elif isinstance(event, ev.ToolCall):
+                await self._call(event)
+            elif isinstance(event, ev.StartStep):
+                await self._start_step()
+            elif isinstance(event, ev.FinishStep):
+                result = await self._finish_step(event)
+                break
+            elif isinstance(event, ev.Retry):
+                await bus.apublish(
+                    turn.session.pk,
+                    status_frame(
+                        turn.session.pk, "retry", attempt=event.attempt, next_at=event.next_at
+                    ),
+                )
+            elif isinstance(event, ev.Error):
+                await self.close_open_blocks()
+                result = StepResult("error", ev.Usage(), 0.0, error=event)
+                break
+            # tool-input deltas and ends: neither written nor published.
+        if result is None:  # the stream ended without finishing the step
+            await self.close_open_blocks()
+            result = StepResult(
+                "error",
+                ev.Usage(),
+                0.0,
+                error=ev.Error(name="ProviderError", message="the model's stream ended early"),
+            )
+        return result
+
+    async def _open(self, block_id: str, kind: str) -> _Block:
+        turn = self.turn
+        block = _Block(part_id=new_part_id(), kind=kind, start=self._now())
+        self.blocks[block_id] = block
+        buffer.open(session_id=turn.session.pk, message_id=turn.message_id, part_id=block.part_id)
+        await self._part(
+            {
+                "id": block.part_id,
+                "message_id": turn.message_id,
+                "type": kind,
+                "text": "",
+                "time": {"start": block.start},
+            }
+        )
+        return block
+
+    async def _delta(self, event: ev.TextDelta | ev.ReasoningDelta) -> None:
+        block = self.blocks.get(event.id)
+        if block is None:  # a provider that skipped the start event
+            block = await self._open(
+                event.id, "text" if isinstance(event, ev.TextDelta) else "reasoning"
+            )
+        if not event.delta:
+            return
+        offset = buffer.append(block.part_id, event.delta)
+        await services.apublish_delta(
+            session=self.turn.session,
+            message_id=self.turn.message_id,
+            part_id=block.part_id,
+            field="text",
+            offset=offset,
+            delta=event.delta,
+        )
+
+    async def _close(self, block_id: str) -> None:
+        block = self.blocks.pop(block_id, None)
+        if block is None:
+            return
+        text = buffer.text(block.part_id).rstrip()
+        if block.kind == "text":
+            text = hooks.text_complete(
+                text,
+                hooks.TextContext(
+                    session_id=self.turn.session.pk,
+                    message_id=self.turn.message_id,
+                    part_id=block.part_id,
+                    agent=self.turn.agent.name,
+                ),
+            )
+        await self._part(
+            {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
+        )
+        buffer.close(block.part_id)
+
+    async def close_open_blocks(self) -> None:
+        for block_id in list(self.blocks):
+            await self._close(block_id)
+
+    def streamed_texts(self) -> dict[str, str]:
+        """The text streamed so far of every part still open (for finalizing an abort)."""
+        return {block.part_id: buffer.text(block.part_id) for block in self.blocks.values()}
+
+    def forget(self) -> None:
+        for block in self.blocks.values():
+            buffer.close(block.part_id)
+        self.blocks.clear()
+
+    # --- tools --------------------------------------------------------------------
+
+    async def _pending(self, call_id: str, tool: str) -> _Call:
+        call = _Call(part_id=new_part_id(), tool=tool)
+        self.calls[call_id] = call
+        await self._part(
+            {
+                "id": call.part_id,
+                "message_id": self.turn.message_id,
+                "type": "tool",
+                "call_id": call_id,
+                "tool": tool,
+                "state": {"status": "pending"},
+            }
+        )
+        return call
+
+    async def _call(self, event: ev.ToolCall) -> None:
+        turn = self.turn
+        call = self.calls.get(event.call_id) or await self._pending(event.call_id, event.tool)
+        call.start = self._now()
+        try:
+            tool, args = tools.prepare_call(event.tool, event.input, turn.agent.tools or None)
+        except ToolError as exc:
+            await self._tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
+            return
+        call.input, call.status = args, "running"
+        await self._part(
+            {
+                "id": call.part_id,
+                "state": {"status": "running", "input": args, "time": {"start": call.start}},
+            }
+        )
+        context = ToolContext(
+            session_id=turn.session.pk,
+            tenant_id=turn.session.tenant_id,
+            message_id=turn.message_id,
+            call_id=event.call_id,
+            agent=turn.agent.name,
+            workspace=tools.workspace_path(turn.session.pk, create=False),
+            abort=turn.abort,
+            run_subtask=turn.run_subtask,
+        )
+        try:
+            result = await tools.execute(tool, args, context)
+        except ToolError as exc:
+            await self._tool_error(event.call_id, call, exc, args=args)
+            return
+        call.status = "completed"
+        await self._part(
+            {
+                "id": call.part_id,
+                "state": {
+                    "status": "completed",
+                    "input": args,
+                    "output": result.output,
+                    "title": result.title,
+                    "metadata": result.metadata,
+                    "time": {"start": call.start, "end": self._now()},
+                },
+            }
+        )
+        self.calls.pop(event.call_id, None)
+
+    async def _tool_error(
+        self, call_id: str, call: _Call, exc: ToolError, *, args: dict[str, Any]
+    ) -> None:
+        call.status = "error"
+        metadata = {k: v for k, v in exc.metadata.items() if k != "input"}
+        await self._part(
+            {
+                "id": call.part_id,
+                "state": {
+                    "status": "error",
+                    "input": args if isinstance(args, dict) else {},
+                    "error": exc.message,
+                    "metadata": metadata,
+                    "time": {"start": call.start or self._now(), "end": self._now()},
+                },
+            }
+        )
+        self.calls.pop(call_id, None)
+
+    # --- steps --------------------------------------------------------------------
+
+    async def _start_step(self) -> None:
+        workspace = tools.workspace_path(self.turn.session.pk, create=False)
+        self.snapshot_before = await asyncio.to_thread(tools.snapshot, workspace)
+        await self._part(
+            {
+                "message_id": self.turn.message_id,
+                "type": "step-start",
+                "snapshot": self.snapshot_before.hash,
+            }
+        )
+
+    async def _finish_step(self, event: ev.FinishStep) -> StepResult:
+        turn = self.turn
+        await self.close_open_blocks()
+        workspace = tools.workspace_path(turn.session.pk, create=False)
+        after = await asyncio.to_thread(tools.snapshot, workspace)
+        cost = price(turn.model, event.usage)
+        await self._part(
+            {
+                "message_id": turn.message_id,
+                "type": "step-finish",
+                "reason": event.finish_reason,
+                "snapshot": after.hash,
+                "tokens": event.usage.as_tokens(),
+                "cost": cost,
+            }
+        )
+        before = self.snapshot_before
+        if before is not None and before.hash != after.hash:
+            await self._part(
+                {
+                    "message_id": turn.message_id,
+                    "type": "patch",
+                    "hash": after.hash,
+                    "files": tools.changed_files(before, after),
+                }
+            )
+        return StepResult(event.finish_reason, event.usage, cost)
+
+
+def status_frame(session_id: str, status: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "status",
+        "type": "session.status",
+        "session_id": session_id,
+        "status": status,
+        "attempt": extra.get("attempt"),
+        "next_at": extra.get("next_at"),
+    }

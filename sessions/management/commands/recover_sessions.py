@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from forge.runtime import recover_sessions
+
+
+class Command(BaseCommand):
+    help = (
+        "Finalize turns that a crashed process left open: open text is kept, pending and "
+        "running tools end in error (interrupted), the reply gets a MessageAbortedError. "
+        "Sessions whose runner is alive (a live lease) are left alone."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--session", metavar="ID", help="only this session")
+        parser.add_argument("--quiet", action="store_true", help="print nothing when idle")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        recovered = recover_sessions(session_id=options["session"])
+        for session_id, message_ids in recovered.items():
+            self.stdout.write(f"{session_id}: finalized {', '.join(message_ids)}")
+        if recovered or not options["quiet"]:
+            self.stdout.write(f"recovered {len(recovered)} session(s)")

@@ -1,0 +1,313 @@
+"""Abort and crash recovery: no reply stays open, no tool stays running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from forge.models import SessionLease
+from forge.runtime import NotRunning, abort_turn, recover_sessions, start_turn
+from forge.tools import Tool, temporary_tools
+from sessions import services
+
+from .conftest import ahistory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def slow_text(words: int, pause: float) -> list[dict]:
+    events: list[dict] = [{"type": "text-start", "id": "t"}]
+    for i in range(words):
+        events.append({"type": "text-delta", "id": "t", "delta": f"w{i} "})
+        events.append({"type": "sleep", "seconds": pause})
+    return [
+        *events,
+        {"type": "text-end", "id": "t"},
+        {"type": "finish-step", "finish_reason": "stop"},
+    ]
+
+
+def assert_nothing_open(items: list[dict]) -> None:
+    for item in items:
+        info = item["info"]
+        if info["role"] != "assistant":
+            continue
+        assert info["completed_at"] is not None, info
+        for part in item["parts"]:
+            if part["type"] in ("text", "reasoning"):
+                assert part["time"].get("end"), part
+            if part["type"] == "tool":
+                assert part["state"]["status"] in ("completed", "error"), part
+
+
+async def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await database_sync_to_async(predicate)():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def streamed_parts(session: Any, kind: str) -> bool:
+    from sessions.models import Part
+
+    return Part.objects.filter(session=session, type=kind).exists()
+
+
+async def test_abort_mid_text_keeps_what_streamed_and_finalizes_within_a_second(
+    session, agents, script, record
+):
+    script(
+        [
+            slow_text(200, 0.02),
+            [
+                {"type": "text-start", "id": "t"},
+                {"type": "text-delta", "id": "t", "delta": "next"},
+                {"type": "text-end", "id": "t"},
+            ],
+        ]
+    )
+    recorder = await record(session)
+    started = await start_turn(session=session, text="talk slowly")
+    await wait_until(lambda: streamed_parts(session, "text"))
+    await asyncio.sleep(0.2)
+    began = time.monotonic()
+    await abort_turn(session=session)
+    assert time.monotonic() - began < 1.0
+    assert started.task.done()
+    frames = await recorder.settle()
+    streamed = "".join(f["delta"] for f in frames if f["kind"] == "delta")
+    items = await ahistory(session)
+    reply = items[-1]
+    assert reply["info"]["error"] == {
+        "name": "MessageAbortedError",
+        "message": "aborted",
+        "retryable": False,
+    }
+    text = next(p for p in reply["parts"] if p["type"] == "text")
+    assert streamed.startswith("w0 ")
+    assert text["text"] == streamed.rstrip()
+    assert_nothing_open(items)
+    assert not await database_sync_to_async(SessionLease.objects.exists)()
+    # The session takes the next prompt.
+    await asyncio.wait_for((await start_turn(session=session, text="again")).task, 10)
+    assert (
+        next(p for p in (await ahistory(session))[-1]["parts"] if p["type"] == "text")["text"]
+        == "next"
+    )
+
+
+async def test_abort_while_a_tool_runs_interrupts_it(session, agents, script):
+    tool_started = asyncio.Event()
+
+    async def forever(ctx: Any, args: dict) -> str:
+        tool_started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    script(
+        [
+            [
+                {"type": "tool-input-start", "call_id": "c1", "tool": "forever"},
+                {"type": "tool-call", "call_id": "c1", "tool": "forever", "input": "{}"},
+                {"type": "tool-input-start", "call_id": "c2", "tool": "list_files"},
+                {"type": "finish-step", "finish_reason": "tool-calls"},
+            ]
+        ]
+    )
+    with temporary_tools(Tool("forever", "never ends", {"type": "object"}, forever)):
+        started = await start_turn(session=session, text="run it")
+        await asyncio.wait_for(tool_started.wait(), 10)
+        began = time.monotonic()
+        await abort_turn(session=session)
+        assert time.monotonic() - began < 1.0
+    assert started.task.cancelled() or started.task.done()
+    items = await ahistory(session)
+    tool = next(p for p in items[-1]["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["error"] == "aborted"
+    assert tool["state"]["metadata"]["interrupted"] is True
+    assert_nothing_open(items)
+
+
+async def test_abort_when_nothing_runs_is_an_error(session, agents):
+    with pytest.raises(NotRunning):
+        await abort_turn(session=session)
+
+
+def _open_reply_left_by_a_dead_process(session: Any) -> str:
+    """What a process killed mid-reply leaves: an open message, open parts, a stale lease."""
+    user = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(session=session, part={"message_id": user, "type": "text", "text": "hi"})
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user}
+    ).data["id"]
+    services.update_part(
+        session=session,
+        part={
+            "message_id": reply,
+            "type": "text",
+            "text": "",
+            "time": {"start": "2026-11-30T00:00:00.000Z"},
+        },
+    )
+    services.update_part(
+        session=session,
+        part={
+            "message_id": reply,
+            "type": "tool",
+            "call_id": "c",
+            "tool": "read_file",
+            "state": {
+                "status": "running",
+                "input": {"path": "a"},
+                "time": {"start": "2026-11-30T00:00:00.000Z"},
+            },
+        },
+    )
+    now = timezone.now()
+    SessionLease.objects.create(
+        session=session,
+        owner="dead-host:1:x",
+        message_id=reply,
+        acquired_at=now - timedelta(minutes=1),
+        heartbeat_at=now - timedelta(minutes=1),
+        expires_at=now - timedelta(seconds=1),
+    )
+    return reply
+
+
+async def test_recover_sessions_finalizes_what_a_dead_process_left(session, agents, capsys):
+    reply_id = await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
+    await database_sync_to_async(call_command)("recover_sessions")
+    assert f"{session.pk}: finalized {reply_id}" in capsys.readouterr().out
+    items = await ahistory(session)
+    assert_nothing_open(items)
+    reply = items[-1]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert "interrupted" in reply["info"]["error"]["message"]
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["metadata"]["interrupted"] is True
+    assert not await database_sync_to_async(SessionLease.objects.exists)()
+
+
+async def test_a_live_lease_is_left_alone_by_recovery(session, agents):
+    reply_id = await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
+    await database_sync_to_async(SessionLease.objects.filter(session=session).update)(
+        expires_at=timezone.now() + timedelta(minutes=5)
+    )
+    assert await database_sync_to_async(recover_sessions)() == {}
+    items = await ahistory(session)
+    assert items[-1]["info"]["id"] == reply_id
+    assert items[-1]["info"]["completed_at"] is None
+
+
+async def test_an_expired_lease_is_taken_over_and_its_turn_finalized(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    reply_id = await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
+    started = await start_turn(session=session, text="are you there")
+    await asyncio.wait_for(started.task, 10)
+    items = await ahistory(session)
+    old = next(item for item in items if item["info"]["id"] == reply_id)
+    assert old["info"]["error"]["name"] == "MessageAbortedError"
+    assert items[-1]["parts"][2]["text"] == "are you there"
+    assert_nothing_open(items)
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _part_states(session: Any) -> dict[str, str]:
+    from sessions.models import Part
+
+    return {
+        p.type: p.data.get("state", {}).get("status", "")
+        for p in Part.objects.filter(session=session)
+    }
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
+    session, agents, tmp_path, settings
+):
+    """A real process runs the turn; it is killed with SIGKILL while a tool runs."""
+    script_path = tmp_path / "script.json"
+    script_path.write_text(
+        json.dumps(
+            [
+                [
+                    {"type": "text-start", "id": "t"},
+                    {"type": "text-delta", "id": "t", "delta": "Let me look. "},
+                    {"type": "text-end", "id": "t"},
+                    {"type": "reasoning-start", "id": "r"},
+                    {"type": "reasoning-delta", "id": "r", "delta": "thinking"},
+                    {"type": "tool-input-start", "call_id": "c1", "tool": "sleepy"},
+                    {"type": "tool-call", "call_id": "c1", "tool": "sleepy", "input": "{}"},
+                    {"type": "finish-step", "finish_reason": "tool-calls"},
+                ]
+            ]
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("FORGE_", "DJANGO_"))},
+        "DJANGO_SETTINGS_MODULE": "forge.settings.dev",
+        "FORGE_DEBUG": "0",
+        "DATABASE_URL": _database_url(),
+        "FORGE_MODEL": "offline/script",
+        "FORGE_SCRIPT": str(script_path),
+        "FORGE_LEASE_SECONDS": "1",
+    }
+    if django_settings.FORGE_TEST_STACK == "server":
+        env["REDIS_URL"] = django_settings.FORGE_TEST_REDIS_URL
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await wait_until(lambda: _part_states(session).get("tool") == "running", timeout=60)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL, process.stdout.read() if process.stdout else ""
+    items = await ahistory(session)
+    assert items[-1]["info"]["completed_at"] is None  # left open by the dead process
+    await asyncio.sleep(1.1)  # its lease expires
+    recovered = await database_sync_to_async(recover_sessions)()
+    assert list(recovered) == [session.pk]
+    items = await ahistory(session)
+    assert_nothing_open(items)
+    reply = items[-1]
+    parts = {p["type"]: p for p in reply["parts"]}
+    assert parts["text"]["text"] == "Let me look."
+    assert parts["tool"]["state"]["status"] == "error"
+    assert parts["tool"]["state"]["metadata"]["interrupted"] is True
+    # The next prompt to that session works.
+    settings.FORGE_MODEL = "offline/echo"
+    await asyncio.wait_for((await start_turn(session=session, text="still here")).task, 10)
+    assert (await ahistory(session))[-1]["info"]["error"] is None

@@ -1,0 +1,418 @@
+"""Turns end to end through the runtime: the store, the bus, steps, tools, errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from forge import hooks
+from forge.runtime import (
+    Attachment,
+    InvalidPrompt,
+    SessionBusy,
+    UnknownAgent,
+    start_turn,
+)
+from sessions.models import SessionEvent
+
+from .conftest import ahistory, alog
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def text_reply(text: str, *, reason: str = "stop", usage: dict | None = None) -> list[dict]:
+    words = text.split(" ")
+    return [
+        {"type": "text-start", "id": "t"},
+        *[
+            {"type": "text-delta", "id": "t", "delta": w if i == 0 else " " + w}
+            for i, w in enumerate(words)
+        ],
+        {"type": "text-end", "id": "t"},
+        {
+            "type": "finish-step",
+            "finish_reason": reason,
+            "usage": usage or {"input": 10, "output": len(words)},
+        },
+    ]
+
+
+def tool_reply(tool: str, arguments: str, call_id: str = "call_1") -> list[dict]:
+    return [
+        {"type": "tool-input-start", "call_id": call_id, "tool": tool},
+        {"type": "tool-input-delta", "call_id": call_id, "delta": arguments},
+        {"type": "tool-input-end", "call_id": call_id},
+        {"type": "tool-call", "call_id": call_id, "tool": tool, "input": arguments},
+        {"type": "finish-step", "finish_reason": "tool-calls", "usage": {"input": 5, "output": 3}},
+    ]
+
+
+async def run(session: Any, text: str, **kwargs: Any) -> Any:
+    started = await start_turn(session=session, text=text, **kwargs)
+    await asyncio.wait_for(started.task, timeout=30)
+    return started
+
+
+def assistant(items: list[dict]) -> dict:
+    return next(item for item in reversed(items) if item["info"]["role"] == "assistant")
+
+
+async def test_an_echo_turn_logs_the_prompt_and_a_complete_reply(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    started = await run(session, "hello there forge")
+    items = await ahistory(session)
+    user, reply = items[0], items[1]
+    assert user["info"]["id"] == started.message["info"]["id"]
+    assert [p["type"] for p in user["parts"]] == ["text"]
+    assert reply["info"]["id"] == started.assistant_message_id
+    assert reply["info"]["parent_id"] == user["info"]["id"]
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
+    text = reply["parts"][2]
+    assert text["text"] == "hello there forge"
+    assert text["time"]["start"] <= text["time"]["end"]
+    finish = reply["parts"][3]
+    assert finish["reason"] == "stop"
+    assert finish["tokens"]["output"] > 0
+    assert finish["cost"] > 0
+    info = reply["info"]
+    assert info["completed_at"] is not None
+    assert info["finish"] == "stop"
+    assert info["error"] is None
+    assert info["tokens"] == finish["tokens"]
+    assert info["cost"] == finish["cost"]
+    assert info["model"] == {"provider": "offline", "model": "echo"}
+
+
+async def test_deltas_reach_the_bus_with_contiguous_offsets_and_the_log_holds_the_whole_text(
+    session, agents, settings, record
+):
+    settings.FORGE_MODEL = "offline/echo"
+    recorder = await record(session)
+    await run(session, "one two three four five six")
+    frames = await recorder.settle()
+    deltas = [f for f in frames if f["kind"] == "delta"]
+    by_part: dict[str, list[dict]] = {}
+    for frame in deltas:
+        by_part.setdefault(frame["part_id"], []).append(frame)
+    items = await ahistory(session)
+    stored = {p["id"]: p["text"] for p in assistant(items)["parts"] if "text" in p}
+    assert set(by_part) == set(stored)
+    for part_id, frames_of_part in by_part.items():
+        offset = 0
+        for frame in frames_of_part:
+            assert frame["offset"] == offset
+            offset += len(frame["delta"])
+        assert "".join(f["delta"] for f in frames_of_part) == stored[part_id]
+    statuses = [f["status"] for f in frames if f["kind"] == "status"]
+    assert statuses[0] == "busy"
+    assert statuses[-1] == "idle"
+    events = [f for f in frames if f["kind"] == "event"]
+    assert [f["seq"] for f in events] == sorted(f["seq"] for f in events)
+
+
+@pytest.mark.parametrize("deltas", [20, 2000])
+async def test_events_per_reply_do_not_grow_with_the_number_of_deltas(
+    session, agents, script, record, deltas
+):
+    script([text_reply(" ".join(f"w{i}" for i in range(deltas)))])
+    recorder = await record(session)
+    before = await database_sync_to_async(SessionEvent.objects.filter(session=session).count)()
+    await run(session, "go")
+    frames = await recorder.settle()
+    after = await database_sync_to_async(SessionEvent.objects.filter(session=session).count)()
+    # context, user message + text part, assistant message, step-start, text start + end,
+    # step-finish, the finishing message update
+    assert after - before == 9
+    delta_frames = [f for f in frames if f["kind"] == "delta"]
+    assert len(delta_frames) == deltas
+    offsets = [f["offset"] for f in delta_frames]
+    lengths = [len(f["delta"]) for f in delta_frames]
+    assert offsets == [sum(lengths[:i]) for i in range(deltas)]
+
+
+async def test_a_tool_call_runs_and_the_next_step_sees_its_result(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    await run(session, '/tool write_file {"path": "notes.txt", "content": "hi"}')
+    reply = assistant(await ahistory(session))
+    types = [p["type"] for p in reply["parts"]]
+    assert types == [
+        "step-start",
+        "reasoning",
+        "tool",
+        "step-finish",
+        "patch",
+        "step-start",
+        "text",
+        "step-finish",
+    ]
+    tool = reply["parts"][2]
+    assert tool["tool"] == "write_file"
+    assert tool["state"]["status"] == "completed"
+    assert tool["state"]["input"] == {"path": "notes.txt", "content": "hi"}
+    patch = reply["parts"][4]
+    assert patch["files"] == ["notes.txt"]
+    assert patch["hash"] == reply["parts"][3]["snapshot"]
+    assert reply["parts"][0]["snapshot"] != reply["parts"][3]["snapshot"]
+    assert "wrote 2 bytes" in reply["parts"][6]["text"]
+    steps = [p for p in reply["parts"] if p["type"] == "step-finish"]
+    assert reply["info"]["cost"] == pytest.approx(sum(s["cost"] for s in steps))
+    assert reply["info"]["tokens"] == steps[-1]["tokens"]
+    assert reply["info"]["finish"] == "stop"
+    log = await alog(session)
+    statuses = [
+        e["data"]["state"]["status"]
+        for e in log
+        if e["type"] == "part.updated" and e["data"]["type"] == "tool"
+    ]
+    assert statuses == ["pending", "running", "completed"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "message"),
+    [
+        ("read_file", "{not json", "not valid JSON"),
+        ("teleport", "{}", "unknown tool 'teleport'"),
+        ("read_file", '{"path": 3}', "invalid input for read_file"),
+        ("read_file", '{"path": "../../etc/passwd"}', "escapes the workspace"),
+        ("read_file", '{"path": "missing.txt"}', "missing.txt"),
+    ],
+    ids=["bad json", "unknown tool", "schema", "escape", "tool raises"],
+)
+async def test_a_bad_tool_call_ends_in_a_tool_error_and_the_session_goes_on(
+    session, agents, script, tool, arguments, message
+):
+    script([tool_reply(tool, arguments), text_reply("sorry"), text_reply("next answer")])
+    await run(session, "do it")
+    reply = assistant(await ahistory(session))
+    part = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert part["state"]["status"] == "error"
+    assert message in part["state"]["error"]
+    assert reply["info"]["completed_at"] is not None
+    assert reply["info"]["error"] is None
+    await run(session, "again")
+    assert assistant(await ahistory(session))["parts"][1]["text"] == "next answer"
+
+
+async def test_a_tool_that_times_out_ends_in_error(session, agents, script, settings):
+    from forge.tools import Tool, temporary_tools
+
+    async def slow(ctx: Any, args: dict) -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    script([tool_reply("slow", "{}"), text_reply("ok")])
+    with temporary_tools(Tool("slow", "sleeps", {"type": "object"}, slow, timeout=0.2)):
+        await run(session, "go")
+    part = next(p for p in assistant(await ahistory(session))["parts"] if p["type"] == "tool")
+    assert part["state"]["status"] == "error"
+    assert "timed out" in part["state"]["error"]
+
+
+async def test_a_provider_error_ends_the_reply_with_it_and_the_next_prompt_works(
+    session, agents, script
+):
+    script(
+        [
+            [
+                {"type": "text-start", "id": "t"},
+                {"type": "text-delta", "id": "t", "delta": "partial"},
+                {
+                    "type": "error",
+                    "name": "APIError",
+                    "message": "HTTP 500 from upstream",
+                    "retryable": True,
+                    "status": 500,
+                },
+            ],
+            text_reply("recovered"),
+        ]
+    )
+    await run(session, "first")
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["error"] == {
+        "name": "APIError",
+        "message": "HTTP 500 from upstream",
+        "retryable": True,
+        "status": 500,
+    }
+    assert reply["info"]["completed_at"] is not None
+    text = next(p for p in reply["parts"] if p["type"] == "text")
+    assert text["text"] == "partial"
+    assert text["time"]["end"]
+    await run(session, "second")
+    assert (
+        next(p for p in assistant(await ahistory(session))["parts"] if p["type"] == "text")["text"]
+        == "recovered"
+    )
+
+
+async def test_a_stream_that_ends_without_finishing_the_step_is_an_error(session, agents, settings):
+    from forge import providers
+    from forge.providers import events as ev
+
+    class Broken:
+        name = "broken"
+
+        async def stream(self, request: Any) -> Any:
+            yield ev.StartStep()
+            yield ev.TextStart("t")
+            yield ev.TextDelta("t", "cut off")
+
+    providers.register("broken", lambda model: Broken())
+    settings.FORGE_MODEL = "broken/any"
+    await run(session, "go")
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["error"]["name"] == "ProviderError"
+    assert "ended early" in reply["info"]["error"]["message"]
+    text = next(p for p in reply["parts"] if p["type"] == "text")
+    assert (text["text"], bool(text["time"]["end"])) == ("cut off", True)
+
+
+async def test_the_step_limit_stops_a_model_that_keeps_calling_tools(session, agents, script):
+    agents["build"].step_limit = 2
+    await database_sync_to_async(agents["build"].save)()
+    script([tool_reply("list_files", "{}", f"call_{i}") for i in range(5)])
+    await run(session, "loop")
+    reply = assistant(await ahistory(session))
+    assert [p["type"] for p in reply["parts"]].count("step-start") == 2
+    assert reply["info"]["finish"] == "step-limit"
+    assert reply["info"]["completed_at"] is not None
+
+
+async def test_an_at_mention_routes_the_turn_and_limits_its_tools(session, agents, script):
+    script([tool_reply("write_file", '{"path": "x", "content": "y"}'), text_reply("done")])
+    await run(session, "@explore please write x")
+    items = await ahistory(session)
+    user, reply = items[0], items[1]
+    assert {"type": "agent", "name": "explore"}.items() <= next(
+        p for p in user["parts"] if p["type"] == "agent"
+    ).items()
+    assert reply["info"]["agent"] == "explore"
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "error"
+    assert "not available to this agent" in tool["state"]["error"]
+    log = await alog(session)
+    context = [e["data"] for e in log if e["type"] == "context.updated"]
+    assert context[-1]["blocks"][0] == {
+        "kind": "system",
+        "key": "agent",
+        "agent": "explore",
+        "text": "You explore.",
+    }
+
+
+async def test_files_become_file_parts_and_text_files_reach_the_model_as_text(
+    session, agents, settings
+):
+    settings.FORGE_MODEL = "offline/echo"
+    files = [
+        Attachment(filename="notes.txt", content=b"remember the milk", mime="text/plain"),
+        Attachment(filename="pic.png", content=b"\x89PNG\r\n\x1a\n\x00\x01", mime="image/png"),
+    ]
+    await run(session, "see attached", files=files)
+    user = (await ahistory(session))[0]
+    file_parts = [p for p in user["parts"] if p["type"] == "file"]
+    assert [(p["filename"], p["mime"]) for p in file_parts] == [
+        ("notes.txt", "text/plain"),
+        ("pic.png", "image/png"),
+    ]
+    from django.core.files.storage import default_storage
+
+    path = file_parts[0]["url"].split(settings.MEDIA_URL, 1)[-1]
+    assert default_storage.open(path).read() == b"remember the milk"
+    synthetic = [p for p in user["parts"] if p["type"] == "text" and p["synthetic"]]
+    assert synthetic[0]["text"] == '<file name="notes.txt">\nremember the milk\n</file>'
+    from forge.context import derive_messages
+
+    model_input = derive_messages(await ahistory(session))
+    assert "remember the milk" in model_input[0]["content"]
+    assert "[attached file: pic.png (image/png)]" in model_input[0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"text": ""}, InvalidPrompt),
+        ({"text": "x" * 100_001}, InvalidPrompt),
+        ({"text": "hi", "agent": "nobody"}, UnknownAgent),
+        ({"text": "hi", "files": [Attachment("a.txt", b"x")] * 11}, InvalidPrompt),
+    ],
+    ids=["empty", "too large", "unknown agent", "too many files"],
+)
+async def test_bad_prompts_are_refused_and_write_nothing(session, agents, kwargs, error):
+    before = await database_sync_to_async(SessionEvent.objects.filter(session=session).count)()
+    with pytest.raises(error):
+        await start_turn(session=session, **kwargs)
+    after = await database_sync_to_async(SessionEvent.objects.filter(session=session).count)()
+    assert after == before
+    from forge.models import SessionLease
+
+    assert not await database_sync_to_async(SessionLease.objects.exists)()
+
+
+async def test_a_prompt_while_a_turn_runs_is_refused_as_busy(session, agents, script):
+    script([[{"type": "sleep", "seconds": 0.5}, *text_reply("slow")], text_reply("second")])
+    first = await start_turn(session=session, text="one")
+    with pytest.raises(SessionBusy):
+        await start_turn(session=session, text="two")
+    await asyncio.wait_for(first.task, 10)
+    await run(session, "two")
+    assert (
+        next(p for p in assistant(await ahistory(session))["parts"] if p["type"] == "text")["text"]
+        == "second"
+    )
+
+
+async def test_text_complete_hook_is_applied_to_text_parts(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+
+    def shout(text: str, context: hooks.TextContext) -> str:
+        return text.upper()
+
+    hooks.text_complete.register(shout)
+    try:
+        await run(session, "quiet words   ")
+    finally:
+        hooks.text_complete.unregister(shout)
+    reply = assistant(await ahistory(session))
+    assert next(p for p in reply["parts"] if p["type"] == "text")["text"] == "QUIET WORDS"
+    reasoning = next(p for p in reply["parts"] if p["type"] == "reasoning")["text"]
+    assert reasoning != reasoning.upper()  # the hook is for text parts only
+
+
+async def test_the_first_exchange_gets_a_title_from_the_small_model(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    await database_sync_to_async(type(session).objects.filter(pk=session.pk).update)(title="")
+    session.title = ""
+    await run(session, "Plan a trip to Lisbon in spring with friends please, two weeks maybe")
+    for _ in range(50):
+        await database_sync_to_async(session.refresh_from_db)()
+        if session.title:
+            break
+        await asyncio.sleep(0.05)
+    assert session.title == "Plan a trip to Lisbon in spring with friends please"
+    log = await alog(session)
+    assert log[-1]["type"] == "session.updated"
+
+
+async def test_a_subtask_runs_in_a_child_session_and_returns_its_answer(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    await run(
+        session,
+        '/tool task {"agent": "explore", "prompt": "what is here", "description": "look around"}',
+    )
+    reply = assistant(await ahistory(session))
+    subtask = next(p for p in reply["parts"] if p["type"] == "subtask")
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "completed"
+    assert tool["state"]["output"] == "what is here"
+    assert tool["state"]["metadata"]["child_session_id"] == subtask["child_session_id"]
+    child = await database_sync_to_async(type(session).objects.get)(pk=subtask["child_session_id"])
+    assert child.parent_id == session.pk
+    assert child.agent == "explore"
+    child_reply = assistant(await ahistory(child))
+    assert child_reply["info"]["agent"] == "explore"
