@@ -51,6 +51,7 @@ test: lint
 
 bench: $(VENV)/.dev-deps
 	$(BIN)/python bench/append.py
+	$(BIN)/python bench/stream.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache *.egg-info

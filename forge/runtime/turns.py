@@ -34,6 +34,7 @@ from . import lease
 from .agents import AgentConfig, UnknownAgent, default_agent, get_agent, mentioned_agent
 from .db import db
 from .finalize import INTERRUPTED, finalize_open_messages
+from .janitor import ensure_janitor
 from .loop import run_turn
 from .processor import status_frame
 from .turn import Turn
@@ -258,6 +259,7 @@ async def start_turn(
     Raises ``InvalidPrompt`` / ``UnknownAgent`` for bad input (nothing written)
     and ``SessionBusy`` while another turn of the session runs.
     """
+    ensure_janitor()
     turn, user_message = await db(_begin)(session, text, agent, files)
     turn.depth = _depth
     turn.run_subtask = _subtask_runner(turn)

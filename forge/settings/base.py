@@ -206,8 +206,10 @@ FORGE_WORKSPACE_ROOT = VAR_DIR / "workspaces"
 
 # One runner per session: a lease in the database, renewed while the turn runs.
 FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)
-# Finalize turns a crashed process left open when the ASGI application starts.
+# Finalize turns a crashed process left open when the ASGI application starts,
+# and, in every process that runs turns, whenever a lease expires.
 FORGE_RECOVER_ON_START = env_bool("FORGE_RECOVER_ON_START", True)
+FORGE_LEASE_JANITOR = env_bool("FORGE_LEASE_JANITOR", True)
 
 # Price per million tokens, by "provider/model", for step and message cost.
 FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {

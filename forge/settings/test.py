@@ -53,3 +53,4 @@ WHITENOISE_USE_FINDERS = True
 FORGE_ECHO_DELAY = 0.0
 FORGE_WORKSPACE_ROOT = Path(tempfile.gettempdir()) / f"{_run_tag}-workspaces"
 FORGE_LEASE_SECONDS = 5.0
+FORGE_LEASE_JANITOR = False  # started explicitly by the tests that need it

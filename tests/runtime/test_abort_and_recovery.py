@@ -311,3 +311,20 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     settings.FORGE_MODEL = "offline/echo"
     await asyncio.wait_for((await start_turn(session=session, text="still here")).task, 10)
     assert (await ahistory(session))[-1]["info"]["error"] is None
+
+
+async def test_the_janitor_finalizes_an_expired_lease_without_waiting_for_a_prompt(
+    session, agents, settings
+):
+    from forge.runtime.janitor import ensure_janitor
+
+    settings.FORGE_LEASE_JANITOR = True
+    await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
+    janitor = ensure_janitor(interval=0.05)
+    assert janitor is not None
+    try:
+        await wait_until(lambda: not SessionLease.objects.exists(), timeout=5)
+    finally:
+        janitor.cancel()
+        await asyncio.gather(janitor, return_exceptions=True)
+    assert_nothing_open(await ahistory(session))
