@@ -1,14 +1,26 @@
 """The text so far of every part still streaming, for ``part.snapshot`` frames.
 
-Deltas never reach the log; this buffer is what a client that (re)connects in
-the middle of a reply is given to catch up, and what finalization writes if a
-turn is aborted. This implementation lives in the process that runs the turn.
+Deltas never reach the log. This is what a client that (re)connects in the
+middle of a reply is given to catch up, and what finalizes a reply that was
+aborted or whose process died.
+
+* :data:`buffer`, in the process running the turn, is authoritative for it;
+* with ``REDIS_URL`` set, every part is mirrored in Redis (:class:`RedisMirror`),
+  each delta appended *before* it is published, so a snapshot read by any
+  process covers every delta a subscriber could have missed, and a crashed
+  runner's streamed text survives it (keys expire after a day).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
+import weakref
 from dataclasses import dataclass
+from typing import Any, cast
+
+from django.conf import settings
 
 
 @dataclass
@@ -26,8 +38,19 @@ class Streaming:
             self.chunks[:] = ["".join(self.chunks)]
         return self.chunks[0] if self.chunks else ""
 
+    def as_snapshot(self) -> dict[str, str]:
+        return {
+            "session_id": self.session_id,
+            "message_id": self.message_id,
+            "part_id": self.part_id,
+            "field": self.field,
+            "text": self.text,
+        }
+
 
 class InflightBuffer:
+    """The parts this process is streaming."""
+
     def __init__(self) -> None:
         self._parts: dict[str, Streaming] = {}
 
@@ -52,16 +75,116 @@ class InflightBuffer:
     def snapshot(self, session_id: str) -> list[dict[str, str]]:
         """``part.snapshot`` payloads for the session's streaming parts, oldest first."""
         return [
-            {
-                "session_id": p.session_id,
-                "message_id": p.message_id,
-                "part_id": p.part_id,
-                "field": p.field,
-                "text": p.text,
-            }
+            p.as_snapshot()
             for p in sorted(self._parts.values(), key=lambda p: p.part_id)
             if p.session_id == session_id
         ]
 
 
 buffer = InflightBuffer()
+
+
+# --- the Redis mirror ---------------------------------------------------------------
+
+TTL_SECONDS = 24 * 3600
+
+
+class RedisMirror:
+    """Streaming parts in Redis: a hash of part metadata per session, a string per text."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _parts_key(self, session_id: str) -> str:
+        return f"{self.prefix}:inflight:{session_id}"
+
+    def _text_key(self, part_id: str) -> str:
+        return f"{self.prefix}:inflight-text:{part_id}"
+
+    def _client(self) -> Any:
+        import redis.asyncio as aioredis
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = aioredis.Redis.from_url(self.url)
+        return client
+
+    async def open(self, *, session_id: str, message_id: str, part_id: str, field: str) -> None:
+        meta = json.dumps({"message_id": message_id, "field": field})
+        async with self._client().pipeline(transaction=True) as pipe:
+            pipe.hset(self._parts_key(session_id), part_id, meta)
+            pipe.expire(self._parts_key(session_id), TTL_SECONDS)
+            pipe.set(self._text_key(part_id), "", ex=TTL_SECONDS)
+            await pipe.execute()
+
+    async def append(self, part_id: str, delta: str) -> None:
+        await self._client().append(self._text_key(part_id), delta)
+
+    async def close(self, *, session_id: str, part_id: str) -> None:
+        async with self._client().pipeline(transaction=True) as pipe:
+            pipe.hdel(self._parts_key(session_id), part_id)
+            pipe.delete(self._text_key(part_id))
+            await pipe.execute()
+
+    async def snapshot(self, session_id: str) -> list[dict[str, str]]:
+        client = self._client()
+        raw: dict[bytes, bytes] = await client.hgetall(self._parts_key(session_id))
+        if not raw:
+            return []
+        meta = {key.decode(): json.loads(value) for key, value in raw.items()}
+        part_ids = sorted(meta)
+        texts: list[bytes | None] = await client.mget([self._text_key(p) for p in part_ids])
+        return [
+            {
+                "session_id": session_id,
+                "message_id": meta[part_id]["message_id"],
+                "part_id": part_id,
+                "field": meta[part_id]["field"],
+                "text": (text or b"").decode(),
+            }
+            for part_id, text in zip(part_ids, texts, strict=True)
+        ]
+
+    def texts_sync(self, session_id: str) -> dict[str, str]:
+        """The streamed texts of the session's open parts (for crash recovery, sync)."""
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        try:
+            keys = cast(list[bytes], client.hkeys(self._parts_key(session_id)))
+            part_ids = [key.decode() for key in keys]
+            if not part_ids:
+                return {}
+            texts = cast(list[bytes | None], client.mget([self._text_key(p) for p in part_ids]))
+            client.delete(self._parts_key(session_id), *[self._text_key(p) for p in part_ids])
+            return {p: (t or b"").decode() for p, t in zip(part_ids, texts, strict=True)}
+        finally:
+            client.close()
+
+
+_mirror: RedisMirror | None = None
+_mirror_url: str | None = None
+
+
+def mirror() -> RedisMirror | None:
+    """The Redis mirror when ``REDIS_URL`` is set (``FORGE_INFLIGHT_PREFIX`` names its keys)."""
+    global _mirror, _mirror_url
+    url = settings.REDIS_URL or None
+    if url is None:
+        return None
+    if _mirror is None or _mirror_url != url:
+        _mirror, _mirror_url = RedisMirror(url, settings.FORGE_INFLIGHT_PREFIX), url
+    return _mirror
+
+
+async def snapshots(session_id: str) -> list[dict[str, str]]:
+    """The text so far of the session's streaming parts, as this process can best tell."""
+    shared = mirror()
+    if shared is not None:
+        return await shared.snapshot(session_id)
+    return buffer.snapshot(session_id)

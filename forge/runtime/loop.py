@@ -14,7 +14,6 @@ from sessions.log import format_time, now_ms
 
 from .db import db
 from .finalize import ABORTED, finalize_open_messages
-from .inflight import buffer
 from .processor import Processor, finish_then_cancel, status_frame
 from .turn import Turn
 
@@ -78,13 +77,11 @@ async def run_turn(turn: Turn) -> None:
             if final:
                 return
     except asyncio.CancelledError:
-        texts = processor.streamed_texts()
-        processor.forget()
         await asyncio.shield(
             db(finalize_open_messages)(
                 session=session,
                 reason=ABORTED,
-                texts=texts,
+                texts=processor.streamed_texts(),
                 message_id=turn.message_id,
                 agent=turn.agent.name,
             )
@@ -93,7 +90,6 @@ async def run_turn(turn: Turn) -> None:
     except Exception as exc:
         logger.exception("turn of session %s failed", session.pk)
         texts = processor.streamed_texts()
-        processor.forget()
         await db(finalize_open_messages)(
             session=session,
             reason=f"the reply failed: {type(exc).__name__}",
@@ -107,8 +103,7 @@ async def run_turn(turn: Turn) -> None:
             agent=turn.agent.name,
         )
     finally:
-        for part_id in processor.streamed_texts():
-            buffer.close(part_id)
+        await asyncio.shield(processor.forget())
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())

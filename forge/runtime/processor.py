@@ -33,7 +33,7 @@ from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
 from .db import db
-from .inflight import buffer
+from .inflight import buffer, mirror
 from .turn import Turn
 
 
@@ -161,6 +161,14 @@ class Processor:
         block = _Block(part_id=new_part_id(), kind=kind, start=self._now())
         self.blocks[block_id] = block
         buffer.open(session_id=turn.session.pk, message_id=turn.message_id, part_id=block.part_id)
+        shared = mirror()
+        if shared is not None:
+            await shared.open(
+                session_id=turn.session.pk,
+                message_id=turn.message_id,
+                part_id=block.part_id,
+                field="text",
+            )
         await self._part(
             {
                 "id": block.part_id,
@@ -181,6 +189,9 @@ class Processor:
         if not event.delta:
             return
         offset = buffer.append(block.part_id, event.delta)
+        shared = mirror()
+        if shared is not None:  # in Redis before it is published: snapshots never miss it
+            await shared.append(block.part_id, event.delta)
         await services.apublish_delta(
             session=self.turn.session,
             message_id=self.turn.message_id,
@@ -208,7 +219,7 @@ class Processor:
         await self._part(
             {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
         )
-        buffer.close(block.part_id)
+        await self._forget(block.part_id)
 
     async def close_open_blocks(self) -> None:
         for block_id in list(self.blocks):
@@ -218,9 +229,16 @@ class Processor:
         """The text streamed so far of every part still open (for finalizing an abort)."""
         return {block.part_id: buffer.text(block.part_id) for block in self.blocks.values()}
 
-    def forget(self) -> None:
-        for block in self.blocks.values():
-            buffer.close(block.part_id)
+    async def _forget(self, part_id: str) -> None:
+        buffer.close(part_id)
+        shared = mirror()
+        if shared is not None:
+            await shared.close(session_id=self.turn.session.pk, part_id=part_id)
+
+    async def forget(self) -> None:
+        """Drop what is buffered of the parts still open (once they are finalized)."""
+        for block in list(self.blocks.values()):
+            await self._forget(block.part_id)
         self.blocks.clear()
 
     # --- tools --------------------------------------------------------------------
