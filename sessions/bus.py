@@ -33,7 +33,7 @@ def _message(frame: dict[str, Any]) -> dict[str, Any]:
     return {"type": FRAME_MESSAGE_TYPE, "frame": frame}
 
 
-def _server_loop() -> asyncio.AbstractEventLoop | None:
+def server_loop() -> asyncio.AbstractEventLoop | None:
     """The live event loop this thread works for, if ``sync_to_async`` runs it.
 
     Frames must be sent from that loop (an in-memory layer's consumers wait there).
@@ -106,6 +106,7 @@ class _LoopPublisher:
         try:
             while self.queue:
                 group, message = self.queue.popleft()
+                message = self._merge_following_deltas(group, message)
                 try:
                     await layer.group_send(group, message)
                 except Exception:
@@ -114,6 +115,30 @@ class _LoopPublisher:
         finally:
             if not self.queue:
                 self.drained.set()
+
+    def _merge_following_deltas(self, group: str, message: dict[str, Any]) -> dict[str, Any]:
+        """When deltas of one part queued up behind each other, send them as one frame."""
+        frame = message["frame"]
+        if frame.get("kind") != "delta":
+            return message
+        text = [frame["delta"]]
+        end = frame["offset"] + len(frame["delta"])
+        while self.queue:
+            next_group, next_message = self.queue[0]
+            following = next_message["frame"]
+            if (
+                next_group != group
+                or following.get("kind") != "delta"
+                or following["part_id"] != frame["part_id"]
+                or following["offset"] != end
+            ):
+                break
+            self.queue.popleft()
+            text.append(following["delta"])
+            end += len(following["delta"])
+        if len(text) == 1:
+            return message
+        return {**message, "frame": {**frame, "delta": "".join(text)}}
 
 
 _publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPublisher] = (
@@ -144,7 +169,7 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
         return
     message = _message(frame)
     group = session_group(session_id)
-    loop = _server_loop()
+    loop = server_loop()
     if loop is not None:
         loop.call_soon_threadsafe(_enqueue, loop, group, message)
         return

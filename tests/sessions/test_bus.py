@@ -81,11 +81,13 @@ async def test_deltas_go_to_the_bus_only(session):
             offset=offset,
             delta=delta,
         )
-    frames = [await next_frame(layer, channel) for _ in range(2)]
-    assert [(f["type"], f["offset"], f["delta"]) for f in frames] == [
-        ("part.delta", 0, "Hel"),
-        ("part.delta", 3, "lo"),
-    ]
+    # Deltas queued behind each other may be sent as one frame: the text and the
+    # offsets are what count, not how they were cut.
+    text = ""
+    while text != "Hello":
+        frame = await next_frame(layer, channel)
+        assert (frame["type"], frame["offset"]) == ("part.delta", len(text))
+        text += frame["delta"]
     assert await database_sync_to_async(SessionEvent.objects.count)() == before
     with pytest.raises(InvalidPart, match="offset"):
         await services.apublish_delta(
