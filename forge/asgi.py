@@ -24,4 +24,15 @@ if settings.FORGE_RECOVER_ON_START:
     except Exception:
         logging.getLogger("forge").exception("recovering sessions at start-up failed")
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from channels.routing import URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from forge.auth import SocketAuthStack  # noqa: E402
+from sessions.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(SocketAuthStack(URLRouter(websocket_urlpatterns))),
+    }
+)

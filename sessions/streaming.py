@@ -1,0 +1,172 @@
+"""One client's view of a session's stream: the log after a seq, then what is still
+streaming, then live frames, with no gap and no duplicate (CONTRACT §4).
+
+The WebSocket consumer and the SSE view both use :class:`SessionStream`:
+
+1. subscribe to the session's group first (live frames queue up meanwhile);
+2. :meth:`SessionStream.backlog`: every durable event after ``after``, read from
+   the log, then a ``part.snapshot`` for each part still streaming;
+3. :meth:`SessionStream.accept` for every live frame: durable events at or below
+   the last seq sent are dropped, and a seq gap (the channel layer drops frames
+   when a group is full) is filled from the log; deltas already covered by a
+   snapshot (or sent before) are dropped or trimmed, and an offset gap is
+   answered with a fresh snapshot of that part.
+
+So a client receives every durable event exactly once, in seq order, and the
+text of a streaming part without holes or repeats, whatever the layer dropped.
+
+A gap is only visible when a later event arrives; to catch the loss of the last
+events of a reply, the stream checks the log again (:meth:`SessionStream.resync`)
+when an ``idle`` status arrives and when live frames have gone quiet for a while
+after some activity (the caller's timer; ``needs_resync`` says when).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from . import selectors
+from .models import Session
+
+Frame = dict[str, Any]
+SnapshotSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
+
+REPLAY_PAGE = 500
+
+
+def snapshot_frame(snapshot: dict[str, Any]) -> Frame:
+    return {"kind": "snapshot", "type": "part.snapshot", **snapshot}
+
+
+@dataclass
+class StreamStats:
+    events_repaired: int = 0  # durable events fetched from the log to fill a seq gap
+    snapshots_repaired: int = 0  # snapshots sent to fill an offset gap
+    deltas_dropped: int = 0  # duplicates (already covered)
+
+
+@dataclass
+class SessionStream:
+    session: Session
+    after: int
+    snapshots: SnapshotSource
+    last_seq: int = 0
+    # Streaming parts: how much of each part's text this client has.
+    sent: dict[str, int] = field(default_factory=dict)
+    stats: StreamStats = field(default_factory=StreamStats)
+    # Live frames arrived since the log was last checked for a lost tail.
+    needs_resync: bool = False
+
+    def __post_init__(self) -> None:
+        self.last_seq = self.after
+
+    # --- the backlog ------------------------------------------------------------------
+
+    async def backlog(self) -> list[Frame]:
+        """Durable events after ``after``, then snapshots of parts still streaming."""
+        frames = await self._events_after(self.last_seq)
+        for frame in frames:
+            self._note_event(frame)
+        frames += await self._snapshots(only=None)
+        return frames
+
+    async def _events_after(self, seq: int, upto: int | None = None) -> list[Frame]:
+        frames: list[Frame] = []
+        while True:
+            page = await database_sync_to_async(selectors.events_after)(
+                tenant=self.session.tenant, session_id=self.session.pk, after=seq, limit=REPLAY_PAGE
+            )
+            if upto is not None:
+                page = [event for event in page if event["seq"] < upto]
+            frames += [{"kind": "event", **event} for event in page]
+            if len(page) < REPLAY_PAGE:
+                return frames
+            seq = page[-1]["seq"]
+
+    async def _snapshots(self, only: str | None) -> list[Frame]:
+        frames = []
+        for snapshot in await self.snapshots(self.session.pk):
+            if only is not None and snapshot["part_id"] != only:
+                continue
+            self.sent[snapshot["part_id"]] = len(snapshot["text"])
+            frames.append(snapshot_frame(snapshot))
+        return frames
+
+    def _note_event(self, frame: Frame) -> None:
+        self.last_seq = max(self.last_seq, frame["seq"])
+        if frame["type"] == "part.updated":
+            part = frame["data"]
+            if part["type"] in ("text", "reasoning"):
+                if part.get("time", {}).get("end"):
+                    self.sent.pop(part["id"], None)  # finished: its whole text is in the event
+                elif part["id"] not in self.sent:
+                    self.sent[part["id"]] = len(part.get("text", ""))
+        elif frame["type"] in ("part.removed", "message.removed"):
+            self.sent.pop(frame["data"].get("part_id", ""), None)
+
+    # --- live frames --------------------------------------------------------------------
+
+    async def accept(self, frame: Frame) -> list[Frame]:
+        """What to send the client for one live frame (possibly nothing, possibly more)."""
+        self.needs_resync = True
+        kind = frame.get("kind")
+        if kind == "event":
+            return await self._accept_event(frame)
+        if kind == "delta":
+            return await self._accept_delta(frame)
+        if kind == "status" and frame.get("status") == "idle":
+            return [*await self.resync(), frame]  # a turn ended: nothing of it may be missing
+        return [frame]
+
+    async def resync(self) -> list[Frame]:
+        """Events after the last seq sent that never arrived live (read from the log)."""
+        self.needs_resync = False
+        missing = await self._events_after(self.last_seq)
+        self.stats.events_repaired += len(missing)
+        for event in missing:
+            self._note_event(event)
+        return missing
+
+    async def _accept_event(self, frame: Frame) -> list[Frame]:
+        seq = frame["seq"]
+        if seq <= self.last_seq:
+            return []
+        out: list[Frame] = []
+        if seq > self.last_seq + 1:
+            missing = await self._events_after(self.last_seq, upto=seq)
+            self.stats.events_repaired += len(missing)
+            for event in missing:
+                self._note_event(event)
+            out += missing
+        self._note_event(frame)
+        out.append(frame)
+        return out
+
+    async def _accept_delta(self, frame: Frame) -> list[Frame]:
+        part_id, offset, delta = frame["part_id"], frame["offset"], frame["delta"]
+        have = self.sent.get(part_id)
+        if have is None:
+            # A part this client has not seen start: its text-start event is on its way
+            # (events precede their deltas) unless it was dropped; trust offset 0 only.
+            if offset != 0:
+                return await self._repair(part_id)
+            have = 0
+        if offset + len(delta) <= have:
+            self.stats.deltas_dropped += 1
+            return []
+        if offset > have:
+            return await self._repair(part_id)
+        if offset < have:  # overlaps what a snapshot already gave: send the new tail only
+            frame = {**frame, "offset": have, "delta": delta[have - offset :]}
+        self.sent[part_id] = have + len(frame["delta"])
+        return [frame]
+
+    async def _repair(self, part_id: str) -> list[Frame]:
+        frames = await self._snapshots(only=part_id)
+        if frames:
+            self.stats.snapshots_repaired += 1
+        return frames
