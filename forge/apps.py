@@ -9,6 +9,14 @@ class ForgeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from importlib import import_module
+
+        from django.conf import settings
+
         # Register the built-in tools: the workspace tools and the task tool.
         from forge import tools  # noqa: F401
         from forge.runtime import subtask  # noqa: F401
+
+        # Plugins: modules that register tools, hooks or providers when imported.
+        for module in settings.FORGE_PLUGINS:
+            import_module(module)

@@ -1,6 +1,19 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from forge import pages
 
 urlpatterns = [
+    path("", pages.chat, name="chat"),
     path("admin/", admin.site.urls),
+    path("api/", include("sessions.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
 ]
+
+handler404 = "forge.views.not_found"
+handler500 = "forge.views.server_error"

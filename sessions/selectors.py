@@ -44,7 +44,7 @@ def get_session(*, tenant: Tenant, session_id: str) -> Session:
     if not is_valid_id(session_id):
         raise NotFound(f"no session {session_id!r}")
     try:
-        return Session.objects.get(tenant=tenant, pk=session_id)
+        return Session.objects.select_related("tenant").get(tenant=tenant, pk=session_id)
     except Session.DoesNotExist:
         raise NotFound(f"no session {session_id!r}") from None
 
@@ -213,3 +213,42 @@ def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[st
 
 def count_assistant_messages(*, tenant: Tenant, session: Session) -> int:
     return Message.objects.filter(tenant=tenant, session=session, role="assistant").count()
+
+
+def get_message(*, tenant: Tenant, session_id: str, message_id: str) -> dict[str, Any]:
+    """One message with its parts, ``{info, parts}``."""
+    session = get_session(tenant=tenant, session_id=session_id)
+    row = (
+        Message.objects.filter(tenant=tenant, session=session, pk=message_id)
+        .values_list("id", "data")
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"no message {message_id!r} in this session")
+    return _with_parts(tenant, session, [row])[0]
+
+
+def history_at(*, tenant: Tenant, session: Session, seq: int) -> list[dict[str, Any]]:
+    """The history as it was right after event ``seq``, folded from the log."""
+    events = SessionEvent.objects.filter(tenant=tenant, session=session, seq__lte=seq)
+    state = fold(events.order_by("seq").iterator(chunk_size=2000))
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for part_id in sorted(state.parts):
+        row = state.parts[part_id]
+        parts.setdefault(row["message_id"], []).append(row["data"])
+    return [
+        {"info": state.messages[message_id]["data"], "parts": parts.get(message_id, [])}
+        for message_id in sorted(state.messages)
+    ]
+
+
+def head_seq(*, tenant: Tenant, session_id: str) -> int:
+    """The seq of the session's newest event (0 for an empty log)."""
+    session = get_session(tenant=tenant, session_id=session_id)
+    newest = (
+        SessionEvent.objects.filter(tenant=tenant, session=session)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return newest or 0

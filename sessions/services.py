@@ -28,8 +28,16 @@ from accounts.models import Tenant
 from accounts.selectors import NoTenant, is_member, tenant_for_user
 
 from . import bus, projector, sql
-from .exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound, SessionMismatch
-from .ids import is_valid_id, new_event_id
+from .exceptions import (
+    ForgeError,
+    InvalidEvent,
+    InvalidMessage,
+    InvalidPart,
+    LogIntegrityError,
+    NotFound,
+    SessionMismatch,
+)
+from .ids import is_valid_id, new_event_id, new_message_id, new_part_id
 from .log import (
     canonical_body_text,
     canonical_json,
@@ -45,6 +53,13 @@ from .shapes import ShapeError, normalize_message, normalize_part
 TITLE_MAX = 255
 AGENT_MAX = 64
 _UNSET: Any = object()
+
+
+class ImportConflict(ForgeError):
+    """What an imported log would create exists already (HTTP 409)."""
+
+    code = "conflict"
+
 
 # Event types a caller may append directly; the others have their own service.
 FREE_EVENT_TYPES = frozenset({"session.compacted", "context.updated"})
@@ -497,3 +512,139 @@ def _lock_session(session: Session) -> bool:
     """Lock the session row for the current transaction (writers to it wait)."""
     with transaction.get_connection().cursor() as cursor:
         return sql.lock_session(cursor, sql.Dialect(cursor), session.pk)
+
+
+# --- fork and import ------------------------------------------------------------
+
+
+@transaction.atomic
+def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id: str) -> Session:
+    """A new session holding the history before ``before_message_id`` (new ids, same content)."""
+    from . import selectors
+
+    tenant = session.tenant
+    selectors.get_message(tenant=tenant, session_id=session.pk, message_id=before_message_id)
+    fork = create_session(
+        user=user,
+        tenant=tenant,
+        title=f"{session.title or 'Session'} (fork)"[:TITLE_MAX],
+        agent=session.agent or None,
+    )
+    context = selectors.context_updates(tenant=tenant, session=session)
+    if context:
+        blocks: dict[str, dict[str, Any]] = {}
+        for data in context:
+            for block in data.get("blocks", []):
+                blocks[f"{block.get('kind')}:{block.get('key', '')}"] = block
+        append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
+    new_ids: dict[str, str] = {}
+    for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
+        info = item["info"]
+        if info["id"] >= before_message_id:
+            break
+        new_ids[info["id"]] = new_message_id()
+        copy = {**info, "id": new_ids[info["id"]], "session_id": fork.pk}
+        if copy.get("parent_id"):
+            copy["parent_id"] = new_ids.get(copy["parent_id"])
+        update_message(session=fork, info=copy)
+        for part in item["parts"]:
+            update_part(
+                session=fork,
+                part={
+                    **part,
+                    "id": new_part_id(),
+                    "message_id": copy["id"],
+                    "session_id": fork.pk,
+                },
+            )
+    return fork
+
+
+def parse_log(lines: Any) -> list[dict[str, Any]]:
+    """Events from JSON Lines (an exported log); raises ``LogIntegrityError``."""
+    import json
+
+    events = []
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, bytes):
+            line = line.decode("utf-8")
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise LogIntegrityError(f"line {number} is not JSON: {exc}") from None
+        if not isinstance(event, dict):
+            raise LogIntegrityError(f"line {number} is not an event object")
+        events.append(event)
+    return events
+
+
+@transaction.atomic
+def import_log(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
+    """Recreate a session from its exported log, after verifying it, in the user's tenant.
+
+    The session keeps its id and its events stay byte for byte what they were (so
+    the hash chain still verifies); messages and parts are rebuilt from them.
+    """
+    from .log import parse_time, verify_chain
+
+    if not events:
+        raise LogIntegrityError("the log is empty")
+    session_id = events[0].get("session_id")
+    if not is_valid_id(session_id):
+        raise LogIntegrityError("the first event names no session")
+    problems = verify_chain(events, session_id=session_id)
+    if problems:
+        raise LogIntegrityError(
+            f"the log does not verify at seq {problems[0].seq}: {problems[0].message}"
+        )
+    first = events[0]
+    if first["type"] != "session.created" or first["data"].get("id") != session_id:
+        raise LogIntegrityError("a log starts with its session.created event")
+    if Session.objects.filter(pk=session_id).exists():
+        raise ImportConflict(f"session {session_id} already exists here")
+    message_ids = {e["data"]["id"] for e in events if e["type"] == "message.updated"}
+    part_ids = {e["data"]["id"] for e in events if e["type"] == "part.updated"}
+    if (
+        Message.objects.filter(pk__in=message_ids).exists()
+        or Part.objects.filter(pk__in=part_ids).exists()
+    ):
+        raise ImportConflict("messages or parts of this log already exist here")
+    try:
+        tenant = tenant_for_user(user)
+    except NoTenant as exc:
+        raise SessionMismatch(str(exc)) from exc
+    info = first["data"]
+    try:
+        created = parse_time(info["created_at"])
+        last = parse_time(events[-1]["at"])
+    except (KeyError, ValueError) as exc:
+        raise LogIntegrityError(f"a time does not parse: {exc}") from None
+    session = Session.objects.create(
+        id=session_id,
+        tenant=tenant,
+        user_id=user.pk,
+        title=_clean_title(info.get("title") or ""),
+        agent=_clean_agent(info.get("agent")),
+        created_at=created,
+        updated_at=last,
+    )
+    SessionEvent.objects.bulk_create(
+        [
+            SessionEvent(
+                id=e["id"],
+                tenant=tenant,
+                session=session,
+                seq=e["seq"],
+                type=e["type"],
+                at=parse_time(e["at"]),
+                data=e["data"],
+                hash=e["hash"],
+            )
+            for e in events
+        ],
+        batch_size=500,
+    )
+    rebuild_projection(session=session)
+    return session

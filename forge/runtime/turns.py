@@ -34,6 +34,7 @@ from . import lease
 from .agents import AgentConfig, UnknownAgent, default_agent, get_agent, mentioned_agent
 from .db import db
 from .finalize import INTERRUPTED, finalize_open_messages
+from .inflight import mirror
 from .janitor import ensure_janitor
 from .loop import run_turn
 from .processor import status_frame
@@ -81,6 +82,22 @@ class _Runner:
 
 # The turns this process runs, by session id.
 _runners: dict[str, _Runner] = {}
+# Every task the runtime started (turns, titles), until it ends.
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _track(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+async def settle(timeout: float = 10.0) -> None:
+    """Wait until the turns and background work this event loop runs have ended."""
+    loop = asyncio.get_running_loop()
+    pending = {t for t in _background if t.get_loop() is loop and not t.done()}
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
 
 
 def runner_group(session_id: str) -> str:
@@ -253,19 +270,23 @@ async def start_turn(
     agent: str | None = None,
     files: Sequence[Attachment] = (),
     _depth: int = 0,
+    _janitor: bool = True,
 ) -> StartedTurn:
     """Log the prompt and start the reply as a task of the running event loop.
 
     Raises ``InvalidPrompt`` / ``UnknownAgent`` for bad input (nothing written)
     and ``SessionBusy`` while another turn of the session runs.
     """
-    ensure_janitor()
+    if _janitor:
+        ensure_janitor()
     turn, user_message = await db(_begin)(session, text, agent, files)
     turn.depth = _depth
     turn.run_subtask = _subtask_runner(turn)
     # A fresh context: the task must not inherit a request's thread-sensitive executor.
-    task = asyncio.get_running_loop().create_task(
-        _run(turn), name=f"forge-turn-{session.pk}", context=contextvars.Context()
+    task = _track(
+        asyncio.get_running_loop().create_task(
+            _run(turn), name=f"forge-turn-{session.pk}", context=contextvars.Context()
+        )
     )
     _runners[session.pk] = _Runner(turn=turn, task=task)
     return StartedTurn(
@@ -295,7 +316,11 @@ async def _run(turn: Turn) -> None:
             del _runners[session_id]
         await bus.apublish(session_id, status_frame(session_id, "idle"))
     if turn.depth == 0 and not turn.session.title:
-        asyncio.get_running_loop().create_task(_title_later(turn), context=contextvars.Context())
+        _track(
+            asyncio.get_running_loop().create_task(
+                _title_later(turn), context=contextvars.Context()
+            )
+        )
 
 
 async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
@@ -460,12 +485,17 @@ async def _title_later(turn: Turn) -> None:
 
 
 def recover_session(session: Session) -> list[str]:
-    """Finalize the turn a dead runner left open in this session (if its lease expired)."""
+    """Finalize the turn a dead runner left open in this session (if its lease expired).
+
+    Open parts keep the text that had streamed when the Redis mirror has it.
+    """
     with transaction.atomic():
         current = lease.current(session_id=session.pk)
         if current is not None and current.expires_at > timezone.now():
             return []  # a live runner holds it
-        finished = finalize_open_messages(session=session, reason=INTERRUPTED)
+        shared = mirror()
+        texts = shared.texts_sync(session.pk) if shared is not None else {}
+        finished = finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
         if current is not None:
             current.delete()
     return finished
@@ -492,3 +522,90 @@ def recover_sessions(*, session_id: str | None = None) -> dict[str, list[str]]:
         if finished:
             recovered[session.pk] = finished
     return recovered
+
+
+# --- for synchronous callers (API views, commands) ---------------------------------
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    message: dict[str, Any]  # the user message, {info, parts}
+    assistant_message_id: str
+    reply: dict[str, Any] | None  # the finished reply, {info, parts}, when waited for
+
+
+def prompt(
+    *,
+    session: Session,
+    text: str,
+    agent: str | None = None,
+    files: Sequence[Attachment] = (),
+    wait: bool = False,
+) -> PromptResult:
+    """Start a turn from synchronous code.
+
+    Under an ASGI server (a thread working for its event loop) the turn runs as a
+    task of that loop and this returns once the prompt is logged (or, with
+    ``wait``, once the reply is finished). Where no event loop runs (WSGI, a
+    management command) the turn runs to its end here, before this returns.
+    """
+    from asgiref.sync import async_to_sync
+
+    loop = bus.server_loop()
+    if loop is not None:
+
+        async def start() -> StartedTurn:
+            started = await start_turn(session=session, text=text, agent=agent, files=files)
+            if wait:
+                await asyncio.wait({started.task})
+            return started
+
+        started = async_to_sync(start)()
+        finished = wait
+    else:
+
+        async def whole() -> StartedTurn:
+            started = await start_turn(
+                session=session, text=text, agent=agent, files=files, _janitor=False
+            )
+            await asyncio.wait({started.task})
+            await bus.flush()
+            return started
+
+        started = asyncio.run(whole())
+        finished = True
+    reply = None
+    if finished:
+        reply = selectors.get_message(
+            tenant=session.tenant, session_id=session.pk, message_id=started.assistant_message_id
+        )
+    return PromptResult(
+        message=started.message, assistant_message_id=started.assistant_message_id, reply=reply
+    )
+
+
+def abort(*, session: Session) -> None:
+    """:func:`abort_turn` for synchronous callers."""
+    from asgiref.sync import async_to_sync
+
+    async_to_sync(abort_turn)(session=session)
+
+
+def context_for(*, session: Session, at: int | None = None) -> dict[str, Any]:
+    """Exactly what the model is sent for the session's next step (system, messages,
+    tools, settings), derived from the log: at its end, or as of event ``at``."""
+    from forge.context import build_request
+
+    tenant = session.tenant
+    if at is None:
+        history: Any = selectors.iter_history(tenant=tenant, session_id=session.pk)
+        updates = selectors.context_updates(tenant=tenant, session=session)
+    else:
+        history = selectors.history_at(tenant=tenant, session=session, seq=at)
+        updates = selectors.context_updates(tenant=tenant, session=session, upto_seq=at)
+    blocks = fold_context(updates)
+    settings_block = blocks.get("settings:agent", {})
+    model = settings_block.get("model") or default_agent().resolved_model
+    _, _, name = model.partition("/")
+    request = build_request(blocks=blocks, history=history, model=name)
+    return {"at": at, "provider_model": model, **request.as_dict()}

@@ -77,7 +77,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
 
 
 # --- Database -----------------------------------------------------------------
@@ -115,11 +116,19 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channel layer and cache --------------------------------------------------
 
 REDIS_URL = env_str("REDIS_URL")
+# Names in Redis (channel layer, cache, in-flight buffer) start with this, so
+# several deployments, or test runs, can share one Redis.
+FORGE_REDIS_PREFIX = env_str("FORGE_REDIS_PREFIX", "forge")
 
 
 def channel_layers(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
     if not redis_url:
-        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        return {
+            "default": {
+                "BACKEND": "channels.layers.InMemoryChannelLayer",
+                "CONFIG": {"capacity": 1000, "expiry": 60},
+            }
+        }
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -140,8 +149,8 @@ def caches(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
     }
 
 
-CHANNEL_LAYERS = channel_layers(REDIS_URL)
-CACHES = caches(REDIS_URL)
+CHANNEL_LAYERS = channel_layers(REDIS_URL, prefix=FORGE_REDIS_PREFIX)
+CACHES = caches(REDIS_URL, prefix=FORGE_REDIS_PREFIX)
 
 
 # --- Internationalisation and static files ------------------------------------
@@ -153,6 +162,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -164,13 +174,27 @@ MEDIA_URL = "media/"
 # --- REST framework -------------------------------------------------------------
 
 REST_FRAMEWORK = {
+    # Token first: an unauthenticated request gets 401 with WWW-Authenticate: Token.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "sessions.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("FORGE_API_RATE", "3000/min"),
+        "prompts": env_str("FORGE_PROMPT_RATE", "60/min"),
+    },
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
 }
+# Prompts carry attachments (at most 10 files of 10 MB, base64 in JSON): allow the body.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# Seconds between heartbeat comments on an idle SSE stream.
+FORGE_SSE_HEARTBEAT = env_float("FORGE_SSE_HEARTBEAT", 15.0)
+# A stream whose live frames went quiet after some activity checks the log for
+# events the channel layer lost, after this many seconds.
+FORGE_STREAM_RESYNC_SECONDS = env_float("FORGE_STREAM_RESYNC_SECONDS", 2.0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Forge API",
     "DESCRIPTION": "Sessions as append-only event logs, with their message and part projections.",
@@ -188,6 +212,9 @@ FORGE_MODEL = env_str("FORGE_MODEL", "offline/echo")
 FORGE_SMALL_MODEL = env_str("FORGE_SMALL_MODEL", FORGE_MODEL)
 FORGE_SCRIPT = env_str("FORGE_SCRIPT")
 FORGE_MAX_PROMPT_BYTES = env_int("FORGE_MAX_PROMPT_BYTES", 100_000)
+# Modules imported at start-up that register tools (forge.tools.tool), hooks
+# (forge.hooks) or providers (forge.providers.register); comma-separated.
+FORGE_PLUGINS = env_list("FORGE_PLUGINS", [])
 # offline/echo streams word by word with this pause (seconds) between words.
 FORGE_ECHO_DELAY = env_float("FORGE_ECHO_DELAY", 0.03)
 
@@ -202,7 +229,9 @@ FORGE_PROVIDER_TIMEOUT = env_float("FORGE_PROVIDER_TIMEOUT", 120.0)
 
 # Tools.
 FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
-FORGE_WORKSPACE_ROOT = VAR_DIR / "workspaces"
+FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
+
+FORGE_INFLIGHT_PREFIX = FORGE_REDIS_PREFIX
 
 # One runner per session: a lease in the database, renewed while the turn runs.
 FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)

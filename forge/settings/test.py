@@ -41,9 +41,12 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": _sqlite_file}
 
 if FORGE_TEST_STACK == "server" and FORGE_TEST_REDIS_URL:
+    REDIS_URL = FORGE_TEST_REDIS_URL
     CHANNEL_LAYERS = channel_layers(FORGE_TEST_REDIS_URL, prefix=_run_tag)
     CACHES = caches(FORGE_TEST_REDIS_URL, prefix=_run_tag)
+    FORGE_REDIS_PREFIX = FORGE_INFLIGHT_PREFIX = _run_tag
 else:
+    REDIS_URL = ""
     CHANNEL_LAYERS = channel_layers("")
     CACHES = caches("")
 
@@ -54,3 +57,9 @@ FORGE_ECHO_DELAY = 0.0
 FORGE_WORKSPACE_ROOT = Path(tempfile.gettempdir()) / f"{_run_tag}-workspaces"
 FORGE_LEASE_SECONDS = 5.0
 FORGE_LEASE_JANITOR = False  # started explicitly by the tests that need it
+FORGE_RECOVER_ON_START = False  # importing forge.asgi must not touch the database
+# Throttle history lives in the cache, across tests: only the rate-limit test limits.
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,  # noqa: F405
+    "DEFAULT_THROTTLE_RATES": {"user": "1000000/min", "prompts": "1000000/min"},
+}

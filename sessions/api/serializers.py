@@ -1,0 +1,89 @@
+"""Input and output shapes of the API. No logic beyond checking shapes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from rest_framework import serializers
+
+from sessions.ids import is_valid_id
+from sessions.log import format_time
+from sessions.models import Session
+
+
+class SessionSerializer(serializers.ModelSerializer):
+    parent_id = serializers.CharField(read_only=True, allow_null=True)
+    agent = serializers.SerializerMethodField()
+    created_at = serializers.SerializerMethodField()
+    updated_at = serializers.SerializerMethodField()
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Session
+        fields = ["id", "title", "agent", "parent_id", "created_at", "updated_at", "status"]
+        read_only_fields = fields
+
+    def get_agent(self, obj: Session) -> str | None:
+        return obj.agent or None
+
+    def get_created_at(self, obj: Session) -> str:
+        return format_time(obj.created_at)
+
+    def get_updated_at(self, obj: Session) -> str:
+        return format_time(obj.updated_at)
+
+    def get_status(self, obj: Session) -> str:
+        return "busy" if getattr(obj, "busy", False) else "idle"
+
+
+class SessionCreateSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    agent = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+
+
+class SessionUpdateSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    agent = serializers.CharField(max_length=64, required=False, allow_null=True)
+
+
+class FileSerializer(serializers.Serializer):
+    """A JSON attachment: its name, its type, and its bytes in base64."""
+
+    filename = serializers.CharField(max_length=255)
+    mime = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    content = serializers.CharField(help_text="the file's bytes, base64")
+
+    def validate_content(self, value: str) -> bytes:
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise serializers.ValidationError("not valid base64") from None
+
+
+class PromptSerializer(serializers.Serializer):
+    text = serializers.CharField(trim_whitespace=False)
+    agent = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+    files = FileSerializer(many=True, required=False, default=list)
+
+
+class ForkSerializer(serializers.Serializer):
+    message_id = serializers.CharField(max_length=64)
+
+    def validate_message_id(self, value: str) -> str:
+        if not is_valid_id(value):
+            raise serializers.ValidationError("not a message id")
+        return value
+
+
+class PromptResponseSerializer(serializers.Serializer):
+    message = serializers.DictField()
+    assistant_message_id = serializers.CharField()
+    reply = serializers.DictField(required=False)
+
+
+def page_body(
+    results: list[Any], next_url: str | None, previous_url: str | None = None
+) -> dict[str, Any]:
+    return {"results": results, "next": next_url, "previous": previous_url}

@@ -1,0 +1,19 @@
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from .sse import stream_view
+from .views import MemoryViewSet, SessionViewSet
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("sessions", SessionViewSet, basename="session")
+
+memory_unit = MemoryViewSet.as_view({"get": "unit"})
+
+urlpatterns = [
+    path("sessions/<str:session_id>/stream/", stream_view, name="session-stream"),
+    path("memory/cores/", MemoryViewSet.as_view({"get": "cores"}), name="memory-cores"),
+    path("memory/units/<str:pk>/", memory_unit, name="memory-unit"),
+    path("memory/search/", MemoryViewSet.as_view({"get": "search"}), name="memory-search"),
+    *router.urls,
+]

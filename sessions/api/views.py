@@ -1,0 +1,322 @@
+"""The HTTP API (CONTRACT §3). Thin: parse, call a selector or a service or the
+runtime's entry, shape the answer. Everything is scoped to the caller's tenant;
+another tenant's session is a 404."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.viewsets import GenericViewSet
+
+from accounts.models import Tenant
+from accounts.selectors import NoTenant, tenant_for_user
+from forge import runtime
+from forge.models import SessionLease
+from forge.runtime.agents import get_agent
+from sessions import selectors, services
+from sessions.exceptions import InvalidCursor
+from sessions.models import Session
+
+from .errors import NotImplementedYet, TooLarge
+from .serializers import (
+    ForkSerializer,
+    PromptSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+    SessionUpdateSerializer,
+    page_body,
+)
+
+
+class SessionPagination(CursorPagination):
+    ordering = ("-updated_at", "-id")
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 200
+
+
+def _int_param(request: Request, name: str, default: int, *, maximum: int | None = None) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit():
+        raise InvalidCursor(f"{name} must be a non-negative integer, got {raw!r}")
+    value = int(raw)
+    if maximum is not None and not 1 <= value <= maximum:
+        raise InvalidCursor(f"{name} must be from 1 to {maximum}")
+    return value
+
+
+def _url(request: Request, **params: Any) -> str:
+    query = {k: v for k, v in {**request.query_params.dict(), **params}.items() if v is not None}
+    return request.build_absolute_uri(request.path) + "?" + urlencode(query)
+
+
+class SessionViewSet(GenericViewSet):
+    """Sessions, their history, their log, and their turns."""
+
+    serializer_class = SessionSerializer
+    pagination_class = SessionPagination
+    lookup_value_regex = r"[A-Za-z0-9_-]{1,64}"
+
+    @property
+    def user(self) -> AbstractBaseUser:
+        user = self.request.user
+        assert isinstance(user, AbstractBaseUser)  # IsAuthenticated let only users in
+        return user
+
+    @property
+    def tenant(self) -> Tenant:
+        try:
+            return tenant_for_user(self.request.user)
+        except NoTenant as exc:
+            raise PermissionDenied(str(exc)) from exc
+
+    def get_queryset(self) -> QuerySet[Session]:
+        live = SessionLease.objects.filter(session=OuterRef("pk"), expires_at__gt=timezone.now())
+        return selectors.list_sessions(tenant=self.tenant).annotate(busy=Exists(live))
+
+    def get_object(self) -> Session:
+        session = selectors.get_session(tenant=self.tenant, session_id=self.kwargs["pk"])
+        return session
+
+    def get_throttles(self) -> list[Any]:
+        if self.action == "messages" and self.request.method == "POST":
+            self.throttle_scope = "prompts"
+            return [*super().get_throttles(), ScopedRateThrottle()]
+        return super().get_throttles()
+
+    def _session_body(self, session: Session) -> dict[str, Any]:
+        session.busy = SessionLease.objects.filter(  # type: ignore[attr-defined]
+            session=session, expires_at__gt=timezone.now()
+        ).exists()
+        return SessionSerializer(session).data
+
+    # --- sessions -------------------------------------------------------------------
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(SessionSerializer(page, many=True).data)
+
+    @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
+    def create(self, request: Request) -> Response:
+        data = SessionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent = data.validated_data["agent"]
+        if agent:
+            get_agent(agent)
+        session = services.create_session(
+            user=self.user, tenant=self.tenant, title=data.validated_data["title"], agent=agent
+        )
+        return Response(self._session_body(session), status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(self._session_body(self.get_object()))
+
+    @extend_schema(request=SessionUpdateSerializer, responses=SessionSerializer)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        data = SessionUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        if not data.validated_data:
+            raise ValidationError({"title": "give a title or an agent to change"})
+        if data.validated_data.get("agent"):
+            get_agent(data.validated_data["agent"])
+        services.update_session(session=session, **data.validated_data)
+        return Response(self._session_body(session))
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        if SessionLease.objects.filter(session=session, expires_at__gt=timezone.now()).exists():
+            raise runtime.SessionBusy("the session is running a turn; abort it first")
+        services.delete_session(session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # --- history and prompts ----------------------------------------------------------
+
+    @extend_schema(
+        methods=["GET"],
+        parameters=[
+            OpenApiParameter("limit", int, description="messages per page, at most 200"),
+            OpenApiParameter("before", str, description="the next page's cursor"),
+        ],
+    )
+    @extend_schema(methods=["POST"], request=PromptSerializer, responses={202: OpenApiTypes.OBJECT})
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        parser_classes=[JSONParser, MultiPartParser, FormParser],
+    )
+    def messages(self, request: Request, pk: str) -> Response:
+        if request.method == "POST":
+            return self._prompt(request)
+        limit = _int_param(request, "limit", selectors.PAGE_DEFAULT, maximum=selectors.PAGE_MAX)
+        # Read before the page: a client that resumes the stream after this seq sees
+        # every change the page might have missed (and re-applies some it has, by id).
+        head = selectors.head_seq(tenant=self.tenant, session_id=pk)
+        page = selectors.message_page(
+            tenant=self.tenant,
+            session_id=pk,
+            limit=limit,
+            before=request.query_params.get("before"),
+        )
+        next_url = _url(request, before=page.next_before, limit=limit) if page.next_before else None
+        response = Response({**page_body(page.items, next_url), "head_seq": head})
+        if next_url:
+            response["Link"] = f'<{next_url}>; rel="next"'
+        return response
+
+    def _prompt(self, request: Request) -> Response:
+        session = self.get_object()
+        data: Any = request.data
+        if not isinstance(data, dict):
+            raise ValidationError({"text": "send an object: {text, agent?, files?}"})
+        if hasattr(data, "getlist"):  # multipart: text and agent fields, files as uploads
+            uploads = [
+                runtime.Attachment(filename=f.name, content=f.read(), mime=f.content_type or "")
+                for f in request.FILES.getlist("files")
+            ]
+            data = {"text": data.get("text"), "agent": data.get("agent") or None}
+        else:
+            uploads = []
+        if isinstance(data.get("text"), str):
+            size = len(data["text"].encode())
+            if size > settings.FORGE_MAX_PROMPT_BYTES:
+                raise TooLarge(
+                    f"the prompt is {size} bytes; the limit is {settings.FORGE_MAX_PROMPT_BYTES}"
+                )
+        prompt = PromptSerializer(data=data)
+        prompt.is_valid(raise_exception=True)
+        files = uploads + [
+            runtime.Attachment(filename=f["filename"], content=f["content"], mime=f["mime"])
+            for f in prompt.validated_data["files"]
+        ]
+        wait = request.query_params.get("wait") in ("1", "true", "yes")
+        result = runtime.prompt(
+            session=session,
+            text=prompt.validated_data["text"],
+            agent=prompt.validated_data["agent"],
+            files=files,
+            wait=wait,
+        )
+        body: dict[str, Any] = {
+            "message": result.message,
+            "assistant_message_id": result.assistant_message_id,
+        }
+        if wait:
+            body["reply"] = result.reply
+            return Response(body, status=status.HTTP_200_OK)
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="the seq to read after (0: from the start)"),
+            OpenApiParameter("limit", int, description="events per page, at most 1000"),
+        ]
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str) -> Response:
+        after = _int_param(request, "after", 0)
+        limit = _int_param(request, "limit", 500, maximum=selectors.EVENTS_PAGE_MAX)
+        events = selectors.events_after(tenant=self.tenant, session_id=pk, after=after, limit=limit)
+        next_url = (
+            _url(request, after=events[-1]["seq"], limit=limit) if len(events) == limit else None
+        )
+        response = Response(page_body(events, next_url))
+        if next_url:
+            response["Link"] = f'<{next_url}>; rel="next"'
+        return response
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        runtime.abort(session=session)
+        return Response({"aborted": True, "session": self._session_body(session)})
+
+    @extend_schema(request=None, responses={501: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def compact(self, request: Request, pk: str) -> Response:
+        self.get_object()
+        raise NotImplementedYet("compaction is not built yet")
+
+    @extend_schema(request=ForkSerializer, responses={201: SessionSerializer})
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        data = ForkSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fork = services.fork_session(
+            session=session, user=self.user, before_message_id=data.validated_data["message_id"]
+        )
+        return Response(self._session_body(fork), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("at", int, description="as of this seq (default: the end)")],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"])
+    def context(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        at = request.query_params.get("at")
+        seq = None if at in (None, "") else _int_param(request, "at", 0)
+        return Response(runtime.context_for(session=session, at=seq))
+
+    @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.STR})
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str) -> StreamingHttpResponse:
+        session = self.get_object()
+
+        def lines() -> Iterator[str]:
+            for event in selectors.iter_log(session=session):
+                yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'
+        return response
+
+    @extend_schema(
+        request={"application/x-ndjson": OpenApiTypes.STR}, responses={201: OpenApiTypes.OBJECT}
+    )
+    @action(detail=False, methods=["post"], url_path="import", parser_classes=[])
+    def import_(self, request: Request) -> Response:
+        events = services.parse_log(request.body.splitlines())
+        self.tenant  # noqa: B018 - the caller must belong to a tenant
+        session = services.import_log(user=self.user, events=events)
+        return Response({"id": session.pk}, status=status.HTTP_201_CREATED)
+
+
+class MemoryViewSet(GenericViewSet):
+    """Long-term memory (read-only). Not built yet: its issue fills it."""
+
+    @extend_schema(responses={501: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"])
+    def cores(self, request: Request) -> Response:
+        raise NotImplementedYet("long-term memory is not built yet")
+
+    @extend_schema(responses={501: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"])
+    def search(self, request: Request) -> Response:
+        raise NotImplementedYet("long-term memory is not built yet")
+
+    @extend_schema(responses={501: OpenApiTypes.OBJECT})
+    def unit(self, request: Request, pk: str) -> Response:
+        raise NotImplementedYet("long-term memory is not built yet")
