@@ -1,0 +1,14 @@
+"""The browser chat page."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import ensure_csrf_cookie
+
+
+@login_required
+@ensure_csrf_cookie
+def chat(request: HttpRequest) -> HttpResponse:
+    return render(request, "chat.html")
