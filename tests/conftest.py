@@ -9,8 +9,9 @@ in-memory channel layer) and on the server stack (PostgreSQL + Redis, from
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import dj_database_url
@@ -100,6 +101,32 @@ def _delete_logs_before_flush(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
+def agents(transactional_db: Any) -> dict[str, Any]:
+    """The default agents (a transactional test's flush removes migration data)."""
+    from forge.models import Agent
+
+    build, _ = Agent.objects.update_or_create(
+        name="build",
+        defaults={
+            "system_prompt": "You are Forge.",
+            "tools": [],
+            "step_limit": 10,
+            "is_default": True,
+        },
+    )
+    explore, _ = Agent.objects.update_or_create(
+        name="explore",
+        defaults={
+            "system_prompt": "You explore.",
+            "tools": ["list_files", "read_file"],
+            "step_limit": 4,
+            "is_default": False,
+        },
+    )
+    return {"build": build, "explore": explore}
+
+
+@pytest.fixture
 def tenant(db: Any) -> Any:
     from accounts.models import Tenant
 
@@ -149,6 +176,44 @@ def _close_runtime_connections(request: pytest.FixtureRequest) -> Iterator[None]
         (marker := request.node.get_closest_marker("django_db")) is not None
         and marker.kwargs.get("transaction")
     ):
+        from asgiref.sync import SyncToAsync
+        from django.db import connections
+
         from forge.runtime.db import close_connections
 
         close_connections()
+        # Django's AsyncClient runs sync views on asgiref's shared thread and, like the
+        # sync test client, leaves that thread's connection open.
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_runtime_connections_at_the_end(django_db_setup: Any) -> Iterator[None]:
+    """Background work (titles) may reopen the runtime's connection after a test; close it
+    before the test database is dropped."""
+    yield
+    from forge.runtime.db import close_connections
+
+    close_connections()
+
+
+@pytest.fixture
+async def _runtime_settles() -> AsyncIterator[None]:
+    """A test may end as soon as it saw a reply finish, while its turn still releases the
+    lease; wait for the runtime's tasks before the test's event loop closes (a receive
+    left pending on a closed loop would wedge channels-redis for the tests after)."""
+    yield
+    from channels.layers import channel_layers
+
+    from forge.runtime import settle
+
+    await settle()
+    # Each test runs on its own event loop, and channels-redis keeps receive state per
+    # layer instance: let the next test make its own.
+    channel_layers.backends = {}
+
+
+@pytest.fixture(autouse=True)
+def _let_async_tests_settle(request: pytest.FixtureRequest) -> None:
+    if inspect.iscoroutinefunction(getattr(request.node, "function", None)):
+        request.getfixturevalue("_runtime_settles")

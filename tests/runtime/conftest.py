@@ -12,32 +12,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from forge.models import Agent
 from sessions import bus
-
-
-@pytest.fixture
-def agents(transactional_db: Any) -> dict[str, Agent]:
-    """The default agents (a transactional test's flush removes migration data)."""
-    build, _ = Agent.objects.update_or_create(
-        name="build",
-        defaults={
-            "system_prompt": "You are Forge.",
-            "tools": [],
-            "step_limit": 10,
-            "is_default": True,
-        },
-    )
-    explore, _ = Agent.objects.update_or_create(
-        name="explore",
-        defaults={
-            "system_prompt": "You explore.",
-            "tools": ["list_files", "read_file"],
-            "step_limit": 4,
-            "is_default": False,
-        },
-    )
-    return {"build": build, "explore": explore}
 
 
 @pytest.fixture

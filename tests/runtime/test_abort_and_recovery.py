@@ -279,6 +279,7 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     }
     if django_settings.FORGE_TEST_STACK == "server":
         env["REDIS_URL"] = django_settings.FORGE_TEST_REDIS_URL
+        env["FORGE_REDIS_PREFIX"] = django_settings.FORGE_INFLIGHT_PREFIX
     process = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
         cwd=ROOT,
@@ -305,6 +306,11 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     reply = items[-1]
     parts = {p["type"]: p for p in reply["parts"]}
     assert parts["text"]["text"] == "Let me look."
+    # The reasoning was still streaming when the process died: with Redis, what had
+    # streamed survives in the in-flight mirror; without it, only the log's (empty) text.
+    expected = "thinking" if django_settings.REDIS_URL else ""
+    assert parts["reasoning"]["text"] == expected
+    assert parts["reasoning"]["time"]["end"]
     assert parts["tool"]["state"]["status"] == "error"
     assert parts["tool"]["state"]["metadata"]["interrupted"] is True
     # The next prompt to that session works.

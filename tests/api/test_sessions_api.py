@@ -1,0 +1,377 @@
+"""The HTTP API (CONTRACT §3): sessions, history, prompts, the log, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from sessions import services
+from sessions.models import Session, SessionEvent
+
+from .conftest import error
+
+pytestmark = pytest.mark.django_db
+
+
+# --- auth ----------------------------------------------------------------------------
+
+
+def test_without_credentials_every_route_is_401_with_a_json_body(session):
+    anonymous = APIClient()
+    for url in (
+        "/api/sessions/",
+        f"/api/sessions/{session.pk}/",
+        f"/api/sessions/{session.pk}/messages/",
+    ):
+        response = anonymous.get(url)
+        assert response.status_code == 401
+        assert error(response)["code"] == "not_authenticated"
+        assert response["WWW-Authenticate"] == "Token"
+    bad = APIClient()
+    bad.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert bad.get("/api/sessions/").status_code == 401
+
+
+def test_the_session_cookie_works_and_csrf_applies_to_it(user, session):
+    browser = APIClient(enforce_csrf_checks=True)
+    assert browser.login(username="alice", password="pw-alice-123")
+    assert browser.get(f"/api/sessions/{session.pk}/").status_code == 200
+    refused = browser.post("/api/sessions/", {"title": "x"}, format="json")
+    assert refused.status_code == 403
+    assert "CSRF" in error(refused)["message"]
+
+
+# --- sessions ----------------------------------------------------------------------------
+
+
+def test_create_read_rename_and_delete_a_session(api, tenant):
+    created = api.post("/api/sessions/", {"title": "Plans"}, format="json")
+    assert created.status_code == 201
+    body = created.json()
+    assert set(body) == {"id", "title", "agent", "parent_id", "created_at", "updated_at", "status"}
+    assert (body["title"], body["status"], body["agent"]) == ("Plans", "idle", None)
+    url = f"/api/sessions/{body['id']}/"
+    assert api.get(url).json()["title"] == "Plans"
+    renamed = api.patch(url, {"title": "Holiday plans"}, format="json")
+    assert renamed.json()["title"] == "Holiday plans"
+    log = list(SessionEvent.objects.filter(session_id=body["id"]).values_list("type", flat=True))
+    assert log == ["session.created", "session.updated"]
+    assert api.delete(url).status_code == 204
+    assert api.get(url).status_code == 404
+    assert not SessionEvent.objects.filter(session_id=body["id"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"title": "x" * 300}, "invalid"),
+        ({"agent": "nobody"}, "unknown_agent"),
+        ({"title": ["a", "list"]}, "invalid"),
+    ],
+)
+def test_bad_session_input_is_400_and_creates_nothing(api, body, code):
+    response = api.post("/api/sessions/", body, format="json")
+    assert response.status_code == 400
+    assert error(response)["code"] == code
+    assert not Session.objects.exists()
+
+
+def test_an_empty_rename_is_400(api, session):
+    response = api.patch(f"/api/sessions/{session.pk}/", {}, format="json")
+    assert response.status_code == 400
+
+
+def test_sessions_are_paged_with_a_cursor_most_recent_first(api, user):
+    for n in range(7):
+        services.create_session(user=user, title=f"s{n}")
+    first = api.get("/api/sessions/?limit=5").json()
+    assert [s["title"] for s in first["results"]] == ["s6", "s5", "s4", "s3", "s2"]
+    second = api.get(first["next"]).json()
+    assert [s["title"] for s in second["results"]] == ["s1", "s0"]
+    assert second["next"] is None
+    assert second["previous"]
+
+
+# --- history -------------------------------------------------------------------------------
+
+
+def test_history_pages_go_back_with_next_and_a_link_header(api, session):
+    for n in range(60):
+        message = services.update_message(session=session, info={"role": "user"}).data["id"]
+        services.update_part(
+            session=session, part={"message_id": message, "type": "text", "text": f"m{n}"}
+        )
+    url = f"/api/sessions/{session.pk}/messages/"
+    response = api.get(url)
+    body = response.json()
+    assert [i["parts"][0]["text"] for i in body["results"]] == [f"m{n}" for n in range(10, 60)]
+    assert body["head_seq"] == 121
+    assert response["Link"] == f'<{body["next"]}>; rel="next"'
+    older = api.get(body["next"]).json()
+    assert [i["parts"][0]["text"] for i in older["results"]] == [f"m{n}" for n in range(10)]
+    assert older["next"] is None
+    assert len(api.get(url + "?limit=200").json()["results"]) == 60
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=ten", "before=not%20an%20id"])
+def test_a_bad_cursor_or_limit_is_400(api, session, query):
+    response = api.get(f"/api/sessions/{session.pk}/messages/?{query}")
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_cursor"
+
+
+def test_events_after_a_seq_are_paged(api, session, user_message):
+    for n in range(5):
+        services.update_part(
+            session=session, part={"message_id": user_message["id"], "type": "text", "text": str(n)}
+        )
+    url = f"/api/sessions/{session.pk}/events/"
+    page = api.get(url + "?after=2&limit=3").json()
+    assert [e["seq"] for e in page["results"]] == [3, 4, 5]
+    assert set(page["results"][0]) == {"seq", "id", "session_id", "type", "at", "data"}
+    rest = api.get(page["next"]).json()
+    assert [e["seq"] for e in rest["results"]] == [6, 7]
+    assert rest["next"] is None
+    for bad in ("after=-1", "after=x", "limit=5000"):
+        assert api.get(f"{url}?{bad}").status_code == 400
+
+
+# --- prompts --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prompt_answers_202_with_the_message_and_the_reply_id(api, session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    response = api.post(
+        f"/api/sessions/{session.pk}/messages/", {"text": "hi there"}, format="json"
+    )
+    assert response.status_code == 202
+    body = response.json()
+    assert body["message"]["info"]["role"] == "user"
+    assert body["message"]["parts"][0]["text"] == "hi there"
+    assert body["assistant_message_id"].startswith("msg_")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wait_returns_the_finished_reply(api, session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    response = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1", {"text": "echo me"}, format="json"
+    )
+    assert response.status_code == 200
+    reply = response.json()["reply"]
+    assert reply["info"]["id"] == response.json()["assistant_message_id"]
+    assert reply["info"]["completed_at"]
+    assert next(p for p in reply["parts"] if p["type"] == "text")["text"] == "echo me"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_files_arrive_as_json_base64_or_multipart(api, session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    data = base64.b64encode(b"alpha beta").decode()
+    as_json = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "read", "files": [{"filename": "a.txt", "mime": "text/plain", "content": data}]},
+        format="json",
+    )
+    assert as_json.status_code == 200, as_json.json()
+    types = [p["type"] for p in as_json.json()["message"]["parts"]]
+    assert types == ["text", "file", "text"]
+    upload = SimpleUploadedFile("b.csv", b"x,y\n1,2\n", content_type="text/csv")
+    as_form = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "and this", "files": [upload]},
+        format="multipart",
+    )
+    assert as_form.status_code == 200, as_form.json()
+    file_part = as_form.json()["message"]["parts"][1]
+    assert (file_part["filename"], file_part["mime"]) == ("b.csv", "text/csv")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"text": ""}, 400, "invalid"),
+        ({}, 400, "invalid"),
+        ({"text": "x" * 100_001}, 413, "too_large"),
+        ({"text": "hi", "agent": "nobody"}, 400, "unknown_agent"),
+        ({"text": "hi", "files": [{"filename": "a", "content": "!!not base64"}]}, 400, "invalid"),
+    ],
+    ids=["empty", "missing", "too large", "unknown agent", "bad file"],
+)
+@pytest.mark.django_db(transaction=True)
+def test_bad_prompts_get_a_clear_error_and_write_nothing(api, session, agents, body, status, code):
+    before = SessionEvent.objects.count()
+    response = api.post(f"/api/sessions/{session.pk}/messages/", body, format="json")
+    assert response.status_code == status
+    assert error(response)["code"] == code
+    assert SessionEvent.objects.count() == before
+
+
+def test_prompts_are_rate_limited(api, session, user, monkeypatch):
+    from django.core.cache import cache
+    from rest_framework.throttling import ScopedRateThrottle
+
+    monkeypatch.setattr(
+        ScopedRateThrottle, "THROTTLE_RATES", {"prompts": "1/min", "user": "1000/min"}
+    )
+    cache.delete(f"throttle_prompts_{user.pk}")
+    first = api.post(f"/api/sessions/{session.pk}/messages/", {"text": ""}, format="json")
+    assert first.status_code == 400
+    second = api.post(f"/api/sessions/{session.pk}/messages/", {"text": ""}, format="json")
+    assert second.status_code == 429
+    assert error(second)["code"] == "throttled"
+
+
+def test_abort_when_nothing_runs_is_409(api, session):
+    response = api.post(f"/api/sessions/{session.pk}/abort/")
+    assert response.status_code == 409
+    assert error(response)["code"] == "not_running"
+
+
+def test_compact_is_not_built_yet(api, session):
+    assert api.post(f"/api/sessions/{session.pk}/compact/").status_code == 501
+
+
+# --- fork, context, export and import ------------------------------------------------------
+
+
+def _exchange(session: Any, question: str, answer: str) -> tuple[str, str]:
+    user = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=session, part={"message_id": user, "type": "text", "text": question}
+    )
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user}
+    ).data["id"]
+    services.update_part(session=session, part={"message_id": reply, "type": "step-start"})
+    services.update_part(
+        session=session, part={"message_id": reply, "type": "text", "text": answer}
+    )
+    return user, reply
+
+
+def test_fork_keeps_the_history_before_a_message(api, session):
+    _exchange(session, "one", "first")
+    second_user, _ = _exchange(session, "two", "second")
+    response = api.post(
+        f"/api/sessions/{session.pk}/fork/", {"message_id": second_user}, format="json"
+    )
+    assert response.status_code == 201
+    fork_id = response.json()["id"]
+    assert fork_id != session.pk
+    items = api.get(f"/api/sessions/{fork_id}/messages/").json()["results"]
+    assert [p["text"] for i in items for p in i["parts"] if p["type"] == "text"] == ["one", "first"]
+    assert items[1]["info"]["parent_id"] == items[0]["info"]["id"]
+    missing = api.post(
+        f"/api/sessions/{session.pk}/fork/", {"message_id": "msg_nope"}, format="json"
+    )
+    assert missing.status_code == 404
+
+
+def test_context_shows_what_the_model_would_be_sent_now_or_as_of_a_seq(api, session):
+    services.append_event(
+        session=session,
+        type="context.updated",
+        data={"blocks": [{"kind": "system", "key": "agent", "text": "Be brief."}]},
+    )
+    _exchange(session, "one", "first")
+    seq_after_first = SessionEvent.objects.filter(session=session).count()
+    _exchange(session, "two", "second")
+    now = api.get(f"/api/sessions/{session.pk}/context/").json()
+    assert now["system"] == ["Be brief."]
+    assert [m["content"] for m in now["messages"]] == ["one", "first", "two", "second"]
+    then = api.get(f"/api/sessions/{session.pk}/context/?at={seq_after_first}").json()
+    assert [m["content"] for m in then["messages"]] == ["one", "first"]
+    assert then["at"] == seq_after_first
+    assert api.get(f"/api/sessions/{session.pk}/context/?at=x").status_code == 400
+
+
+def test_export_then_import_recreates_the_session_after_verifying_it(api, session):
+    _exchange(session, "keep", "this")
+    exported = api.get(f"/api/sessions/{session.pk}/export/")
+    assert exported.status_code == 200
+    assert exported["Content-Type"] == "application/x-ndjson"
+    body = b"".join(exported.streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    assert all(len(e["hash"]) == 64 for e in lines)
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    conflict = api.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+    )
+    assert conflict.status_code == 409
+    services.delete_session(session=session)
+    imported = api.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+    )
+    assert imported.status_code == 201
+    assert imported.json() == {"id": session.pk}
+    assert api.get(f"/api/sessions/{session.pk}/messages/").json()["results"] == history
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (
+            lambda lines: lines[2].__setitem__("data", {**lines[2]["data"], "text": "forged"}),
+            "seq 3",
+        ),
+        (lambda lines: lines.pop(1), "seq 2"),
+    ],
+    ids=["changed", "dropped"],
+)
+def test_a_tampered_log_is_refused(api, session, tamper, message):
+    _exchange(session, "keep", "this")
+    lines = [
+        json.loads(line)
+        for line in b"".join(
+            api.get(f"/api/sessions/{session.pk}/export/").streaming_content
+        ).splitlines()
+    ]
+    services.delete_session(session=session)
+    tamper(lines)
+    body = "\n".join(json.dumps(e) for e in lines).encode()
+    response = api.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400
+    assert error(response)["code"] == "log_integrity"
+    assert message in error(response)["message"]
+    assert not Session.objects.filter(pk=session.pk).exists()
+    garbage = api.generic(
+        "POST", "/api/sessions/import/", b"{nope\n", content_type="application/x-ndjson"
+    )
+    assert garbage.status_code == 400
+
+
+# --- memory and docs ----------------------------------------------------------------------
+
+
+def test_memory_routes_exist_but_are_not_built_yet(api):
+    for url in ("/api/memory/cores/", "/api/memory/units/u1/", "/api/memory/search/?q=x"):
+        response = api.get(url)
+        assert response.status_code == 501
+        assert error(response)["code"] == "not_implemented"
+    assert APIClient().get("/api/memory/cores/").status_code == 401
+
+
+def test_openapi_schema_and_offline_docs(api):
+    schema = api.get("/api/schema/")
+    assert schema.status_code == 200
+    assert b"/api/sessions/{id}/messages/" in schema.content
+    docs = api.get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"drf_spectacular_sidecar" in docs.content
+    assert b"cdn." not in docs.content
+
+
+def test_unknown_api_routes_answer_json_404(api):
+    response = api.get("/api/nothing-here/")
+    assert response.status_code == 404
+    assert error(response)["code"] == "not_found"

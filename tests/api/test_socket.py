@@ -1,0 +1,356 @@
+"""The session socket (CONTRACT §4), through the real ASGI application: origin check,
+cookie/token auth, replay + snapshots + live frames, client frames, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from forge.asgi import application
+from sessions import services
+from tests.frames import Text
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+def socket(
+    session_id: str, token: str | None, *, after: int | None = None, origin: bool = True
+) -> WebsocketCommunicator:
+    headers = [ORIGIN] if origin else []
+    if token is not None:
+        headers.append((b"authorization", f"Token {token}".encode()))
+    path = f"/ws/sessions/{session_id}/" + (f"?after={after}" if after is not None else "")
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def frames_until(
+    ws: WebsocketCommunicator, done: Any, timeout: float = 20
+) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        while not done(frames):
+            frames.append(json.loads(await ws.receive_from()))
+    return frames
+
+
+async def until_ack(ws: WebsocketCommunicator) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ack of a prompt just sent, and the frames that came before it."""
+    frames = await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "ack")
+    return frames[-1], frames[:-1]
+
+
+def finished(message_id: str) -> Any:
+    def check(frames: list[dict[str, Any]]) -> bool:
+        return any(
+            f.get("type") == "message.updated"
+            and f["data"]["id"] == message_id
+            and f["data"].get("completed_at")
+            for f in frames
+        )
+
+    return check
+
+
+async def test_unauthenticated_sockets_close_4401(session):
+    for token in (None, "not-a-token"):
+        ws = socket(session.pk, token)
+        connected, _ = await ws.connect()
+        assert connected
+        assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4401}
+        await ws.disconnect()
+
+
+async def test_a_token_in_the_query_string_is_not_accepted(session, token):
+    ws = WebsocketCommunicator(
+        application, f"/ws/sessions/{session.pk}/?token={token}", headers=[ORIGIN]
+    )
+    await ws.connect()
+    assert (await ws.receive_output(timeout=5))["code"] == 4401
+    await ws.disconnect()
+
+
+async def test_another_tenants_session_and_unknown_ids_close_4404(session, stranger_token, token):
+    for session_id, who in (
+        (session.pk, stranger_token),
+        ("ses_missing", token),
+        ("bad id!", token),
+    ):
+        ws = socket(session_id, who)
+        await ws.connect()
+        assert (await ws.receive_output(timeout=5))["code"] == 4404
+        await ws.disconnect()
+
+
+async def test_a_foreign_origin_is_refused(session, token):
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[
+            (b"origin", b"http://evil.example"),
+            (b"authorization", f"Token {token}".encode()),
+        ],
+    )
+    connected, _ = await ws.connect()
+    assert not connected
+
+
+async def test_on_connect_the_log_after_the_seq_is_replayed_in_order(session, token, user_message):
+    for n in range(5):
+        await database_sync_to_async(services.update_part)(
+            session=session, part={"message_id": user_message["id"], "type": "text", "text": str(n)}
+        )
+    ws = socket(session.pk, token)
+    assert (await ws.connect())[0]
+    frames = await frames_until(ws, lambda f: len(f) == 7)
+    assert [f["seq"] for f in frames] == list(range(1, 8))
+    assert all(f["kind"] == "event" for f in frames)
+    await ws.disconnect()
+    later = socket(session.pk, token, after=5)
+    await later.connect()
+    frames = await frames_until(later, lambda f: len(f) == 2)
+    assert [f["seq"] for f in frames] == [6, 7]
+    assert await later.receive_nothing(timeout=0.2)
+    await later.disconnect()
+
+
+async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    await ws.send_to(
+        text_data=json.dumps({"type": "prompt", "text": "stream this now", "client_id": "c1"})
+    )
+    ack, before = await until_ack(ws)
+    assert ack["client_id"] == "c1"
+    assert ack["message_id"].startswith("msg_")
+    frames = before + await frames_until(ws, finished(ack["assistant_message_id"]))
+    text = Text()
+    for frame in frames:
+        text.apply(frame)
+    reply_text = next(
+        f["data"]["text"]
+        for f in frames
+        if f.get("type") == "part.updated"
+        and f["data"]["type"] == "text"
+        and f["data"]["time"].get("end")
+        and f["data"]["message_id"] == ack["assistant_message_id"]
+    )
+    assert reply_text == "stream this now"
+    assert any(f["kind"] == "delta" for f in frames)
+    statuses = [f["status"] for f in frames if f["kind"] == "status"]
+    assert statuses[0] == "busy"
+    seqs = [f["seq"] for f in frames if f["kind"] == "event"]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    await ws.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("not json", "bad_json"),
+        ("[1, 2]", "bad_frame"),
+        (json.dumps({"type": "dance"}), "unknown_type"),
+        (json.dumps({"type": "prompt"}), "invalid_prompt"),
+        (json.dumps({"type": "prompt", "text": "x" * 100_001}), "too_large"),
+        (json.dumps({"type": "prompt", "text": "hi", "agent": "nobody"}), "unknown_agent"),
+        (json.dumps({"type": "abort"}), "not_running"),
+    ],
+    ids=[
+        "not json",
+        "not an object",
+        "unknown type",
+        "no text",
+        "too large",
+        "unknown agent",
+        "abort idle",
+    ],
+)
+async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
+    session, token, agents, frame, code
+):
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    await ws.send_to(text_data=frame)
+    reply = json.loads(await ws.receive_from(timeout=5))
+    assert reply["kind"] == "error"
+    assert reply["code"] == code
+    assert reply["message"]
+    await ws.send_to(text_data=json.dumps({"type": "ping"}))
+    assert json.loads(await ws.receive_from()) == {"kind": "pong"}
+    await ws.disconnect()
+    assert await database_sync_to_async(session.events.count)() == 1  # nothing written
+
+
+async def test_a_prompt_to_a_busy_session_gets_a_busy_error(session, token, agents, script):
+    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
+    for i in range(100):
+        events += [
+            {"type": "text-delta", "id": "t", "delta": f"w{i} "},
+            {"type": "sleep", "seconds": 0.01},
+        ]
+    script(
+        [
+            [
+                *events,
+                {"type": "text-end", "id": "t"},
+                {"type": "finish-step", "finish_reason": "stop"},
+            ]
+        ]
+    )
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "one"}))
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "two", "client_id": "second"}))
+    frames = await frames_until(ws, lambda f: any(x["kind"] == "error" for x in f))
+    error = next(f for f in frames if f["kind"] == "error")
+    assert (error["code"], error["client_id"]) == ("busy", "second")
+    await ws.send_to(text_data=json.dumps({"type": "abort"}))
+    await frames_until(
+        ws, lambda f: any(x.get("kind") == "status" and x["status"] == "idle" for x in f)
+    )
+    await ws.disconnect()
+
+
+async def test_connecting_mid_reply_gives_a_snapshot_then_the_rest_without_holes(
+    session, token, agents, script
+):
+    words = [f"w{i} " for i in range(300)]
+    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
+    for word in words:
+        events += [
+            {"type": "text-delta", "id": "t", "delta": word},
+            {"type": "sleep", "seconds": 0.003},
+        ]
+    script(
+        [
+            [
+                *events,
+                {"type": "text-end", "id": "t"},
+                {"type": "finish-step", "finish_reason": "stop"},
+            ]
+        ]
+    )
+    first = socket(session.pk, token)
+    await first.connect()
+    await first.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
+    ack, before = await until_ack(first)
+    seen = before + await frames_until(first, lambda f: sum(x["kind"] == "delta" for x in f) >= 100)
+    last_seq = max(f["seq"] for f in seen if f["kind"] == "event")
+    await first.disconnect()
+    second = socket(session.pk, token, after=last_seq)
+    await second.connect()
+    frames = await frames_until(second, finished(ack["assistant_message_id"]))
+    assert frames[0]["kind"] == "snapshot"
+    assert len(frames[0]["text"]) > 0
+    text = Text()
+    for frame in seen + frames:
+        text.apply(frame)
+    final = next(
+        f["data"]["text"]
+        for f in frames
+        if f.get("type") == "part.updated"
+        and f["data"]["type"] == "text"
+        and f["data"]["time"].get("end")
+    )
+    assert final == "".join(words).rstrip()
+    assert text.parts[frames[0]["part_id"]] == final
+    await second.disconnect()
+
+
+async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
+    session, token, agents, script, monkeypatch
+):
+    """Drop every third frame on its way through the channel layer."""
+    words = [f"w{i} " for i in range(150)]
+    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
+    for word in words:
+        events += [
+            {"type": "text-delta", "id": "t", "delta": word},
+            {"type": "sleep", "seconds": 0.002},
+        ]
+    script(
+        [
+            [
+                *events,
+                {"type": "text-end", "id": "t"},
+                {"type": "finish-step", "finish_reason": "stop"},
+            ]
+        ]
+    )
+    layer = get_channel_layer()
+    send = layer.group_send
+    count = {"sent": 0, "dropped": 0}
+
+    async def lossy(group: str, message: dict[str, Any]) -> None:
+        count["sent"] += 1
+        if group.startswith("forge.session.") and count["sent"] % 3 == 0:
+            count["dropped"] += 1
+            return
+        await send(group, message)
+
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    monkeypatch.setattr(layer, "group_send", lossy)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
+    ack, before = await until_ack(ws)
+    frames = before + await frames_until(ws, finished(ack["assistant_message_id"]))
+    assert count["dropped"] > 20
+    seqs = [f["seq"] for f in frames if f["kind"] == "event"]
+    assert seqs == list(range(2, 2 + len(seqs)))  # every event, once, in order
+    text = Text()
+    for frame in frames:
+        text.apply(frame)  # asserts no hole and no repeat
+    assert any(f["kind"] == "snapshot" for f in frames)  # offset gaps were repaired
+    final = next(
+        f["data"]["text"]
+        for f in frames
+        if f.get("type") == "part.updated"
+        and f["data"]["type"] == "text"
+        and f["data"]["time"].get("end")
+    )
+    assert final == "".join(words).rstrip()
+    await ws.disconnect()
+
+
+async def test_losing_the_last_events_of_a_reply_is_repaired_once_the_stream_goes_quiet(
+    session, token, agents, settings, monkeypatch
+):
+    """Nothing follows the completing event to reveal the gap: the stream re-reads the log."""
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_STREAM_RESYNC_SECONDS = 0.3
+    layer = get_channel_layer()
+    send = layer.group_send
+    dropping = {"on": False, "dropped": 0}
+
+    async def lose_the_tail(group: str, message: dict[str, Any]) -> None:
+        frame = message.get("frame", {})
+        data = frame.get("data", {})
+        if frame.get("type") == "message.updated" and data.get("completed_at"):
+            dropping["on"] = True  # from the completing event on, everything is lost
+        if dropping["on"] and group.startswith("forge.session."):
+            dropping["dropped"] += 1
+            return
+        await send(group, message)
+
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    monkeypatch.setattr(layer, "group_send", lose_the_tail)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "the end matters"}))
+    ack, before = await until_ack(ws)
+    frames = before + await frames_until(ws, finished(ack["assistant_message_id"]), timeout=10)
+    assert dropping["dropped"] >= 2  # the completing event and the idle status
+    seqs = [f["seq"] for f in frames if f["kind"] == "event"]
+    assert seqs == list(range(2, 2 + len(seqs)))
+    await ws.disconnect()

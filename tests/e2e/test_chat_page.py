@@ -1,0 +1,401 @@
+"""The chat page in a real browser, against a real daphne.
+
+Every test logs in through the login page as the ``user`` fixture, uses the page
+the way a person would (clicks, typing, Enter), and reads what the page shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .conftest import ChatPage
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+OpenPage = Callable[..., ChatPage]
+
+
+def words(n: int) -> str:
+    return " ".join(f"word{i:03d}" for i in range(n))
+
+
+def test_login_rejects_a_wrong_password(chat_page: OpenPage, alice: Any, agents: Any) -> None:
+    chat = chat_page()
+    chat.page.goto(f"{chat.server.url}/")
+    chat.page.get_by_label("Username").fill("alice")
+    chat.page.get_by_label("Password").fill("not-her-password")
+    chat.page.get_by_role("button", name="Sign in").click()
+    alert = chat.page.get_by_role("alert")
+    alert.wait_for()
+    assert "correct username and password" in alert.inner_text()
+    assert "/login/" in chat.page.url
+
+
+# Records, in the page, every distinct text an assistant part showed while it rendered.
+WATCH_PARTS = """() => {
+    window.__seen = { text: [], reasoning: [] };
+    const note = (list, node) => {
+        if (!node) return;
+        const text = node.textContent;
+        if (list[list.length - 1] !== text) list.push(text);
+    };
+    new MutationObserver(() => {
+        const message = document.querySelector(".message-assistant:last-of-type");
+        if (!message) return;
+        note(window.__seen.text, message.querySelector(".part-text .markdown"));
+        note(window.__seen.reasoning, message.querySelector(".part-reasoning .reasoning-body"));
+    }).observe(document.getElementById("message-list"), {
+        childList: true, subtree: true, characterData: true,
+    });
+}"""
+
+
+def test_prompt_streams_reasoning_text_and_step_cost(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page(FORGE_ECHO_DELAY="0.05")
+    chat.login()
+    chat.new_session()
+    page = chat.page
+    page.evaluate(WATCH_PARTS)
+    prompt = "hello from the browser " + words(20)
+    chat.send(prompt)
+
+    # The user's message shows up from its events, as plain text.
+    user_text = page.locator(".message-user .plain-text")
+    user_text.wait_for()
+    assert user_text.inner_text() == prompt
+    # While the reply runs, the page says so and offers to abort.
+    page.locator('.message-assistant[data-state="streaming"]').wait_for()
+    assert page.locator("#abort-button").is_enabled()
+    assert page.locator("#send-button").is_disabled()
+
+    message = chat.wait_reply_done()
+    assert message.get_attribute("data-state") == "done"
+    assert message.locator(".part-text .markdown").inner_text() == prompt
+    thought = "The user wrote 24 words; I will echo them."
+    reasoning = message.locator(".part-reasoning")
+    assert reasoning.locator(".reasoning-body").text_content() == thought
+
+    # Both streamed: many growing prefixes, ending with the whole text.
+    seen = page.evaluate("window.__seen")
+    for name, whole in (("text", prompt), ("reasoning", thought)):
+        shown = [t for t in seen[name] if t]
+        assert len(shown) >= 5, (name, shown)
+        assert all(whole.startswith(t) for t in shown), (name, shown)
+        assert [len(t) for t in shown] == sorted({len(t) for t in shown}), (name, shown)
+        assert shown[-1] == whole
+
+    # Finished reasoning folds away; a click opens it again.
+    assert reasoning.locator("details").get_attribute("open") is None
+    reasoning.locator("summary").click()
+    assert reasoning.locator(".reasoning-body").is_visible()
+    step = message.locator(".part-step-finish")
+    assert "finish: stop" in step.inner_text()
+    assert "tokens:" in step.locator(".step-tokens").inner_text()
+    assert step.locator(".step-cost").inner_text().startswith("cost: $")
+    totals = message.locator(".message-totals").inner_text()
+    assert "total cost: $" in totals
+    assert "finish: stop" in totals
+    # Idle again: send enabled, abort disabled; the session is listed.
+    page.locator("#abort-button:disabled").wait_for()
+    assert page.locator("#send-button").is_enabled()
+    assert page.locator(".session-item").count() == 1
+    chat.assert_clean()
+
+
+def test_tool_call_shows_a_card_that_completes_and_the_patch(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page()
+    chat.login()
+    chat.new_session()
+    chat.send('/tool write_file {"path": "a.txt", "content": "hi"}')
+
+    message = chat.wait_reply_done()
+    card = message.locator(".part-tool")
+    assert card.get_attribute("data-status") == "completed"
+    assert card.locator(".tool-name").inner_text() == "write_file"
+    assert card.locator(".status-badge").inner_text() == "completed"
+    card.locator(".tool-input summary").click()
+    assert '"path": "a.txt"' in card.locator(".tool-input pre").inner_text()
+    assert card.locator(".tool-output pre").inner_text() != ""
+    patch = message.locator(".part-patch")
+    assert "a.txt" in patch.inner_text()
+    assert "Changed 1 file" in patch.inner_text()
+    # Two steps: the tool call, then the summary of its result.
+    assert message.locator(".part-step-finish").count() == 2
+    assert message.locator(".part-text .markdown").inner_text().startswith("The tool returned:")
+    chat.assert_clean()
+
+
+XSS_PROMPT = (
+    '<img src=x onerror="window.__pwned=1"> <script>window.__pwned=1</script> '
+    "[click](javascript:window.__pwned=1) and **bold** and [docs](https://example.com/docs) "
+    '[data](data:text/html,<script>alert(1)</script>) <a href="javascript:window.__pwned=1">a</a>'
+)
+
+
+def test_model_output_is_sanitized_markdown(chat_page: OpenPage, alice: Any, agents: Any) -> None:
+    chat = chat_page()
+    chat.login()
+    chat.new_session()
+    chat.send(XSS_PROMPT)
+    message = chat.wait_reply_done()
+    page = chat.page
+    page.wait_for_timeout(300)  # let any injected handler have its chance
+
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    listing = page.locator("#message-list")
+    assert listing.locator("script").count() == 0
+    assert listing.locator("img").count() == 0
+    assert listing.locator("[onerror]").count() == 0
+    assert page.locator('a[href^="javascript"], a[href^="data"]').count() == 0
+    text = message.locator(".part-text .markdown")
+    # What was not made into markup is shown as text.
+    shown = text.inner_text()
+    assert "<script>window.__pwned=1</script>" in shown
+    assert '<img src=x onerror="window.__pwned=1">' in shown
+    assert "[click](javascript:window.__pwned=1)" in shown
+    assert text.locator("strong").inner_text() == "bold"
+    link = text.locator('a[href="https://example.com/docs"]')
+    assert link.inner_text() == "docs"
+    assert link.get_attribute("rel") == "noopener noreferrer"
+    assert link.get_attribute("target") == "_blank"
+    assert text.locator("a").count() == 1
+    # The user's own message is plain text too.
+    assert page.locator(".message-user .plain-text").inner_text() == XSS_PROMPT
+    chat.assert_clean()
+
+
+MARKDOWN_CASES = [
+    '<img src=x onerror="window.__pwned=1">',
+    "<script>window.__pwned=1</script>",
+    "<svg onload=window.__pwned=1></svg>",
+    "<iframe src=javascript:window.__pwned=1></iframe>",
+    "[x](javascript:window.__pwned=1)",
+    "[x](JaVaScRiPt:window.__pwned=1)",
+    "[x](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "[x](vbscript:msgbox)",
+    '[x](https://ok.example/" onmouseover="window.__pwned=1)',
+    "[x](https://ok.example/a onmouseover=window.__pwned=1)",
+    "[<img src=x onerror=window.__pwned=1>](https://ok.example/)",
+    "https://ok.example/<img src=x onerror=window.__pwned=1>",
+    "`<script>window.__pwned=1</script>`",
+    "```html\n<script>window.__pwned=1</script>\n```",
+    '```" onmouseover="x\ncode\n```',
+    "> <img src=x onerror=window.__pwned=1>",
+    "- <img src=x onerror=window.__pwned=1>\n- **<b>b</b>**",
+    "# <script>x</script>",
+    "&lt;script&gt; &amp; &#60;img&#62;",
+    "\u0000 0\u0000 `x`",
+]
+
+
+def test_markdown_renderer_admits_only_its_own_tags(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page()
+    chat.login()
+    result = chat.page.evaluate(
+        """async (cases) => {
+            const { renderMarkdown } = await import("/static/forge/markdown.js");
+            const allowed = new Set(["P","BR","H1","H2","H3","H4","H5","H6","STRONG","EM","DEL",
+                "CODE","PRE","UL","OL","LI","BLOCKQUOTE","HR","A"]);
+            const problems = [];
+            for (const source of cases) {
+                const html = renderMarkdown(source);
+                const doc = new DOMParser().parseFromString(`<div>${html}</div>`, "text/html");
+                for (const node of doc.body.firstChild.querySelectorAll("*")) {
+                    if (!allowed.has(node.tagName)) problems.push([source, node.tagName]);
+                    for (const attr of node.attributes) {
+                        const ok = (
+                            (node.tagName === "A" && ["href", "rel", "target"].includes(attr.name))
+                            || (node.tagName === "CODE" && attr.name === "class")
+                            || (node.tagName === "OL" && attr.name === "start")
+                        );
+                        if (!ok) problems.push([source, node.tagName, attr.name]);
+                        if (attr.name === "href" && !/^(https?:|mailto:)/i.test(attr.value)) {
+                            problems.push([source, "href", attr.value]);
+                        }
+                    }
+                }
+            }
+            return problems;
+        }""",
+        MARKDOWN_CASES,
+    )
+    assert result == []
+    rendered = chat.page.evaluate(
+        """async (source) => {
+            const { renderMarkdown } = await import("/static/forge/markdown.js");
+            return renderMarkdown(source);
+        }""",
+        "# T\n\n- a\n- *b*\n\n1. one\n\n> q\n\n`c` [m](mailto:a@b.c)",
+    )
+    assert "<h1>T</h1>" in rendered
+    assert "<ul><li>a</li><li><em>b</em></li></ul>" in rendered
+    assert "<ol><li>one</li></ol>" in rendered
+    assert "<blockquote><p>q</p></blockquote>" in rendered
+    assert '<code>c</code> <a href="mailto:a@b.c"' in rendered
+
+
+def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> None:
+    chat = chat_page(FORGE_ECHO_DELAY="0.2")
+    chat.login()
+    chat.new_session()
+    page = chat.page
+    assert page.locator("#abort-button").is_disabled()
+    prompt = words(100)
+    chat.send(prompt)
+    chat.assistant().locator(
+        '.part-text[data-streaming="true"] .markdown', has_text="word002"
+    ).wait_for()
+    abort = page.locator("#abort-button")
+    assert abort.is_enabled()
+    assert page.locator("#send-button").is_disabled()
+    abort.click()
+
+    message = chat.wait_reply_done()
+    assert message.get_attribute("data-state") == "error"
+    error = message.locator(".message-error").inner_text()
+    assert "MessageAbortedError" in error
+    assert "aborted" in error
+    page.locator("#abort-button:disabled").wait_for()
+    assert page.locator("#send-button").is_enabled()
+    text = message.locator(".part-text .markdown").inner_text()
+    assert prompt.startswith(text)
+    assert len(text) < len(prompt)
+    chat.assert_clean()
+
+
+def test_reconnect_resumes_without_gaps_or_repeats(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page(FORGE_ECHO_DELAY="0.05")
+    chat.login()
+    chat.new_session()
+    page = chat.page
+    prompt = words(120)
+    chat.send(prompt)
+    streaming = chat.assistant().locator('.part-text[data-streaming="true"] .markdown')
+    for word in ("word010", "word050"):
+        streaming.filter(has_text=word).wait_for()
+        page.evaluate("window.forgeChat.disconnectForTest()")
+        page.locator('#connection:not([data-state="open"])').wait_for()
+        chat.wait_connected()
+
+    message = chat.wait_reply_done()
+    assert message.get_attribute("data-state") == "done"
+    assert message.locator(".part-text .markdown").inner_text() == prompt
+    stats = chat.stats()
+    assert stats["reconnects"] == 2
+    assert stats["connects"] == 3
+    # Every durable event was applied once, in order: one user and one assistant message.
+    assert page.locator(".message").count() == 2
+    assert message.locator(".part-reasoning").count() == 1
+    assert message.locator(".part-text").count() == 1
+    assert message.locator(".part-step-finish").count() == 1
+    chat.assert_clean()
+
+
+def test_load_older_pages_back(chat_page: OpenPage, alice: Any, agents: Any) -> None:
+    from sessions.services import create_session, update_message, update_part
+
+    session = create_session(user=alice, title="Long history")
+    for n in range(65):
+        info = update_message(session=session, info={"role": "user"}).data
+        update_part(
+            session=session,
+            part={"message_id": info["id"], "type": "text", "text": f"message {n:02d}"},
+        )
+
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.locator(".session-item", has_text="Long history").click()
+    chat.wait_connected()
+    messages = page.locator(".message-user")
+    assert messages.count() == 50
+    assert messages.first.inner_text().endswith("message 15")
+    assert messages.last.inner_text().endswith("message 64")
+    older = page.get_by_role("button", name="Load older messages")
+    assert older.is_visible()
+    older.click()
+    page.locator(".message-user .plain-text", has_text="message 00").wait_for()
+    assert messages.count() == 65
+    texts = messages.locator(".plain-text").all_inner_texts()
+    assert texts == [f"message {n:02d}" for n in range(65)]
+    assert older.is_hidden()
+    chat.assert_clean()
+
+
+def test_sessions_rename_order_and_multiline_prompts(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page()
+    chat.login()
+    first = chat.new_session()
+    page = chat.page
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("Session title").fill("Renamed in the browser")
+    page.get_by_role("button", name="Save").click()
+    page.locator("#session-title", has_text="Renamed in the browser").wait_for()
+    page.locator(".session-item", has_text="Renamed in the browser").wait_for()
+
+    second = chat.new_session()
+    assert second != first
+    items = page.locator(".session-item")
+    assert items.nth(0).get_attribute("data-session-id") == second
+    # Activity in the older session brings it to the top.
+    items.filter(has_text="Renamed in the browser").click()
+    chat.wait_connected()
+    assert page.evaluate("window.forgeChat.view.id") == first
+    prompt = page.locator("#prompt")
+    prompt.press_sequentially("line one")
+    prompt.press("Shift+Enter")
+    prompt.press_sequentially("line two")
+    assert prompt.input_value() == "line one\nline two"
+    assert page.locator(".message").count() == 0
+    prompt.press("Enter")
+    message = chat.wait_reply_done()
+    assert page.locator(".message-user .plain-text").inner_text() == "line one\nline two"
+    assert message.locator(".part-text .markdown").inner_html() == "<p>line one<br>\nline two</p>"
+    assert prompt.input_value() == ""
+    assert items.nth(0).get_attribute("data-session-id") == first
+
+    page.reload()
+    chat.wait_connected()
+    assert page.locator("#session-title").inner_text() == "Renamed in the browser"
+    assert page.locator(".message").count() == 2
+    assert items.nth(0).get_attribute("data-session-id") == first
+    chat.assert_clean()
+
+
+def test_opening_a_session_twice_at_once_makes_one_view(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """A click and the hashchange it causes both open the session: one view, one socket."""
+    chat = chat_page()
+    chat.login()
+    session_id = chat.new_session()
+    page = chat.page
+    page.evaluate(
+        """async (id) => {
+            const chat = window.forgeChat.chat;
+            chat.view.close();
+            chat.view = null;
+            chat.sessions.delete(id);  // so that opening it awaits a fetch
+            await Promise.all([chat.open(id), chat.open(id)]);
+        }""",
+        session_id,
+    )
+    chat.wait_connected()
+    chat.send("only once please")
+    chat.wait_reply_done()
+    assert page.locator(".message-user").count() == 1
+    assert page.locator(".message-assistant").count() == 1
+    chat.assert_clean()

@@ -1,0 +1,1 @@
+from tests.api.conftest import stranger_token, token  # noqa: F401 - shared fixtures

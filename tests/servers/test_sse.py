@@ -1,0 +1,168 @@
+"""Server-Sent Events under a real daphne: ids, resume, snapshots, heartbeats, errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sessions import services
+from tests.frames import Text
+from tests.live import LiveServer, daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+class SSE:
+    """A minimal SSE reader over an httpx stream: (id, data) per event, comments counted."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.iter_lines()
+        self.comments = 0
+
+    def next(self) -> tuple[int | None, dict[str, Any]]:
+        event_id: int | None = None
+        data: list[str] = []
+        for line in self.lines:
+            if line == "":
+                if data:
+                    return event_id, json.loads("\n".join(data))
+                continue
+            if line.startswith(":"):
+                self.comments += 1
+            elif line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                data.append(line[6:])
+        raise EOFError
+
+
+def headers(token: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Token {token}", **extra}
+
+
+@pytest.fixture
+def server(tmp_path: Path, agents: Any) -> Any:
+    with daphne(tmp_path, FORGE_SSE_HEARTBEAT="0.3", FORGE_ECHO_DELAY="0.002") as live:
+        yield live
+
+
+def test_the_stream_replays_the_log_with_ids_then_streams_a_reply(
+    server: LiveServer, session, token
+):
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("GET", url, headers=headers(token)) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        sse = SSE(response)
+        first_id, first = sse.next()
+        assert (first_id, first["type"]) == (1, "session.created")
+        prompt = client.post(
+            f"{server.url}/api/sessions/{session.pk}/messages/",
+            json={"text": "one two three four five"},
+            headers=headers(token),
+        )
+        assert prompt.status_code == 202
+        reply_id = prompt.json()["assistant_message_id"]
+        ids: list[int] = []
+        kinds: set[str] = set()
+        text = Text()
+        while True:
+            event_id, frame = sse.next()
+            kinds.add(frame["kind"])
+            text.apply(frame)  # no hole, no repeat
+            if frame["kind"] == "event":
+                assert event_id == frame["seq"]
+                ids.append(frame["seq"])
+            else:
+                assert event_id is None
+            if (
+                frame.get("type") == "message.updated"
+                and frame["data"]["id"] == reply_id
+                and frame["data"]["completed_at"]
+            ):
+                break
+        assert ids == list(range(2, 2 + len(ids)))
+        assert {"event", "delta", "status"} <= kinds
+        assert "one two three four five" in text.finished.values()
+
+
+def test_last_event_id_and_after_resume_with_no_gap(
+    server: LiveServer, session, token, user_message
+):
+    for n in range(4):
+        services.update_part(
+            session=session, part={"message_id": user_message["id"], "type": "text", "text": str(n)}
+        )
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "GET", url, headers=headers(token, **{"Last-Event-ID": "3"})
+        ) as response:
+            sse = SSE(response)
+            assert [sse.next()[0] for _ in range(3)] == [4, 5, 6]
+        with client.stream("GET", url + "?after=5", headers=headers(token)) as response:
+            sse = SSE(response)
+            assert sse.next()[0] == 6
+
+
+def test_an_idle_stream_gets_heartbeat_comments(server: LiveServer, session, token):
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("GET", url, headers=headers(token)) as response,
+    ):
+        sse = SSE(response)
+        sse.next()
+        started = time.monotonic()
+        heartbeats = 0
+        for line in sse.lines:
+            if line.startswith(": heartbeat"):
+                heartbeats += 1
+                if heartbeats == 2:
+                    break
+        assert 0.4 < time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("who", "extra", "status", "code"),
+    [
+        ("nobody", {}, 401, "not_authenticated"),
+        ("stranger", {}, 404, "not_found"),
+        ("owner", {"Last-Event-ID": "yesterday"}, 400, "invalid_cursor"),
+    ],
+)
+def test_stream_errors_are_json(
+    server: LiveServer, session, token, stranger_token, who, extra, status, code
+):
+    credentials = {"owner": headers(token), "stranger": headers(stranger_token), "nobody": {}}[who]
+    response = httpx.get(
+        f"{server.url}/api/sessions/{session.pk}/stream/",
+        headers={**credentials, **extra},
+        timeout=10,
+    )
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+def test_a_client_that_goes_away_is_let_go(server: LiveServer, session, token):
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    for _ in range(5):
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("GET", url, headers=headers(token)) as response,
+        ):
+            SSE(response).next()
+    # The server is still healthy and logged no error about the closed streams.
+    assert (
+        httpx.get(f"{server.url}/api/sessions/{session.pk}/", headers=headers(token)).status_code
+        == 200
+    )
+    assert "Traceback" not in server.output()
