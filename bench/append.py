@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_append"
 TEXT = "x" * 200
@@ -233,14 +235,6 @@ def main() -> None:
 
 def _bytes(value: float) -> str:
     return "" if value != value else f"{value:.0f}"  # NaN: not measured for this row
-
-
-def print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 import websockets
+from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_fanout"
@@ -281,11 +282,7 @@ def main() -> None:
         ]
         for r in rows
     ]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in table:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    print_table(header, table)
     print(
         f"frames lost by the channel layer and repaired by the server: {events_repaired} events "
         f"(from the log), {parts_repaired} parts (by snapshot); snapshots clients received: "

@@ -34,6 +34,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_stream"
 SIZES = (100, 1_000, 10_000)
@@ -209,11 +211,7 @@ def main() -> None:
         for r in results
         for row in r["rows"]
     ]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in table:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    print_table(header, table)
 
 
 if __name__ == "__main__":

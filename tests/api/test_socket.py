@@ -15,6 +15,7 @@ from channels.testing import WebsocketCommunicator
 from forge.asgi import application
 from sessions import services
 from tests.frames import Text
+from tests.replies import paced, words
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -192,21 +193,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
 
 
 async def test_a_prompt_to_a_busy_session_gets_a_busy_error(session, token, agents, script):
-    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
-    for i in range(100):
-        events += [
-            {"type": "text-delta", "id": "t", "delta": f"w{i} "},
-            {"type": "sleep", "seconds": 0.01},
-        ]
-    script(
-        [
-            [
-                *events,
-                {"type": "text-end", "id": "t"},
-                {"type": "finish-step", "finish_reason": "stop"},
-            ]
-        ]
-    )
+    script([paced(words(100), 0.01)])
     ws = socket(session.pk, token)
     await ws.connect()
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "one"}))
@@ -224,22 +211,8 @@ async def test_a_prompt_to_a_busy_session_gets_a_busy_error(session, token, agen
 async def test_connecting_mid_reply_gives_a_snapshot_then_the_rest_without_holes(
     session, token, agents, script
 ):
-    words = [f"w{i} " for i in range(300)]
-    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
-    for word in words:
-        events += [
-            {"type": "text-delta", "id": "t", "delta": word},
-            {"type": "sleep", "seconds": 0.003},
-        ]
-    script(
-        [
-            [
-                *events,
-                {"type": "text-end", "id": "t"},
-                {"type": "finish-step", "finish_reason": "stop"},
-            ]
-        ]
-    )
+    deltas = words(300)
+    script([paced(deltas, 0.003)])
     first = socket(session.pk, token)
     await first.connect()
     await first.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
@@ -262,7 +235,7 @@ async def test_connecting_mid_reply_gives_a_snapshot_then_the_rest_without_holes
         and f["data"]["type"] == "text"
         and f["data"]["time"].get("end")
     )
-    assert final == "".join(words).rstrip()
+    assert final == "".join(deltas).rstrip()
     assert text.parts[frames[0]["part_id"]] == final
     await second.disconnect()
 
@@ -271,22 +244,8 @@ async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
     session, token, agents, script, monkeypatch
 ):
     """Drop every third frame on its way through the channel layer."""
-    words = [f"w{i} " for i in range(150)]
-    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
-    for word in words:
-        events += [
-            {"type": "text-delta", "id": "t", "delta": word},
-            {"type": "sleep", "seconds": 0.002},
-        ]
-    script(
-        [
-            [
-                *events,
-                {"type": "text-end", "id": "t"},
-                {"type": "finish-step", "finish_reason": "stop"},
-            ]
-        ]
-    )
+    deltas = words(150)
+    script([paced(deltas, 0.002)])
     layer = get_channel_layer()
     send = layer.group_send
     count = {"sent": 0, "dropped": 0}
@@ -319,7 +278,7 @@ async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
         and f["data"]["type"] == "text"
         and f["data"]["time"].get("end")
     )
-    assert final == "".join(words).rstrip()
+    assert final == "".join(deltas).rstrip()
     await ws.disconnect()
 
 

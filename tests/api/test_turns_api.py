@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
+from tests.replies import paced, words
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
@@ -28,24 +30,10 @@ class client:
         return call
 
 
-def slow(words: int, pause: float) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [{"type": "text-start", "id": "t"}]
-    for i in range(words):
-        events += [
-            {"type": "text-delta", "id": "t", "delta": f"w{i} "},
-            {"type": "sleep", "seconds": pause},
-        ]
-    return [
-        *events,
-        {"type": "text-end", "id": "t"},
-        {"type": "finish-step", "finish_reason": "stop"},
-    ]
-
-
 async def test_a_prompt_while_busy_is_409_and_abort_finalizes_the_turn(
     session, token, agents, script
 ):
-    script([slow(200, 0.02), slow(1, 0)])
+    script([paced(words(200), 0.02), paced(words(1), 0)])
     api = client(token)
     url = f"/api/sessions/{session.pk}/"
     first = await api.post(url + "messages/", {"text": "go"}, content_type="application/json")
@@ -70,7 +58,7 @@ async def test_a_prompt_while_busy_is_409_and_abort_finalizes_the_turn(
 
 
 async def test_deleting_a_busy_session_is_409(session, token, agents, script):
-    script([slow(100, 0.02)])
+    script([paced(words(100), 0.02)])
     api = client(token)
     url = f"/api/sessions/{session.pk}/"
     await api.post(url + "messages/", {"text": "go"}, content_type="application/json")

@@ -17,13 +17,13 @@ import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings as django_settings
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
 from forge.models import SessionLease
 from forge.runtime import NotRunning, abort_turn, recover_sessions, start_turn
 from forge.tools import Tool, temporary_tools
 from sessions import services
+from tests.live import server_env
 
 from .conftest import ahistory
 
@@ -229,14 +229,6 @@ async def test_an_expired_lease_is_taken_over_and_its_turn_finalized(session, ag
     assert_nothing_open(items)
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 def _part_states(session: Any) -> dict[str, str]:
     from sessions.models import Part
 
@@ -268,18 +260,9 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
             ]
         )
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("FORGE_", "DJANGO_"))},
-        "DJANGO_SETTINGS_MODULE": "forge.settings.dev",
-        "FORGE_DEBUG": "0",
-        "DATABASE_URL": _database_url(),
-        "FORGE_MODEL": "offline/script",
-        "FORGE_SCRIPT": str(script_path),
-        "FORGE_LEASE_SECONDS": "1",
-    }
-    if django_settings.FORGE_TEST_STACK == "server":
-        env["REDIS_URL"] = django_settings.FORGE_TEST_REDIS_URL
-        env["FORGE_REDIS_PREFIX"] = django_settings.FORGE_INFLIGHT_PREFIX
+    env = server_env(
+        FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path), FORGE_LEASE_SECONDS="1"
+    )
     process = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
         cwd=ROOT,
