@@ -40,6 +40,11 @@ def _find_session(user: Any, session_id: str) -> Session:
 
 
 class SessionConsumer(AsyncWebsocketConsumer):
+    # No channel-layer channel of its own: frames arrive through sessions.hub, one
+    # subscription per session per process (Channels skips the layer for an alias
+    # that names none).
+    channel_layer_alias = None
+
     session: Session
     stream: SessionStream | None = None
     subscription: Any = None

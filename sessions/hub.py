@@ -27,6 +27,7 @@ from . import bus
 logger = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000
+RETRY_PAUSE = 0.5  # seconds before receiving again after the layer failed
 
 Frame = dict[str, Any]
 
@@ -103,7 +104,16 @@ class SessionHub:
 
     async def _pump(self, layer: Any, channel: str) -> None:
         while True:
-            message = await layer.receive(channel)
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A Redis hiccup must not leave the session's sockets deaf: what was lost
+                # meanwhile, their streams repair from the log and snapshots.
+                logger.exception("receiving frames of session %s failed; retrying", self.session_id)
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
             frame = message.get("frame")
             if frame is None:
                 continue

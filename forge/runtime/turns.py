@@ -347,7 +347,14 @@ async def _listen_for_abort(turn: Turn, task: asyncio.Task[Any]) -> None:
     await layer.group_add(group, channel)
     try:
         while True:
-            message = await layer.receive(channel)
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("listening for aborts of %s failed; retrying", turn.session.pk)
+                await asyncio.sleep(0.5)
+                continue
             if message.get("type") == "forge.abort":
                 turn.abort.set()
                 task.cancel()
