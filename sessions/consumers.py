@@ -119,7 +119,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.subscription.__aexit__(None, None, None)
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        await self.send(text_data=hub.encode(frame))
 
     async def _error(self, code: str, message: str, **extra: Any) -> None:
         await self._send({"kind": "error", "code": code, "message": message, **extra})

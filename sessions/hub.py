@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +31,24 @@ QUEUE_LIMIT = 10_000
 RETRY_PAUSE = 0.5  # seconds before receiving again after the layer failed
 
 Frame = dict[str, Any]
+
+
+class SharedFrame(dict[str, Any]):
+    """A frame as the hub received it, with its JSON text encoded once for every
+    subscriber (a subscriber's stream that changes a frame makes a new dict)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__(frame)
+        self.text = json.dumps(frame, ensure_ascii=False)
+
+
+def encode(frame: Frame) -> str:
+    """The frame's JSON text (encoded once per frame the hub shares)."""
+    if isinstance(frame, SharedFrame):
+        return frame.text
+    return json.dumps(frame, ensure_ascii=False)
 
 
 class Subscriber:
@@ -114,9 +133,10 @@ class SessionHub:
                 logger.exception("receiving frames of session %s failed; retrying", self.session_id)
                 await asyncio.sleep(RETRY_PAUSE)
                 continue
-            frame = message.get("frame")
-            if frame is None:
+            raw = message.get("frame")
+            if raw is None:
                 continue
+            frame = SharedFrame(raw)
             for subscriber in list(self.subscribers):
                 subscriber.put(frame)
 
