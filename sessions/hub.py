@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -49,6 +50,46 @@ def encode(frame: Frame) -> str:
     if isinstance(frame, SharedFrame):
         return frame.text
     return json.dumps(frame, ensure_ascii=False)
+
+
+WAKE_UP = {"type": "forge.wake_up"}  # sent to a receiver that must notice it should stop
+
+
+@dataclass
+class Receiver:
+    """A task looping on ``layer.receive(channel)`` that can be stopped for sure.
+
+    Cancelling a channel-layer receive is not always enough: a cancellation that
+    lands while channels-redis and redis-py are between a blocking read and the
+    next one can be swallowed, and the receive goes on waiting. So stopping also
+    marks the loop as stopping and, if it has not ended within a second, sends a
+    message to its own channel, which makes the receive return.
+    """
+
+    layer: Any
+    channel: str
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self.task is None or self.task.done():
+            return
+        self.task.cancel()
+        _, pending = await asyncio.wait({self.task}, timeout=1.0)
+        if pending:
+            logger.warning("a receive on %s ignored its cancellation; waking it", self.channel)
+            await self.layer.send(self.channel, WAKE_UP)
+            await asyncio.wait({self.task}, timeout=10.0)
+        if self.task.done() and not self.task.cancelled():
+            self.task.exception()  # it ended as asked; whatever it raised on the way is moot
+
+
+def being_cancelled() -> bool:
+    """Whether the current task was asked to stop (even if an error surfaced instead of
+    ``CancelledError``, as channels-redis can raise while cleaning up a receive)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Subscriber:
@@ -93,48 +134,49 @@ class SessionHub:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.subscribers: set[Subscriber] = set()
-        self.channel: str | None = None
-        self.pumping: asyncio.Task[None] | None = None
+        self.receiver: Receiver | None = None
         self.lock = asyncio.Lock()
+
+    @property
+    def pumping(self) -> asyncio.Task[None] | None:
+        return self.receiver.task if self.receiver else None
 
     async def join(self, subscriber: Subscriber) -> None:
         async with self.lock:
             self.subscribers.add(subscriber)
-            if self.pumping is None:
+            if self.receiver is None:
                 layer = get_channel_layer()
-                self.channel = await layer.new_channel()
-                await layer.group_add(bus.session_group(self.session_id), self.channel)
-                self.pumping = asyncio.get_running_loop().create_task(
-                    self._pump(layer, self.channel)
-                )
+                channel = await layer.new_channel()
+                await layer.group_add(bus.session_group(self.session_id), channel)
+                receiver = self.receiver = Receiver(layer, channel)
+                receiver.task = asyncio.get_running_loop().create_task(self._pump(receiver))
 
     async def leave(self, subscriber: Subscriber) -> None:
         async with self.lock:
             self.subscribers.discard(subscriber)
-            if self.subscribers or self.pumping is None:
+            if self.subscribers or self.receiver is None:
                 return
-            self.pumping.cancel()
-            await asyncio.gather(self.pumping, return_exceptions=True)
-            self.pumping = None
-            layer = get_channel_layer()
-            assert self.channel is not None
-            await layer.group_discard(bus.session_group(self.session_id), self.channel)
-            self.channel = None
+            receiver, self.receiver = self.receiver, None
+            await receiver.stop()
+            await receiver.layer.group_discard(bus.session_group(self.session_id), receiver.channel)
 
-    async def _pump(self, layer: Any, channel: str) -> None:
-        while True:
+    async def _pump(self, receiver: Receiver) -> None:
+        layer, channel = receiver.layer, receiver.channel
+        while not receiver.stopping:
             try:
                 message = await layer.receive(channel)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if being_cancelled():
+                    raise  # the layer turned our cancellation into another error
                 # A Redis hiccup must not leave the session's sockets deaf: what was lost
                 # meanwhile, their streams repair from the log and snapshots.
                 logger.exception("receiving frames of session %s failed; retrying", self.session_id)
                 await asyncio.sleep(RETRY_PAUSE)
                 continue
             raw = message.get("frame")
-            if raw is None:
+            if raw is None or receiver.stopping:
                 continue
             frame = SharedFrame(raw)
             for subscriber in list(self.subscribers):
@@ -157,5 +199,5 @@ async def subscribe(session_id: str) -> AsyncIterator[Subscriber]:
         yield subscriber
     finally:
         await hub.leave(subscriber)
-        if not hub.subscribers and hub.pumping is None and _hubs.get(key) is hub:
+        if not hub.subscribers and hub.receiver is None and _hubs.get(key) is hub:
             del _hubs[key]

@@ -78,7 +78,12 @@ def test_redis_url_switches_the_channel_layer():
     assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     redis = channel_layers("redis://127.0.0.1:6379/0")["default"]
     assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
-    assert redis["CONFIG"]["hosts"] == ["redis://127.0.0.1:6379/0"]
+    (host,) = redis["CONFIG"]["hosts"]
+    assert host["address"] == "redis://127.0.0.1:6379/0"
+    # Longer than channels-redis's 5 s blocking wait, or an idle receive can time out.
+    from channels_redis.core import RedisChannelLayer
+
+    assert host["socket_timeout"] > RedisChannelLayer.brpop_timeout
 
 
 @pytest.mark.sqlite_only

@@ -27,6 +27,7 @@ from forge.providers import UnknownModel, split_model
 from forge.tools import ToolResult, tool_specs
 from sessions import bus, selectors, services
 from sessions.exceptions import ForgeError
+from sessions.hub import Receiver, being_cancelled
 from sessions.ids import new_message_id, new_part_id
 from sessions.models import Session
 
@@ -301,16 +302,18 @@ async def _run(turn: Turn) -> None:
     session_id = turn.session.pk
     me = asyncio.current_task()
     assert me is not None
-    watchers = [
-        asyncio.create_task(_heartbeat(turn, me)),
-        asyncio.create_task(_listen_for_abort(turn, me)),
-    ]
+    heartbeat = asyncio.create_task(_heartbeat(turn, me))
+    listener = await _abort_receiver(turn)
+    if listener is not None:
+        listener.task = asyncio.create_task(_listen_for_abort(turn, me, listener))
     try:
         await run_turn(turn)
     finally:
-        for watcher in watchers:
-            watcher.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
+        if listener is not None:
+            await listener.stop()
+            await listener.layer.group_discard(runner_group(session_id), listener.channel)
         await asyncio.shield(db(lease.release)(session_id=session_id))
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]
@@ -335,32 +338,35 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
             return
 
 
-async def _listen_for_abort(turn: Turn, task: asyncio.Task[Any]) -> None:
+async def _listen_for_abort(turn: Turn, task: asyncio.Task[Any], receiver: Receiver) -> None:
     """Abort requests from other processes arrive over the channel layer."""
+    layer, channel = receiver.layer, receiver.channel
+    while not receiver.stopping:
+        try:
+            message = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if being_cancelled():
+                raise  # the layer turned our cancellation into another error
+            logger.exception("listening for aborts of %s failed; retrying", turn.session.pk)
+            await asyncio.sleep(0.5)
+            continue
+        if message.get("type") == "forge.abort" and not receiver.stopping:
+            turn.abort.set()
+            task.cancel()
+            return
+
+
+async def _abort_receiver(turn: Turn) -> Receiver | None:
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
     if layer is None:
-        return
+        return None
     channel = await layer.new_channel()
-    group = runner_group(turn.session.pk)
-    await layer.group_add(group, channel)
-    try:
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("listening for aborts of %s failed; retrying", turn.session.pk)
-                await asyncio.sleep(0.5)
-                continue
-            if message.get("type") == "forge.abort":
-                turn.abort.set()
-                task.cancel()
-                return
-    finally:
-        await layer.group_discard(group, channel)
+    await layer.group_add(runner_group(turn.session.pk), channel)
+    return Receiver(layer, channel)
 
 
 # --- waiting and aborting ---------------------------------------------------------

@@ -129,10 +129,14 @@ def channel_layers(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
                 "CONFIG": {"capacity": 1000, "expiry": 60},
             }
         }
+    # channels-redis waits on an idle channel with a 5 s BZPOPMIN; redis-py (8+) gives
+    # up reading after 5 s by default, so a receive could time out just as the server
+    # answered, losing the message it had popped. Read for longer than the wait.
+    host = {"address": redis_url, "socket_timeout": 10, "health_check_interval": 15}
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url], "prefix": prefix, "capacity": 1000, "expiry": 60},
+            "CONFIG": {"hosts": [host], "prefix": prefix, "capacity": 1000, "expiry": 60},
         }
     }
 

@@ -194,7 +194,10 @@ class SessionViewSet(GenericViewSet):
                 runtime.Attachment(filename=f.name, content=f.read(), mime=f.content_type or "")
                 for f in request.FILES.getlist("files")
             ]
-            data = {"text": data.get("text"), "agent": data.get("agent") or None}
+            text = data.get("text")
+            if isinstance(text, str):  # browsers send a form's line breaks as CRLF
+                text = text.replace("\r\n", "\n")
+            data = {"text": text, "agent": data.get("agent") or None}
         else:
             uploads = []
         if isinstance(data.get("text"), str):

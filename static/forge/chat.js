@@ -898,11 +898,18 @@ class SessionView {
       return true;
     }
     // Attachments, or no socket right now: the HTTP API (events arrive over the socket).
-    const form = new FormData();
-    form.append("text", text);
-    for (const file of files) form.append("files", file);
+    // JSON unless there are files: a form would turn the text's line breaks into CRLF.
+    let request;
+    if (files.length === 0) {
+      request = { method: "POST", json: { text } };
+    } else {
+      const form = new FormData();
+      form.append("text", text);
+      for (const file of files) form.append("files", file);
+      request = { method: "POST", form };
+    }
     try {
-      await api(sessionUrl(this.id, "messages/"), { method: "POST", form });
+      await api(sessionUrl(this.id, "messages/"), request);
       return true;
     } catch (error) {
       this.chat.showError(`The prompt was not sent: ${error.message}`);

@@ -185,10 +185,12 @@ def test_files_arrive_as_json_base64_or_multipart(api, session, agents, settings
     upload = SimpleUploadedFile("b.csv", b"x,y\n1,2\n", content_type="text/csv")
     as_form = api.post(
         f"/api/sessions/{session.pk}/messages/?wait=1",
-        {"text": "and this", "files": [upload]},
+        {"text": "and this\r\nline two", "files": [upload]},
         format="multipart",
     )
     assert as_form.status_code == 200, as_form.json()
+    # A form's CRLF line breaks are the user's \n.
+    assert as_form.json()["message"]["parts"][0]["text"] == "and this\nline two"
     file_part = as_form.json()["message"]["parts"][1]
     assert (file_part["filename"], file_part["mime"]) == ("b.csv", "text/csv")
 

@@ -101,6 +101,7 @@ async def test_a_foreign_origin_is_refused(session, token):
     )
     connected, _ = await ws.connect()
     assert not connected
+    await ws.disconnect()
 
 
 async def test_on_connect_the_log_after_the_seq_is_replayed_in_order(session, token, user_message):

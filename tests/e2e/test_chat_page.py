@@ -399,3 +399,36 @@ def test_opening_a_session_twice_at_once_makes_one_view(
     assert page.locator(".message-user").count() == 1
     assert page.locator(".message-assistant").count() == 1
     chat.assert_clean()
+
+
+def test_a_prompt_sent_over_http_keeps_its_line_breaks(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """With the socket down the page posts the prompt; a form would have made \\n CRLF."""
+    chat = chat_page()
+    chat.login()
+    session_id = chat.new_session()
+    page = chat.page
+    page.evaluate(
+        """() => {
+            const view = window.forgeChat.view;
+            view.closed = true;  // no reconnect: the prompt must go over HTTP
+            view.ws.close(4000, "test");
+        }"""
+    )
+    chat.wait_until(lambda: not page.evaluate("window.forgeChat.view.connected"))
+    chat.send("first line\nsecond line")
+    # The page posted it; once the server has logged it, let the socket bring the events.
+    from sessions.models import Message
+
+    chat.wait_until(lambda: Message.objects.filter(session_id=session_id, role="user").exists())
+    page.evaluate(
+        """() => {
+            const view = window.forgeChat.view;
+            view.closed = false;
+            view.connect();  // the events of the posted prompt arrive over the socket
+        }"""
+    )
+    chat.wait_reply_done()
+    assert page.locator(".message-user .plain-text").inner_text() == "first line\nsecond line"
+    chat.assert_clean()

@@ -46,12 +46,19 @@ class Recorder:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._pump())
 
-    async def settle(self, quiet: float = 0.2) -> list[dict[str, Any]]:
-        """Wait until no frame has arrived for ``quiet`` seconds."""
-        count = -1
-        while count != len(self.frames):
-            count = len(self.frames)
-            await asyncio.sleep(quiet)
+    async def settle(self, quiet: float = 0.2, timeout: float = 20) -> list[dict[str, Any]]:
+        """Wait for every turn seen starting to end (its ``idle`` status), then until no
+        frame has arrived for ``quiet`` seconds."""
+        async with asyncio.timeout(timeout):
+            while True:
+                statuses = [f["status"] for f in self.frames if f["kind"] == "status"]
+                if statuses.count("busy") <= statuses.count("idle"):
+                    break
+                await asyncio.sleep(0.02)
+            count = -1
+            while count != len(self.frames):
+                count = len(self.frames)
+                await asyncio.sleep(quiet)
         return self.frames
 
     async def stop(self) -> None:

@@ -63,3 +63,47 @@ def test_merging_keeps_offsets_contiguous_and_never_joins_other_parts():
         {"kind": "delta", "part_id": "a", "offset": 5, "delta": "!"},
         {"kind": "delta", "part_id": "a", "offset": 9, "delta": "?"},
     ]
+
+
+async def test_a_cancelled_pump_stops_even_when_the_layer_raises_something_else(monkeypatch):
+    """channels-redis may raise an ordinary error while a cancelled receive cleans up;
+    the pump must stop, not mistake it for a hiccup and receive forever."""
+    layer = get_channel_layer()
+    started = asyncio.Event()
+
+    async def cleanup_fails_on_cancel(channel: str) -> Any:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleaning up the receive failed") from None
+
+    monkeypatch.setattr(layer, "receive", cleanup_fails_on_cancel)
+    monkeypatch.setattr(hub, "RETRY_PAUSE", 0.01)
+    async with hub.subscribe("ses_hub3"):
+        await asyncio.wait_for(started.wait(), 5)
+        pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub3")].pumping
+    assert pumping is not None
+    assert pumping.done()  # leaving stopped it
+
+
+async def test_a_receive_that_swallows_its_cancellation_is_woken_and_stops(monkeypatch):
+    """The failure seen with channels-redis: a cancelled receive goes on waiting."""
+    layer = get_channel_layer()
+    receive = layer.receive
+    started = asyncio.Event()
+
+    async def deaf_to_cancel(channel: str) -> Any:
+        started.set()
+        while True:
+            try:
+                return await receive(channel)
+            except asyncio.CancelledError:
+                continue  # as the library did: the cancellation is lost
+
+    monkeypatch.setattr(layer, "receive", deaf_to_cancel)
+    async with hub.subscribe("ses_hub4"):
+        await asyncio.wait_for(started.wait(), 5)
+        pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub4")].pumping
+    assert pumping is not None
+    assert pumping.done()  # woken by a message to its own channel, then stopped
