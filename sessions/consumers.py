@@ -74,8 +74,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # backlog has been sent, and the stream drops what the backlog already covered.
         self.subscription = hub.subscribe(self.session.pk)
         subscriber = await self.subscription.__aenter__()
-        for frame in await self.stream.backlog():
-            await self._send(frame)
+        try:
+            for frame in await self.stream.backlog():
+                await self._send(frame)
+        except BaseException:
+            # Channels does not call disconnect() when connect() fails: leave here.
+            subscription, self.subscription = self.subscription, None
+            await subscription.__aexit__(None, None, None)
+            raise
         self.forwarding = asyncio.get_running_loop().create_task(self._forward(subscriber))
 
     async def _forward(self, subscriber: hub.Subscriber) -> None:
@@ -112,11 +118,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 stats.snapshots_repaired,
                 stats.deltas_dropped,
             )
-        if self.forwarding is not None:
-            self.forwarding.cancel()
-            await asyncio.gather(self.forwarding, return_exceptions=True)
-        if self.subscription is not None:
-            await self.subscription.__aexit__(None, None, None)
+        try:
+            if self.forwarding is not None:
+                self.forwarding.cancel()
+                await asyncio.gather(self.forwarding, return_exceptions=True)
+        finally:
+            # Even when the server cancels this disconnect (daphne and the test
+            # communicator give it a moment only), the hub must let the socket go.
+            subscription, self.subscription = self.subscription, None
+            if subscription is not None:
+                await subscription.__aexit__(None, None, None)
 
     async def _send(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=hub.encode(frame))

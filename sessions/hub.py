@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000
 RETRY_PAUSE = 0.5  # seconds before receiving again after the layer failed
+# Seconds a cancelled receive has to end before it is woken by a message. Not zero: a
+# wake-up that arrives after the receive ended would sit in channels-redis' receive
+# buffer for good.
+STOP_GRACE = 0.25
 
 Frame = dict[str, Any]
 
@@ -62,7 +66,7 @@ class Receiver:
     Cancelling a channel-layer receive is not always enough: a cancellation that
     lands while channels-redis and redis-py are between a blocking read and the
     next one can be swallowed, and the receive goes on waiting. So stopping also
-    marks the loop as stopping and, if it has not ended within a second, sends a
+    marks the loop as stopping and, if it has not ended within ``STOP_GRACE``, sends a
     message to its own channel, which makes the receive return.
     """
 
@@ -76,7 +80,7 @@ class Receiver:
         if self.task is None or self.task.done():
             return
         self.task.cancel()
-        _, pending = await asyncio.wait({self.task}, timeout=1.0)
+        _, pending = await asyncio.wait({self.task}, timeout=STOP_GRACE)
         if pending:
             logger.warning("a receive on %s ignored its cancellation; waking it", self.channel)
             await self.layer.send(self.channel, WAKE_UP)
@@ -143,13 +147,13 @@ class SessionHub:
 
     async def join(self, subscriber: Subscriber) -> None:
         async with self.lock:
-            self.subscribers.add(subscriber)
             if self.receiver is None:
                 layer = get_channel_layer()
                 channel = await layer.new_channel()
                 await layer.group_add(bus.session_group(self.session_id), channel)
                 receiver = self.receiver = Receiver(layer, channel)
                 receiver.task = asyncio.get_running_loop().create_task(self._pump(receiver))
+            self.subscribers.add(subscriber)
 
     async def leave(self, subscriber: Subscriber) -> None:
         async with self.lock:
@@ -157,8 +161,17 @@ class SessionHub:
             if self.subscribers or self.receiver is None:
                 return
             receiver, self.receiver = self.receiver, None
-            await receiver.stop()
-            await receiver.layer.group_discard(bus.session_group(self.session_id), receiver.channel)
+            try:
+                await receiver.stop()
+                await receiver.layer.group_discard(
+                    bus.session_group(self.session_id), receiver.channel
+                )
+            except Exception:
+                # The layer is unreachable: the group membership expires on its own
+                # (channels-redis group_expiry) and nothing reads the channel any more.
+                logger.warning(
+                    "leaving the group of session %s failed", self.session_id, exc_info=True
+                )
 
     async def _pump(self, receiver: Receiver) -> None:
         layer, channel = receiver.layer, receiver.channel
@@ -189,15 +202,21 @@ _hubs: dict[tuple[asyncio.AbstractEventLoop, str], SessionHub] = {}
 @contextlib.asynccontextmanager
 async def subscribe(session_id: str) -> AsyncIterator[Subscriber]:
     """Receive the session's frames (from the moment this is entered) while inside."""
-    key = (asyncio.get_running_loop(), session_id)
+    loop = asyncio.get_running_loop()
+    key = (loop, session_id)
     hub = _hubs.get(key)
     if hub is None:
+        # Hubs of loops that have ended (a test's, a worker thread's) can serve no one.
+        for dead in [k for k in _hubs if k[0].is_closed()]:
+            del _hubs[dead]
         hub = _hubs[key] = SessionHub(session_id)
     subscriber = Subscriber()
-    await hub.join(subscriber)
     try:
-        yield subscriber
+        await hub.join(subscriber)
+        try:
+            yield subscriber
+        finally:
+            await hub.leave(subscriber)
     finally:
-        await hub.leave(subscriber)
         if not hub.subscribers and hub.receiver is None and _hubs.get(key) is hub:
             del _hubs[key]

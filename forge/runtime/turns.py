@@ -96,9 +96,13 @@ def _track(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
 async def settle(timeout: float = 10.0) -> None:
     """Wait until the turns and background work this event loop runs have ended."""
     loop = asyncio.get_running_loop()
-    pending = {t for t in _background if t.get_loop() is loop and not t.done()}
-    if pending:
-        await asyncio.wait(pending, timeout=timeout)
+    deadline = loop.time() + timeout
+    # A task may start another as it ends (a turn its title, its listener's cleanup).
+    while pending := {t for t in _background if t.get_loop() is loop and not t.done()}:
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.wait(pending, timeout=left)
 
 
 def runner_group(session_id: str) -> str:
@@ -312,8 +316,8 @@ async def _run(turn: Turn) -> None:
         heartbeat.cancel()
         await asyncio.gather(heartbeat, return_exceptions=True)
         if listener is not None:
-            await listener.stop()
-            await listener.layer.group_discard(runner_group(session_id), listener.channel)
+            # Not awaited: the turn is over, and its end must not wait on the layer.
+            _track(asyncio.get_running_loop().create_task(_close_listener(session_id, listener)))
         await asyncio.shield(db(lease.release)(session_id=session_id))
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]
@@ -356,6 +360,15 @@ async def _listen_for_abort(turn: Turn, task: asyncio.Task[Any], receiver: Recei
             turn.abort.set()
             task.cancel()
             return
+
+
+async def _close_listener(session_id: str, listener: Receiver) -> None:
+    try:
+        await listener.stop()
+        await listener.layer.group_discard(runner_group(session_id), listener.channel)
+    except Exception:
+        # The layer is unreachable: the membership expires with the group (group_expiry).
+        logger.warning("closing the abort listener of %s failed", session_id, exc_info=True)
 
 
 async def _abort_receiver(turn: Turn) -> Receiver | None:

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.timeout(30)
 
 async def test_two_subscribers_share_one_subscription_and_both_get_every_frame():
     async with hub.subscribe("ses_hub1") as first, hub.subscribe("ses_hub1") as second:
-        assert len(hub._hubs) == 1
+        assert [key for key in hub._hubs if key[1] == "ses_hub1"] == [
+            (asyncio.get_running_loop(), "ses_hub1")
+        ]
         for n in range(3):
             await bus.apublish("ses_hub1", {"kind": "status", "n": n})
         await bus.flush()
@@ -24,7 +26,7 @@ async def test_two_subscribers_share_one_subscription_and_both_get_every_frame()
             while len(frames) < 3:
                 frames += await asyncio.wait_for(subscriber.batch(), 5)
             assert [f["n"] for f in frames] == [0, 1, 2]
-    assert hub._hubs == {}
+    assert not [key for key in hub._hubs if key[1] == "ses_hub1"]
 
 
 async def test_the_pump_survives_a_failing_receive(monkeypatch):
@@ -107,3 +109,28 @@ async def test_a_receive_that_swallows_its_cancellation_is_woken_and_stops(monke
         pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub4")].pumping
     assert pumping is not None
     assert pumping.done()  # woken by a message to its own channel, then stopped
+
+
+async def test_a_failing_join_leaves_no_hub_behind(monkeypatch):
+    layer = get_channel_layer()
+
+    async def unreachable(group: str, channel: str) -> None:
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(layer, "group_add", unreachable)
+    with pytest.raises(ConnectionError):
+        async with hub.subscribe("ses_hub5"):
+            pytest.fail("a subscription that could not join the group was entered")
+    assert not [key for key in hub._hubs if key[1] == "ses_hub5"]
+
+
+async def test_a_failing_leave_still_releases_the_hub(monkeypatch, caplog):
+    layer = get_channel_layer()
+
+    async def unreachable(group: str, channel: str) -> None:
+        raise ConnectionError("redis is down")
+
+    async with hub.subscribe("ses_hub6"):
+        monkeypatch.setattr(layer, "group_discard", unreachable)
+    assert not [key for key in hub._hubs if key[1] == "ses_hub6"]
+    assert "leaving the group of session ses_hub6 failed" in caplog.text
