@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,19 +61,53 @@ WAKE_UP = {"type": "forge.wake_up"}  # sent to a receiver that must notice it sh
 
 @dataclass
 class Receiver:
-    """A task looping on ``layer.receive(channel)`` that can be stopped for sure.
+    """A channel in a channel-layer group, and a task handing what it receives to
+    ``handle``, that can be left for sure.
 
-    Cancelling a channel-layer receive is not always enough: a cancellation that
-    lands while channels-redis and redis-py are between a blocking read and the
-    next one can be swallowed, and the receive goes on waiting. So stopping also
-    marks the loop as stopping and, if it has not ended within ``STOP_GRACE``, sends a
-    message to its own channel, which makes the receive return.
+    A Redis hiccup does not end the loop (it logs, pauses ``RETRY_PAUSE`` and
+    receives again). Cancelling a channel-layer receive is not always enough to
+    stop it: a cancellation that lands while channels-redis and redis-py are
+    between a blocking read and the next one can be swallowed, and the receive
+    goes on waiting. So stopping also marks the loop as stopping and, if it has
+    not ended within ``STOP_GRACE``, sends a message to its own channel, which
+    makes the receive return.
     """
 
     layer: Any
     channel: str
+    group: str
+    name: str  # what the group is, for the logs
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+
+    @classmethod
+    async def join(
+        cls, group: str, handle: Callable[[dict[str, Any]], bool | None], *, name: str
+    ) -> Receiver:
+        """Join ``group`` on a new channel and receive; ``handle`` returning True ends it."""
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        receiver = cls(layer, channel, group, name)
+        receiver.task = asyncio.get_running_loop().create_task(receiver._receive(handle))
+        return receiver
+
+    async def _receive(self, handle: Callable[[dict[str, Any]], bool | None]) -> None:
+        while not self.stopping:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if being_cancelled():
+                    raise  # the layer turned our cancellation into another error
+                logger.exception("receiving on %s failed; retrying", self.name)
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
+            if message == WAKE_UP or self.stopping:
+                continue
+            if handle(message):
+                return
 
     async def stop(self) -> None:
         self.stopping = True
@@ -87,6 +121,16 @@ class Receiver:
             await asyncio.wait({self.task}, timeout=10.0)
         if self.task.done() and not self.task.cancelled():
             self.task.exception()  # it ended as asked; whatever it raised on the way is moot
+
+    async def leave(self) -> None:
+        """Stop receiving and leave the group. An unreachable layer is logged, not raised:
+        the membership expires with the group (channels-redis ``group_expiry``) and
+        nothing reads the channel any more."""
+        try:
+            await self.stop()
+            await self.layer.group_discard(self.group, self.channel)
+        except Exception:
+            logger.warning("leaving %s failed", self.name, exc_info=True)
 
 
 def being_cancelled() -> bool:
@@ -148,11 +192,11 @@ class SessionHub:
     async def join(self, subscriber: Subscriber) -> None:
         async with self.lock:
             if self.receiver is None:
-                layer = get_channel_layer()
-                channel = await layer.new_channel()
-                await layer.group_add(bus.session_group(self.session_id), channel)
-                receiver = self.receiver = Receiver(layer, channel)
-                receiver.task = asyncio.get_running_loop().create_task(self._pump(receiver))
+                self.receiver = await Receiver.join(
+                    bus.session_group(self.session_id),
+                    self._fan_out,
+                    name=f"the group of session {self.session_id}",
+                )
             self.subscribers.add(subscriber)
 
     async def leave(self, subscriber: Subscriber) -> None:
@@ -161,39 +205,17 @@ class SessionHub:
             if self.subscribers or self.receiver is None:
                 return
             receiver, self.receiver = self.receiver, None
-            try:
-                await receiver.stop()
-                await receiver.layer.group_discard(
-                    bus.session_group(self.session_id), receiver.channel
-                )
-            except Exception:
-                # The layer is unreachable: the group membership expires on its own
-                # (channels-redis group_expiry) and nothing reads the channel any more.
-                logger.warning(
-                    "leaving the group of session %s failed", self.session_id, exc_info=True
-                )
+            await receiver.leave()
 
-    async def _pump(self, receiver: Receiver) -> None:
-        layer, channel = receiver.layer, receiver.channel
-        while not receiver.stopping:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if being_cancelled():
-                    raise  # the layer turned our cancellation into another error
-                # A Redis hiccup must not leave the session's sockets deaf: what was lost
-                # meanwhile, their streams repair from the log and snapshots.
-                logger.exception("receiving frames of session %s failed; retrying", self.session_id)
-                await asyncio.sleep(RETRY_PAUSE)
-                continue
-            raw = message.get("frame")
-            if raw is None or receiver.stopping:
-                continue
-            frame = SharedFrame(raw)
-            for subscriber in list(self.subscribers):
-                subscriber.put(frame)
+    def _fan_out(self, message: dict[str, Any]) -> None:
+        # What a Redis hiccup lost meanwhile, the subscribers' streams repair from the log
+        # and snapshots.
+        raw = message.get("frame")
+        if raw is None:
+            return
+        frame = SharedFrame(raw)
+        for subscriber in list(self.subscribers):
+            subscriber.put(frame)
 
 
 _hubs: dict[tuple[asyncio.AbstractEventLoop, str], SessionHub] = {}

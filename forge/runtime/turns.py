@@ -27,7 +27,7 @@ from forge.providers import UnknownModel, split_model
 from forge.tools import ToolResult, tool_specs
 from sessions import bus, selectors, services
 from sessions.exceptions import ForgeError
-from sessions.hub import Receiver, being_cancelled
+from sessions.hub import Receiver
 from sessions.ids import new_message_id, new_part_id
 from sessions.models import Session
 
@@ -307,9 +307,7 @@ async def _run(turn: Turn) -> None:
     me = asyncio.current_task()
     assert me is not None
     heartbeat = asyncio.create_task(_heartbeat(turn, me))
-    listener = await _abort_receiver(turn)
-    if listener is not None:
-        listener.task = asyncio.create_task(_listen_for_abort(turn, me, listener))
+    listener = await _abort_receiver(turn, me)
     try:
         await run_turn(turn)
     finally:
@@ -317,7 +315,7 @@ async def _run(turn: Turn) -> None:
         await asyncio.gather(heartbeat, return_exceptions=True)
         if listener is not None:
             # Not awaited: the turn is over, and its end must not wait on the layer.
-            _track(asyncio.get_running_loop().create_task(_close_listener(session_id, listener)))
+            _track(asyncio.get_running_loop().create_task(listener.leave()))
         await asyncio.shield(db(lease.release)(session_id=session_id))
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]
@@ -342,44 +340,23 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
             return
 
 
-async def _listen_for_abort(turn: Turn, task: asyncio.Task[Any], receiver: Receiver) -> None:
+async def _abort_receiver(turn: Turn, task: asyncio.Task[Any]) -> Receiver | None:
     """Abort requests from other processes arrive over the channel layer."""
-    layer, channel = receiver.layer, receiver.channel
-    while not receiver.stopping:
-        try:
-            message = await layer.receive(channel)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if being_cancelled():
-                raise  # the layer turned our cancellation into another error
-            logger.exception("listening for aborts of %s failed; retrying", turn.session.pk)
-            await asyncio.sleep(0.5)
-            continue
-        if message.get("type") == "forge.abort" and not receiver.stopping:
-            turn.abort.set()
-            task.cancel()
-            return
-
-
-async def _close_listener(session_id: str, listener: Receiver) -> None:
-    try:
-        await listener.stop()
-        await listener.layer.group_discard(runner_group(session_id), listener.channel)
-    except Exception:
-        # The layer is unreachable: the membership expires with the group (group_expiry).
-        logger.warning("closing the abort listener of %s failed", session_id, exc_info=True)
-
-
-async def _abort_receiver(turn: Turn) -> Receiver | None:
     from channels.layers import get_channel_layer
 
-    layer = get_channel_layer()
-    if layer is None:
+    if get_channel_layer() is None:
         return None
-    channel = await layer.new_channel()
-    await layer.group_add(runner_group(turn.session.pk), channel)
-    return Receiver(layer, channel)
+
+    def handle(message: dict[str, Any]) -> bool:
+        if message.get("type") != "forge.abort":
+            return False
+        turn.abort.set()
+        task.cancel()
+        return True
+
+    return await Receiver.join(
+        runner_group(turn.session.pk), handle, name=f"the abort group of {turn.session.pk}"
+    )
 
 
 # --- waiting and aborting ---------------------------------------------------------

@@ -192,6 +192,14 @@ def _sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
     return iter(entries)
 
 
+# The ``path`` input of the tools that take one file.
+FILE_PATH = {
+    "type": "string",
+    "minLength": 1,
+    "description": "File path, relative to the workspace root.",
+}
+
+
 @tool(
     name="list_files",
     description=(
@@ -311,11 +319,7 @@ def _fit(text: str, limit: int) -> tuple[str, int, bool]:
     parameters={
         "type": "object",
         "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File path, relative to the workspace root.",
-            },
+            "path": FILE_PATH,
             "offset": {
                 "type": "integer",
                 "minimum": 1,
@@ -406,11 +410,7 @@ def _write(path: Path, rel: str, data: bytes, *, create: bool) -> None:
     parameters={
         "type": "object",
         "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File path, relative to the workspace root.",
-            },
+            "path": FILE_PATH,
             "content": {"type": "string", "description": "The whole new content of the file."},
         },
         "required": ["path", "content"],
@@ -461,11 +461,7 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     parameters={
         "type": "object",
         "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File path, relative to the workspace root.",
-            },
+            "path": FILE_PATH,
             "old": {"type": "string", "minLength": 1, "description": "The exact text to replace."},
             "new": {"type": "string", "description": "The replacement text."},
             "replace_all": {
