@@ -56,6 +56,7 @@ async def run_turn(turn: Turn) -> None:
         total_cost = 0.0
         limit = max(1, turn.agent.step_limit)
         for step in range(1, limit + 1):
+            turn.raise_if_aborted()
             request = await finish_then_cancel(db(request_for)(turn))
             result = await processor.run_step(provider.stream(request))
             total_cost += result.cost

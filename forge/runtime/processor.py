@@ -114,9 +114,27 @@ class Processor:
 
     async def run_step(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult:
         """Consume one step's stream; return how it finished."""
+        try:
+            result = await self._consume(stream)
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:  # the provider's stream (and its connection) ends with the step
+                await close()
+        if result is None:  # the stream ended without finishing the step
+            await self.close_open_blocks()
+            result = StepResult(
+                "error",
+                ev.Usage(),
+                0.0,
+                error=ev.Error(name="ProviderError", message="the model's stream ended early"),
+            )
+        return result
+
+    async def _consume(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult | None:
         turn = self.turn
         result: StepResult | None = None
         async for event in stream:
+            turn.raise_if_aborted()
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
                 await self._delta(event)
             elif isinstance(event, ev.TextStart | ev.ReasoningStart):
@@ -146,14 +164,6 @@ class Processor:
                 result = StepResult("error", ev.Usage(), 0.0, error=event)
                 break
             # tool-input deltas and ends: neither written nor published.
-        if result is None:  # the stream ended without finishing the step
-            await self.close_open_blocks()
-            result = StepResult(
-                "error",
-                ev.Usage(),
-                0.0,
-                error=ev.Error(name="ProviderError", message="the model's stream ended early"),
-            )
         return result
 
     async def _open(self, block_id: str, kind: str) -> _Block:

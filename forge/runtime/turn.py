@@ -22,3 +22,14 @@ class Turn:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     run_subtask: Callable[[str, str, str], Awaitable[ToolResult]] | None = None
     depth: int = 0  # subtask nesting
+
+    def raise_if_aborted(self) -> None:
+        """Stop here once an abort was asked for.
+
+        Every abort sets ``abort`` and cancels the turn's task, but a library the
+        turn is awaiting can swallow that cancellation (redis-py can, while it reads
+        a reply), and the turn would stream on to its end. Checked at every event
+        of the model's stream and before every step, the flag stops it anyway.
+        """
+        if self.abort.is_set():
+            raise asyncio.CancelledError

@@ -112,6 +112,46 @@ async def test_abort_mid_text_keeps_what_streamed_and_finalizes_within_a_second(
     )
 
 
+async def test_abort_stops_a_reply_whose_stream_swallows_the_cancellation(
+    session, agents, settings
+):
+    """redis-py can swallow a task's cancellation while it reads a reply; seen as an
+    abort that waited for the whole reply to stream. The turn must stop anyway."""
+    from forge import providers
+    from forge.providers import events as ev
+
+    swallowed = asyncio.Event()
+
+    class Deaf:
+        name = "deaf"
+
+        async def stream(self, request: Any) -> Any:
+            yield ev.StartStep()
+            yield ev.TextStart("t")
+            for i in range(500):
+                try:
+                    await asyncio.sleep(0.02)
+                except asyncio.CancelledError:
+                    swallowed.set()  # as the library did: the cancellation is lost
+                yield ev.TextDelta("t", f"w{i} ")
+            yield ev.TextEnd("t")
+            yield ev.FinishStep("stop", ev.Usage())
+
+    providers.register("deaf", lambda model: Deaf())
+    settings.FORGE_MODEL = "deaf/any"
+    started = await start_turn(session=session, text="talk")
+    await wait_until(lambda: streamed_parts(session, "text"))
+    await asyncio.sleep(0.1)
+    began = time.monotonic()
+    await abort_turn(session=session)
+    assert time.monotonic() - began < 1.0
+    assert started.task.done()
+    assert swallowed.is_set()
+    items = await ahistory(session)
+    assert items[-1]["info"]["error"]["name"] == "MessageAbortedError"
+    assert_nothing_open(items)
+
+
 async def test_abort_while_a_tool_runs_interrupts_it(session, agents, script):
     tool_started = asyncio.Event()
 
