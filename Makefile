@@ -36,6 +36,7 @@ lint: $(VENV)/.dev-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports
 
 format: $(VENV)/.dev-deps
 	$(BIN)/ruff check --fix .

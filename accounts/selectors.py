@@ -5,11 +5,10 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 
+from .exceptions import NoTenant
 from .models import Membership, Tenant
 
-
-class NoTenant(LookupError):
-    """The user belongs to no tenant, so has nothing to act on."""
+__all__ = ["NoTenant", "is_member", "tenant_for_user"]
 
 
 def tenant_for_user(user: AbstractBaseUser | AnonymousUser) -> Tenant:

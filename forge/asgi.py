@@ -27,8 +27,8 @@ if settings.FORGE_RECOVER_ON_START:
 from channels.routing import URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from forge.auth import SocketAuthStack  # noqa: E402
-from sessions.routing import websocket_urlpatterns  # noqa: E402
+from forge.realtime.auth import SocketAuthStack  # noqa: E402
+from forge.realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -8,7 +8,7 @@ from forge import pages
 urlpatterns = [
     path("", pages.chat, name="chat"),
     path("admin/", admin.site.urls),
-    path("api/", include("sessions.api.urls")),
+    path("api/", include("forge.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
-from sessions.api.errors import json_404, json_500
+from forge.api.errors import json_404, json_500
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

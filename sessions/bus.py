@@ -20,6 +20,8 @@ from typing import Any
 from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
 
+from .frames import Frame, is_delta, merge_deltas
+
 logger = logging.getLogger(__name__)
 
 FRAME_MESSAGE_TYPE = "forge.frame"  # handled by a consumer's ``forge_frame`` method
@@ -29,7 +31,7 @@ def session_group(session_id: str) -> str:
     return f"forge.session.{session_id}"
 
 
-def _message(frame: dict[str, Any]) -> dict[str, Any]:
+def _message(frame: Frame) -> dict[str, Any]:
     return {"type": FRAME_MESSAGE_TYPE, "frame": frame}
 
 
@@ -89,14 +91,14 @@ class _LoopPublisher:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self.queue: collections.deque[tuple[str, Frame]] = collections.deque()
         self.drained = asyncio.Event()
         self.drained.set()
         self.draining: asyncio.Task[None] | None = None
 
-    def put(self, group: str, message: dict[str, Any]) -> None:
+    def put(self, group: str, frame: Frame) -> None:
         """Queue a frame (in the loop's thread)."""
-        self.queue.append((group, message))
+        self.queue.append((group, frame))
         self.drained.clear()
         if self.draining is None or self.draining.done():
             self.draining = self.loop.create_task(self._drain())
@@ -105,40 +107,26 @@ class _LoopPublisher:
         layer = get_channel_layer()
         try:
             while self.queue:
-                group, message = self.queue.popleft()
-                message = self._merge_following_deltas(group, message)
-                try:
-                    await layer.group_send(group, message)
-                except Exception:
-                    frame = message.get("frame", {})
-                    logger.exception("could not publish %s %s", frame.get("type"), frame.get("seq"))
+                group, frame = self.queue.popleft()
+                for merged in merge_deltas(self._deltas_following(group, frame)):
+                    try:
+                        await layer.group_send(group, _message(merged))
+                    except Exception:
+                        logger.exception(
+                            "could not publish %s %s", merged.get("type"), merged.get("seq")
+                        )
         finally:
             if not self.queue:
                 self.drained.set()
 
-    def _merge_following_deltas(self, group: str, message: dict[str, Any]) -> dict[str, Any]:
-        """When deltas of one part queued up behind each other, send them as one frame."""
-        frame = message["frame"]
-        if frame.get("kind") != "delta":
-            return message
-        text = [frame["delta"]]
-        end = frame["offset"] + len(frame["delta"])
-        while self.queue:
-            next_group, next_message = self.queue[0]
-            following = next_message["frame"]
-            if (
-                next_group != group
-                or following.get("kind") != "delta"
-                or following["part_id"] != frame["part_id"]
-                or following["offset"] != end
-            ):
-                break
-            self.queue.popleft()
-            text.append(following["delta"])
-            end += len(following["delta"])
-        if len(text) == 1:
-            return message
-        return {**message, "frame": {**frame, "delta": "".join(text)}}
+    def _deltas_following(self, group: str, frame: Frame) -> list[Frame]:
+        """``frame`` and, when it is a delta, the deltas queued right behind it for the same
+        group (sent as one frame where they continue each other: see ``merge_deltas``)."""
+        run = [frame]
+        if is_delta(frame):
+            while self.queue and self.queue[0][0] == group and is_delta(self.queue[0][1]):
+                run.append(self.queue.popleft()[1])
+        return run
 
 
 _publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPublisher] = (
@@ -153,8 +141,8 @@ def _publisher(loop: asyncio.AbstractEventLoop) -> _LoopPublisher:
     return publisher
 
 
-def _enqueue(loop: asyncio.AbstractEventLoop, group: str, message: dict[str, Any]) -> None:
-    _publisher(loop).put(group, message)
+def _enqueue(loop: asyncio.AbstractEventLoop, group: str, frame: Frame) -> None:
+    _publisher(loop).put(group, frame)
 
 
 def publish(session_id: str, frame: dict[str, Any]) -> None:
@@ -167,11 +155,10 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
     """
     if get_channel_layer() is None:
         return
-    message = _message(frame)
     group = session_group(session_id)
     loop = server_loop()
     if loop is not None:
-        loop.call_soon_threadsafe(_enqueue, loop, group, message)
+        loop.call_soon_threadsafe(_enqueue, loop, group, frame)
         return
     try:
         asyncio.get_running_loop()
@@ -179,7 +166,7 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
         pass
     else:
         raise RuntimeError("bus.publish() called from a running event loop: await apublish()")
-    _own_loop().run_until_complete(get_channel_layer().group_send(group, message))
+    _own_loop().run_until_complete(get_channel_layer().group_send(group, _message(frame)))
 
 
 async def apublish(session_id: str, frame: dict[str, Any]) -> None:
@@ -189,7 +176,7 @@ async def apublish(session_id: str, frame: dict[str, Any]) -> None:
     publisher = _publisher(asyncio.get_running_loop())
     if len(publisher.queue) >= publisher.HIGH_WATER:
         await publisher.drained.wait()
-    publisher.put(session_group(session_id), _message(frame))
+    publisher.put(session_group(session_id), frame)
 
 
 async def flush() -> None:

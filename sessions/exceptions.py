@@ -1,10 +1,22 @@
-"""Errors raised by the session store. Each carries a stable ``code``."""
+"""Errors raised by the session store. Each carries a stable ``code`` and its HTTP
+``status`` (see ``accounts.exceptions.ForgeError``)."""
 
 from __future__ import annotations
 
+from accounts.exceptions import ForgeError
 
-class ForgeError(Exception):
-    code = "error"
+__all__ = [
+    "AppendOnlyError",
+    "ForgeError",
+    "ImportConflict",
+    "InvalidCursor",
+    "InvalidEvent",
+    "InvalidMessage",
+    "InvalidPart",
+    "LogIntegrityError",
+    "NotFound",
+    "SessionMismatch",
+]
 
 
 class InvalidMessage(ForgeError, ValueError):
@@ -20,6 +32,9 @@ class InvalidEvent(ForgeError, ValueError):
 
 
 class InvalidCursor(ForgeError, ValueError):
+    """A paging or resume parameter (``after``, ``before``, ``limit``, ``at``) that is no
+    valid position."""
+
     code = "invalid_cursor"
 
 
@@ -27,19 +42,29 @@ class SessionMismatch(ForgeError, ValueError):
     """An object that belongs to another session (or tenant) was named."""
 
     code = "session_mismatch"
+    status = 404  # another tenant's object is never told apart from a missing one
 
 
 class NotFound(ForgeError, LookupError):
     code = "not_found"
+    status = 404
 
 
 class AppendOnlyError(ForgeError):
     """An attempt to change or delete an event of the append-only log."""
 
     code = "append_only"
+    status = 409
 
 
 class LogIntegrityError(ForgeError):
     """A log whose sequence or hash chain does not verify."""
 
     code = "log_integrity"
+
+
+class ImportConflict(ForgeError):
+    """What an imported log would create exists already."""
+
+    code = "conflict"
+    status = 409

@@ -10,7 +10,7 @@ Two halves that must agree, and ``rebuild_projections --check`` proves they do:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -148,3 +148,22 @@ def compare(expected: Projection, actual: Projection) -> list[str]:
                 fields = sorted(k for k in want[row_id] if want[row_id][k] != have[row_id].get(k))
                 problems.append(f"{kind} {row_id}: differs in {', '.join(fields)}")
     return problems
+
+
+def fold_context(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The context blocks in force after these ``context.updated`` events (their ``data``).
+
+    A block is ``{"kind", "key", ...}``; a later block of the same kind and key
+    replaces the earlier one, and ``"removed": true`` drops it. The result is
+    keyed ``"kind:key"``, in the order the blocks were first set. Like the
+    message and part projections, it is a fold of the log and nothing else.
+    """
+    blocks: dict[str, dict[str, Any]] = {}
+    for data in events:
+        for block in data.get("blocks", []):
+            key = f"{block.get('kind')}:{block.get('key', '')}"
+            if block.get("removed"):
+                blocks.pop(key, None)
+            else:
+                blocks[key] = dict(block)
+    return blocks

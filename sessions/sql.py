@@ -153,13 +153,6 @@ def read_head(
     )
 
 
-def owner_of(cursor: CursorWrapper, table: str, obj_id: str) -> str | None:
-    """The session id a message or part belongs to, or None if there is none."""
-    cursor.execute(f"SELECT session_id FROM {table} WHERE id = %s", [obj_id])
-    row = cursor.fetchone()
-    return row[0] if row else None
-
-
 def insert_event(
     dialect: Dialect,
     *,

@@ -206,8 +206,8 @@ async def _runtime_settles() -> AsyncIterator[None]:
     yield
     from channels.layers import channel_layers
 
+    from forge.realtime import hub
     from forge.runtime import settle
-    from sessions import hub
 
     await settle()
     loop = asyncio.get_running_loop()

@@ -5,9 +5,13 @@ and the context blocks logged by ``context.updated`` events. Nothing reaches
 the model that is not in the log, so the same functions run on an exported log
 replay what the model was sent.
 
+:func:`request_for` is the one way a request is made: the run loop before each
+step, the ``context/`` route, and replay all call it.
+
 Context blocks: each ``context.updated`` event carries ``{"blocks": [...]}``;
 a block is ``{"kind", "key", ...}`` and replaces the earlier block of the same
-kind and key (``"removed": true`` drops it). Kinds used by the runtime:
+kind and key (``"removed": true`` drops it; ``sessions.projector.fold_context``
+is that fold). Kinds used by the runtime:
 
 * ``system`` (``text``): a system prompt (the agent's, key ``agent``);
 * ``tools`` (``tools``: a list of ``{name, description, parameters}``);
@@ -23,22 +27,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.conf import settings
+
 from forge.providers.base import ModelRequest, ToolSpec
-
-TEXT_MIMES = ("text/", "application/json", "application/xml", "application/x-yaml")
-
-
-def fold_context(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The blocks in force after these ``context.updated`` events (their ``data``)."""
-    blocks: dict[str, dict[str, Any]] = {}
-    for data in events:
-        for block in data.get("blocks", []):
-            key = f"{block.get('kind')}:{block.get('key', '')}"
-            if block.get("removed"):
-                blocks.pop(key, None)
-            else:
-                blocks[key] = dict(block)
-    return blocks
+from sessions import selectors
+from sessions.models import Session
+from sessions.projector import fold_context
 
 
 def derive_messages(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -138,3 +132,25 @@ def _block_text(block: Mapping[str, Any]) -> str:
         return str(block["text"])
     body = {k: v for k, v in block.items() if k not in ("kind", "key")}
     return f"<{block.get('kind')}>\n{json.dumps(body, ensure_ascii=False)}\n</{block.get('kind')}>"
+
+
+def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelRequest]:
+    """``(provider/model, request)``: exactly what the model is sent for the session's
+    next step, derived from the log alone: at its end, or as of event ``at``.
+
+    The model is the one the logged ``settings`` block names (``FORGE_MODEL``
+    before any turn logged one).
+    """
+    tenant = session.tenant
+    if at is None:
+        history: Iterable[Mapping[str, Any]] = selectors.iter_history(
+            tenant=tenant, session_id=session.pk
+        )
+        updates = selectors.context_updates(tenant=tenant, session=session)
+    else:
+        history = selectors.history_at(tenant=tenant, session=session, seq=at)
+        updates = selectors.context_updates(tenant=tenant, session=session, upto_seq=at)
+    blocks = fold_context(updates)
+    model = blocks.get("settings:agent", {}).get("model") or settings.FORGE_MODEL
+    _, _, name = model.partition("/")
+    return model, build_request(blocks=blocks, history=history, model=name)

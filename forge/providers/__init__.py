@@ -10,13 +10,11 @@ from collections.abc import Callable
 
 from django.conf import settings
 
+from forge.errors import UnknownModel
+
 from .base import ModelRequest, Provider, ToolSpec
 
 __all__ = ["ModelRequest", "Provider", "ToolSpec", "UnknownModel", "register", "resolve"]
-
-
-class UnknownModel(ValueError):
-    code = "unknown_model"
 
 
 _factories: dict[str, Callable[[str], Provider]] = {}

@@ -1,37 +1,36 @@
-"""The agent runtime. The faces start and stop turns through these names only."""
+"""The agent runtime. The faces start, ask about and stop turns through these names only.
 
-from .agents import UnknownAgent
+* ``prompting``: validating and logging a prompt (the one validation);
+* ``runner``: the turns this process runs: start (the one entry), abort, settle;
+* ``steps``: a turn's steps, each from a fresh read of the store;
+* ``processor``: one step's model stream turned into parts, deltas and tool calls;
+* ``recovery``: finalizing what a dead runner left open (start-up, janitor, command);
+* ``lease``, ``inflight``, ``finalize``, ``subtask``, ``title``, ``agents``: their one job each;
+* ``sync``: the same entry for synchronous callers.
+"""
+
+from forge.errors import InvalidPrompt, NotRunning, PromptTooLarge, SessionBusy, UnknownAgent
+
 from .inflight import snapshots
-from .lease import SessionBusy
-from .turns import (
-    Attachment,
-    InvalidPrompt,
-    NotRunning,
-    PromptResult,
-    StartedTurn,
-    abort,
-    abort_turn,
-    context_for,
-    prompt,
-    recover_session,
-    recover_sessions,
-    running_turn,
-    settle,
-    start_turn,
-    wait_for_turn,
-)
+from .lease import is_busy, with_busy
+from .prompting import Attachment
+from .recovery import ensure_janitor, recover_session, recover_sessions
+from .runner import StartedTurn, abort_turn, running_turn, settle, start_turn
+from .sync import PromptResult, abort, prompt
 
 __all__ = [
     "Attachment",
     "InvalidPrompt",
     "NotRunning",
     "PromptResult",
+    "PromptTooLarge",
     "SessionBusy",
     "StartedTurn",
     "UnknownAgent",
     "abort",
     "abort_turn",
-    "context_for",
+    "ensure_janitor",
+    "is_busy",
     "prompt",
     "recover_session",
     "recover_sessions",
@@ -39,5 +38,5 @@ __all__ = [
     "settle",
     "snapshots",
     "start_turn",
-    "wait_for_turn",
+    "with_busy",
 ]

@@ -7,14 +7,10 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from forge.errors import UnknownAgent
 from forge.models import Agent
-from sessions.exceptions import ForgeError
 
 MENTION = re.compile(r"(?<![\w@/.])@([a-z][a-z0-9_-]{0,63})\b")
-
-
-class UnknownAgent(ForgeError, ValueError):
-    code = "unknown_agent"
 
 
 @dataclass(frozen=True)

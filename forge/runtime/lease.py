@@ -17,20 +17,15 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from forge.errors import SessionBusy
 from forge.models import SessionLease
-from sessions.exceptions import ForgeError
 from sessions.models import Session
 
 # This process's identity as a lease owner.
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class SessionBusy(ForgeError):
-    """The session is running a turn (HTTP 409)."""
-
-    code = "busy"
 
 
 @dataclass(frozen=True)
@@ -97,3 +92,16 @@ def expired_sessions() -> list[str]:
             "session_id", flat=True
         )
     )
+
+
+def is_busy(*, session_id: str) -> bool:
+    """Whether a live runner (in any process) holds the session's lease."""
+    return SessionLease.objects.filter(
+        session_id=session_id, expires_at__gt=timezone.now()
+    ).exists()
+
+
+def with_busy(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """``sessions`` annotated with ``busy`` (a live lease), in the same query."""
+    live = SessionLease.objects.filter(session=OuterRef("pk"), expires_at__gt=timezone.now())
+    return sessions.annotate(busy=Exists(live))

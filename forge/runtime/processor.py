@@ -28,7 +28,7 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.providers import events as ev
 from forge.tools import ToolContext, ToolError
-from sessions import bus, services
+from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
@@ -153,11 +153,11 @@ class Processor:
                 result = await self._finish_step(event)
                 break
             elif isinstance(event, ev.Retry):
-                await bus.apublish(
-                    turn.session.pk,
-                    status_frame(
-                        turn.session.pk, "retry", attempt=event.attempt, next_at=event.next_at
-                    ),
+                await services.apublish_status(
+                    session_id=turn.session.pk,
+                    status="retry",
+                    attempt=event.attempt,
+                    next_at=event.next_at,
                 )
             elif isinstance(event, ev.Error):
                 await self.close_open_blocks()
@@ -374,14 +374,3 @@ class Processor:
                 }
             )
         return StepResult(event.finish_reason, event.usage, cost)
-
-
-def status_frame(session_id: str, status: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "kind": "status",
-        "type": "session.status",
-        "session_id": session_id,
-        "status": status,
-        "attempt": extra.get("attempt"),
-        "next_at": extra.get("next_at"),
-    }

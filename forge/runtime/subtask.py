@@ -1,10 +1,35 @@
-"""The ``task`` tool: a subtask run by a named agent in a child session."""
+"""Subtasks: the ``task`` tool, and how a turn runs one (a named agent's turn in a
+child session, whose final answer becomes the tool's result)."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
+from forge.errors import UnknownAgent
 from forge.tools import ToolContext, ToolError, ToolResult, tool
+from sessions import selectors, services
+from sessions.exceptions import NotFound
+from sessions.models import Session
+
+from .agents import get_agent
+from .db import db
+from .turn import Turn
+
+MAX_SUBTASK_DEPTH = 2
+
+
+class _Started(Protocol):
+    @property
+    def assistant_message_id(self) -> str: ...
+
+    @property
+    def task(self) -> asyncio.Task[None]: ...
+
+
+# ``start_turn(session=, text=, agent=, depth=)``: passed in by the runner (which imports this).
+StartTurn = Callable[..., Awaitable[_Started]]
 
 
 @tool(
@@ -29,3 +54,74 @@ async def task(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if ctx.run_subtask is None:
         raise ToolError("subtasks cannot run here")
     return await ctx.run_subtask(args["agent"], args["prompt"], args["description"])
+
+
+def subtask_runner(
+    parent: Turn, start: StartTurn
+) -> Callable[[str, str, str], Awaitable[ToolResult]]:
+    """What ``parent``'s ``task`` tool calls: run ``agent`` on ``prompt`` in a child session."""
+
+    async def run_subtask(agent: str, prompt: str, description: str) -> ToolResult:
+        if parent.depth >= MAX_SUBTASK_DEPTH:
+            raise ToolError(f"subtasks may nest at most {MAX_SUBTASK_DEPTH} deep")
+        try:
+            child, part_id = await db(_open_subtask)(parent, agent, prompt, description)
+        except UnknownAgent as exc:
+            raise ToolError(str(exc)) from None
+        started = await start(session=child, text=prompt, agent=agent, depth=parent.depth + 1)
+        try:
+            await asyncio.shield(started.task)
+        except asyncio.CancelledError:
+            started.task.cancel()
+            await asyncio.wait({started.task})
+            raise
+        reply = await db(_final_text)(child, started.assistant_message_id)
+        if reply["error"]:
+            raise ToolError(
+                f"the {agent} subtask failed: {reply['error']['message']}",
+                metadata={"child_session_id": child.pk},
+            )
+        return ToolResult(
+            output=reply["text"] or "(the subtask gave no answer)",
+            title=description,
+            metadata={"child_session_id": child.pk, "subtask_part_id": part_id},
+        )
+
+    return run_subtask
+
+
+def _open_subtask(parent: Turn, agent: str, prompt: str, description: str) -> tuple[Session, str]:
+    get_agent(agent)
+    owner = parent.session.user
+    if owner is None:
+        raise UnknownAgent("the parent session has no owner to run a subtask for")
+    child = services.create_session(
+        user=owner,
+        tenant=parent.session.tenant,
+        title=description[:255],
+        agent=agent,
+        parent=parent.session,
+    )
+    event = services.update_part(
+        session=parent.session,
+        part={
+            "message_id": parent.message_id,
+            "type": "subtask",
+            "prompt": prompt,
+            "description": description,
+            "agent": agent,
+            "child_session_id": child.pk,
+        },
+    )
+    return child, event.data["id"]
+
+
+def _final_text(session: Session, message_id: str) -> dict[str, Any]:
+    try:
+        reply = selectors.get_message(
+            tenant=session.tenant, session_id=session.pk, message_id=message_id
+        )
+    except NotFound:
+        return {"text": "", "error": {"message": "the subtask's reply is missing"}}
+    text = "\n".join(p["text"] for p in reply["parts"] if p["type"] == "text").strip()
+    return {"text": text, "error": reply["info"].get("error")}

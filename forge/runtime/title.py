@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
 from forge.providers import events as ev
@@ -11,6 +13,8 @@ from sessions import selectors, services
 from sessions.models import Session
 
 from .db import db
+
+logger = logging.getLogger(__name__)
 
 PROMPT = (
     "Write a title for the conversation that starts with the user's message below: "
@@ -71,3 +75,11 @@ async def generate_title(session: Session) -> str | None:
     title = clean_title("".join(chunks), fallback=text)
     await db(_set_title)(session, title)
     return title
+
+
+async def title_later(session: Session) -> None:
+    """:func:`generate_title`, for a background task: a failure is logged, never raised."""
+    try:
+        await generate_title(session)
+    except Exception:
+        logger.exception("could not title session %s", session.pk)

@@ -185,7 +185,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "sessions.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "forge.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("FORGE_API_RATE", "3000/min"),
         "prompts": env_str("FORGE_PROMPT_RATE", "60/min"),

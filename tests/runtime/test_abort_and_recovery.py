@@ -345,7 +345,7 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
 async def test_the_janitor_finalizes_an_expired_lease_without_waiting_for_a_prompt(
     session, agents, settings
 ):
-    from forge.runtime.janitor import ensure_janitor
+    from forge.runtime import ensure_janitor
 
     settings.FORGE_LEASE_JANITOR = True
     await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)

@@ -1,6 +1,7 @@
 """derive_messages and the context blocks: what the model is sent, from the log alone."""
 
-from forge.context import build_request, derive_messages, fold_context
+from forge.context import build_request, derive_messages
+from sessions.projector import fold_context
 
 T = {"start": "2026-11-30T00:00:00.000Z", "end": "2026-11-30T00:00:01.000Z"}
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from sessions import bus, hub
+from forge.realtime import hub, receiver
+from sessions import bus
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -41,7 +42,7 @@ async def test_the_pump_survives_a_failing_receive(monkeypatch):
         return await receive(channel)
 
     monkeypatch.setattr(layer, "receive", flaky)
-    monkeypatch.setattr(hub, "RETRY_PAUSE", 0.01)
+    monkeypatch.setattr(receiver, "RETRY_PAUSE", 0.01)
     async with hub.subscribe("ses_hub2") as subscriber:
         await asyncio.sleep(0.1)
         await bus.apublish("ses_hub2", {"kind": "status", "n": 1})
@@ -81,7 +82,7 @@ async def test_a_cancelled_pump_stops_even_when_the_layer_raises_something_else(
             raise RuntimeError("cleaning up the receive failed") from None
 
     monkeypatch.setattr(layer, "receive", cleanup_fails_on_cancel)
-    monkeypatch.setattr(hub, "RETRY_PAUSE", 0.01)
+    monkeypatch.setattr(receiver, "RETRY_PAUSE", 0.01)
     async with hub.subscribe("ses_hub3"):
         await asyncio.wait_for(started.wait(), 5)
         pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub3")].pumping

@@ -8,35 +8,25 @@ from typing import Any
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
-from django.contrib.auth.models import AnonymousUser
-from rest_framework.authtoken.models import Token
+
+from forge.access import user_for_authorization
 
 
-def _token_key(scope: dict[str, Any]) -> str | None:
+def _authorization(scope: dict[str, Any]) -> bytes | None:
     for name, value in scope.get("headers", []):
         if name == b"authorization":
-            scheme, _, key = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "token":
-                return key.strip()
-            return ""  # another scheme: not a valid token
+            return bytes(value)
     return None
-
-
-@database_sync_to_async
-def _user_for(key: str) -> Any:
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
-        return AnonymousUser()
-    return token.user
 
 
 class TokenAuthMiddleware(BaseMiddleware):
     """An ``Authorization`` header decides who the socket's user is; otherwise the cookie."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        key = _token_key(scope)
-        if key is not None:
-            scope = {**scope, "user": await _user_for(key) if key else AnonymousUser()}
+        header = _authorization(scope)
+        if header is not None:
+            user = await database_sync_to_async(user_for_authorization)(header or b" ")
+            scope = {**scope, "user": user}
         return await super().__call__(scope, receive, send)
 
 

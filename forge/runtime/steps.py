@@ -6,27 +6,19 @@ import asyncio
 import logging
 from typing import Any
 
-from forge.context import build_request, fold_context
-from forge.providers import UnknownModel, resolve
-from forge.providers.base import ModelRequest, Provider
-from sessions import bus, selectors, services
+from forge.context import request_for
+from forge.errors import UnknownModel
+from forge.providers import resolve
+from forge.providers.base import Provider
+from sessions import services
 from sessions.log import format_time, now_ms
 
 from .db import db
 from .finalize import ABORTED, finalize_open_messages
-from .processor import Processor, finish_then_cancel, status_frame
+from .processor import Processor, finish_then_cancel
 from .turn import Turn
 
 logger = logging.getLogger(__name__)
-
-
-def request_for(turn: Turn) -> ModelRequest:
-    """Re-read the store and derive what the model is sent for the next step."""
-    session = turn.session
-    blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
-    history = selectors.iter_history(tenant=session.tenant, session_id=session.pk)
-    _, _, model = turn.model.partition("/")
-    return build_request(blocks=blocks, history=history, model=model)
 
 
 def _error_info(error: Any) -> dict[str, Any]:
@@ -46,7 +38,7 @@ async def run_turn(turn: Turn) -> None:
     session = turn.session
     processor = Processor(turn)
     provider: Provider | None = None
-    await bus.apublish(session.pk, status_frame(session.pk, "busy"))
+    await services.apublish_status(session_id=session.pk, status="busy")
     try:
         try:
             provider = resolve(turn.model)
@@ -57,7 +49,7 @@ async def run_turn(turn: Turn) -> None:
         limit = max(1, turn.agent.step_limit)
         for step in range(1, limit + 1):
             turn.raise_if_aborted()
-            request = await finish_then_cancel(db(request_for)(turn))
+            _, request = await finish_then_cancel(db(request_for)(session))
             result = await processor.run_step(provider.stream(request))
             total_cost += result.cost
             if result.error is not None:

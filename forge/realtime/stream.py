@@ -29,17 +29,13 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import selectors
-from .models import Session
+from sessions import selectors
+from sessions.frames import Frame, event_frame, snapshot_frame
+from sessions.models import Session
 
-Frame = dict[str, Any]
 SnapshotSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
 REPLAY_PAGE = 500
-
-
-def snapshot_frame(snapshot: dict[str, Any]) -> Frame:
-    return {"kind": "snapshot", "type": "part.snapshot", **snapshot}
 
 
 @dataclass
@@ -82,7 +78,7 @@ class SessionStream:
             )
             if upto is not None:
                 page = [event for event in page if event["seq"] < upto]
-            frames += [{"kind": "event", **event} for event in page]
+            frames += [event_frame(event) for event in page]
             if len(page) < REPLAY_PAGE:
                 return frames
             seq = page[-1]["seq"]

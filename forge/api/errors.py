@@ -1,4 +1,9 @@
-"""Every API error is JSON ``{"error": {"code", "message"}}`` with the right status."""
+"""Every API error is JSON ``{"error": {"code", "message"}}`` with the right status.
+
+The one translation of errors for HTTP: a ``ForgeError`` carries its own
+``code`` and ``status`` (``accounts.exceptions``); DRF's own exceptions keep
+theirs; anything else is a 500 that says nothing of the server's insides.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +15,19 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from sessions.exceptions import ForgeError
-
-# ForgeError codes → HTTP status (anything else is 400: the request was bad).
-STATUS_BY_CODE = {
-    "not_found": 404,
-    "session_mismatch": 404,
-    "busy": 409,
-    "not_running": 409,
-    "conflict": 409,
-    "append_only": 409,
-    "too_large": 413,
-    "not_implemented": 501,
-}
-
-
-class TooLarge(ForgeError):
-    code = "too_large"
-
-
-class Conflict(ForgeError):
-    code = "conflict"
-
-
-class NotImplementedYet(ForgeError):
-    code = "not_implemented"
+from accounts.exceptions import ForgeError
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
+
+
+def error_response(exc: ForgeError) -> JsonResponse:
+    """A ``ForgeError`` as a plain Django response (for the non-DRF views: SSE)."""
+    response = JsonResponse(error_body(exc.code, str(exc)), status=exc.status)
+    if exc.status == 401:
+        response["WWW-Authenticate"] = "Token"
+    return response
 
 
 def _message(detail: Any) -> str:
@@ -51,7 +40,10 @@ def _message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ForgeError):
-        return Response(error_body(exc.code, str(exc)), status=STATUS_BY_CODE.get(exc.code, 400))
+        forge_response = Response(error_body(exc.code, str(exc)), status=exc.status)
+        if exc.status == 401:
+            forge_response["WWW-Authenticate"] = "Token"
+        return forge_response
     if isinstance(exc, RequestDataTooBig):
         return Response(error_body("too_large", str(exc)), status=413)
     if isinstance(exc, Http404):
@@ -60,11 +52,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is None:
         return None
     assert isinstance(exc, exceptions.APIException)
-    code = exc.get_codes() if isinstance(exc, exceptions.ValidationError) else exc.default_code
     if isinstance(exc, exceptions.ValidationError):
         response.data = error_body("invalid", _message(exc.detail), fields=exc.detail)
     else:
-        response.data = error_body(str(code), _message(exc.detail))
+        response.data = error_body(str(exc.default_code), _message(exc.detail))
     return response
 
 

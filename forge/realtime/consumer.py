@@ -1,10 +1,10 @@
 """The session socket: ``/ws/sessions/{id}/?after=SEQ`` (CONTRACT §4).
 
 On connect the log after ``after``, then snapshots of what is still streaming,
-then live frames, with no gap and no duplicate (``sessions.streaming``).
+then live frames, with no gap and no duplicate (``forge.realtime.stream``).
 Client frames: ``prompt``, ``abort``, ``ping``, and ``snapshot`` (ask again for
 the text of streaming parts). Turns run as their own tasks; this consumer only
-starts and stops them through ``forge.runtime``.
+starts and stops them through ``forge.runtime``, which validates the prompt.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from accounts.selectors import NoTenant, tenant_for_user
+from accounts.exceptions import ForgeError
+from forge import runtime
+from forge.access import session_of
+from forge.errors import NotAuthenticated
+from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_frame
+from sessions.models import Session
 
-from . import hub, selectors
-from .exceptions import ForgeError, NotFound
-from .models import Session
-from .streaming import SessionStream, snapshot_frame
+from . import hub
+from .stream import SessionStream
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +37,8 @@ CLOSE_BAD_REQUEST = 4400
 MAX_FRAME_BYTES = 1024 * 1024
 
 
-def _find_session(user: Any, session_id: str) -> Session:
-    tenant = tenant_for_user(user)
-    return selectors.get_session(tenant=tenant, session_id=session_id)
-
-
 class SessionConsumer(AsyncWebsocketConsumer):
-    # No channel-layer channel of its own: frames arrive through sessions.hub, one
+    # No channel-layer channel of its own: frames arrive through forge.realtime.hub, one
     # subscription per session per process (Channels skips the layer for an alias
     # that names none).
     channel_layer_alias = None
@@ -51,17 +49,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
     forwarding: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        from forge import runtime
-
         await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
-            self.session = await database_sync_to_async(_find_session)(user, session_id)
-        except (NotFound, NoTenant):
+            self.session = await database_sync_to_async(session_of)(
+                self.scope.get("user"), session_id
+            )
+        except NotAuthenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        except ForgeError:  # no tenant, or no such session in it
             await self.close(code=CLOSE_NOT_FOUND)
             return
         after = self._after()
@@ -129,11 +126,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if subscription is not None:
                 await subscription.__aexit__(None, None, None)
 
-    async def _send(self, frame: dict[str, Any]) -> None:
+    async def _send(self, frame: Frame) -> None:
         await self.send(text_data=hub.encode(frame))
 
     async def _error(self, code: str, message: str, **extra: Any) -> None:
-        await self._send({"kind": "error", "code": code, "message": message, **extra})
+        await self._send(error_frame(code, message, **extra))
 
     # --- from the client ----------------------------------------------------------------
 
@@ -167,48 +164,30 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await handler(content)
 
     async def _ping(self, content: dict[str, Any]) -> None:
-        await self._send({"kind": "pong"})
+        await self._send(pong_frame())
 
     async def _snapshot(self, content: dict[str, Any]) -> None:
-        from forge import runtime
-
         for snapshot in await runtime.snapshots(self.session.pk):
             if self.stream is not None:
                 self.stream.sent[snapshot["part_id"]] = len(snapshot["text"])
             await self._send(snapshot_frame(snapshot))
 
     async def _prompt(self, content: dict[str, Any]) -> None:
-        from forge import runtime
-
         client_id = content.get("client_id")
-        text = content.get("text")
-        agent = content.get("agent")
-        if not isinstance(text, str):
-            await self._error("invalid_prompt", "prompt needs a text", client_id=client_id)
-            return
-        if len(text.encode()) > settings.FORGE_MAX_PROMPT_BYTES:
-            await self._error(
-                "too_large",
-                f"the prompt is larger than {settings.FORGE_MAX_PROMPT_BYTES} bytes",
-                client_id=client_id,
-            )
-            return
-        if agent is not None and not isinstance(agent, str):
-            await self._error("invalid_prompt", "agent must be a name", client_id=client_id)
-            return
         await database_sync_to_async(self.session.refresh_from_db)()
         try:
-            started = await runtime.start_turn(session=self.session, text=text, agent=agent)
+            started = await runtime.start_turn(
+                session=self.session, text=content.get("text"), agent=content.get("agent")
+            )
         except ForgeError as exc:
             await self._error(exc.code, str(exc), client_id=client_id)
             return
         await self._send(
-            {
-                "kind": "ack",
-                "client_id": client_id,
-                "message_id": started.message["info"]["id"],
-                "assistant_message_id": started.assistant_message_id,
-            }
+            ack_frame(
+                client_id=client_id,
+                message_id=started.message["info"]["id"],
+                assistant_message_id=started.assistant_message_id,
+            )
         )
 
     async def _abort(self, content: dict[str, Any]) -> None:
@@ -216,8 +195,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
         asyncio.get_running_loop().create_task(self._abort_now(content.get("client_id")))
 
     async def _abort_now(self, client_id: Any) -> None:
-        from forge import runtime
-
         try:
             await runtime.abort_turn(session=self.session)
         except ForgeError as exc:

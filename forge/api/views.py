@@ -1,24 +1,24 @@
-"""The HTTP API (CONTRACT §3). Thin: parse, call a selector or a service or the
-runtime's entry, shape the answer. Everything is scoped to the caller's tenant;
-another tenant's session is a 404."""
+"""The sessions API (CONTRACT §3). Thin: parse, call a selector or a service or the
+runtime's entry, shape the answer. Everything is scoped to the caller's tenant
+(``forge.access``); another tenant's session is a 404. Errors are translated
+in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
@@ -27,15 +27,15 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.viewsets import GenericViewSet
 
 from accounts.models import Tenant
-from accounts.selectors import NoTenant, tenant_for_user
 from forge import runtime
-from forge.models import SessionLease
+from forge.access import session_of, tenant_of
+from forge.context import request_for
+from forge.errors import NotImplementedYet, SessionBusy
 from forge.runtime.agents import get_agent
 from sessions import selectors, services
-from sessions.exceptions import InvalidCursor
 from sessions.models import Session
 
-from .errors import NotImplementedYet, TooLarge
+from .params import parse_limit, parse_seq
 from .serializers import (
     ForkSerializer,
     PromptSerializer,
@@ -51,18 +51,6 @@ class SessionPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 200
-
-
-def _int_param(request: Request, name: str, default: int, *, maximum: int | None = None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    if not raw.isdigit():
-        raise InvalidCursor(f"{name} must be a non-negative integer, got {raw!r}")
-    value = int(raw)
-    if maximum is not None and not 1 <= value <= maximum:
-        raise InvalidCursor(f"{name} must be from 1 to {maximum}")
-    return value
 
 
 def _url(request: Request, **params: Any) -> str:
@@ -83,20 +71,15 @@ class SessionViewSet(GenericViewSet):
         assert isinstance(user, AbstractBaseUser)  # IsAuthenticated let only users in
         return user
 
-    @property
+    @cached_property
     def tenant(self) -> Tenant:
-        try:
-            return tenant_for_user(self.request.user)
-        except NoTenant as exc:
-            raise PermissionDenied(str(exc)) from exc
+        return tenant_of(self.request.user)
 
     def get_queryset(self) -> QuerySet[Session]:
-        live = SessionLease.objects.filter(session=OuterRef("pk"), expires_at__gt=timezone.now())
-        return selectors.list_sessions(tenant=self.tenant).annotate(busy=Exists(live))
+        return runtime.with_busy(selectors.list_sessions(tenant=self.tenant))
 
     def get_object(self) -> Session:
-        session = selectors.get_session(tenant=self.tenant, session_id=self.kwargs["pk"])
-        return session
+        return session_of(self.request.user, self.kwargs["pk"], tenant=self.tenant)
 
     def get_throttles(self) -> list[Any]:
         if self.action == "messages" and self.request.method == "POST":
@@ -105,9 +88,7 @@ class SessionViewSet(GenericViewSet):
         return super().get_throttles()
 
     def _session_body(self, session: Session) -> dict[str, Any]:
-        session.busy = SessionLease.objects.filter(  # type: ignore[attr-defined]
-            session=session, expires_at__gt=timezone.now()
-        ).exists()
+        session.busy = runtime.is_busy(session_id=session.pk)  # type: ignore[attr-defined]
         return SessionSerializer(session).data
 
     # --- sessions -------------------------------------------------------------------
@@ -145,8 +126,8 @@ class SessionViewSet(GenericViewSet):
 
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        if SessionLease.objects.filter(session=session, expires_at__gt=timezone.now()).exists():
-            raise runtime.SessionBusy("the session is running a turn; abort it first")
+        if runtime.is_busy(session_id=session.pk):
+            raise SessionBusy("the session is running a turn; abort it first")
         services.delete_session(session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -168,7 +149,11 @@ class SessionViewSet(GenericViewSet):
     def messages(self, request: Request, pk: str) -> Response:
         if request.method == "POST":
             return self._prompt(request)
-        limit = _int_param(request, "limit", selectors.PAGE_DEFAULT, maximum=selectors.PAGE_MAX)
+        limit = parse_limit(
+            request.query_params.get("limit"),
+            default=selectors.PAGE_DEFAULT,
+            maximum=selectors.PAGE_MAX,
+        )
         # Read before the page: a client that resumes the stream after this seq sees
         # every change the page might have missed (and re-applies some it has, by id).
         head = selectors.head_seq(tenant=self.tenant, session_id=pk)
@@ -200,12 +185,6 @@ class SessionViewSet(GenericViewSet):
             data = {"text": text, "agent": data.get("agent") or None}
         else:
             uploads = []
-        if isinstance(data.get("text"), str):
-            size = len(data["text"].encode())
-            if size > settings.FORGE_MAX_PROMPT_BYTES:
-                raise TooLarge(
-                    f"the prompt is {size} bytes; the limit is {settings.FORGE_MAX_PROMPT_BYTES}"
-                )
         prompt = PromptSerializer(data=data)
         prompt.is_valid(raise_exception=True)
         files = uploads + [
@@ -237,8 +216,10 @@ class SessionViewSet(GenericViewSet):
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
-        after = _int_param(request, "after", 0)
-        limit = _int_param(request, "limit", 500, maximum=selectors.EVENTS_PAGE_MAX)
+        after = parse_seq(request.query_params.get("after"), name="after", default=0)
+        limit = parse_limit(
+            request.query_params.get("limit"), default=500, maximum=selectors.EVENTS_PAGE_MAX
+        )
         events = selectors.events_after(tenant=self.tenant, session_id=pk, after=after, limit=limit)
         next_url = (
             _url(request, after=events[-1]["seq"], limit=limit) if len(events) == limit else None
@@ -280,8 +261,9 @@ class SessionViewSet(GenericViewSet):
     def context(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         at = request.query_params.get("at")
-        seq = None if at in (None, "") else _int_param(request, "at", 0)
-        return Response(runtime.context_for(session=session, at=seq))
+        seq = None if at in (None, "") else parse_seq(at, name="at", default=0)
+        model, model_request = request_for(session, at=seq)
+        return Response({"at": seq, "provider_model": model, **model_request.as_dict()})
 
     @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.STR})
     @action(detail=True, methods=["get"])
@@ -305,21 +287,3 @@ class SessionViewSet(GenericViewSet):
         self.tenant  # noqa: B018 - the caller must belong to a tenant
         session = services.import_log(user=self.user, events=events)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)
-
-
-class MemoryViewSet(GenericViewSet):
-    """Long-term memory (read-only). Not built yet: its issue fills it."""
-
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"])
-    def cores(self, request: Request) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")
-
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"])
-    def search(self, request: Request) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")
-
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
-    def unit(self, request: Request, pk: str) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")

@@ -77,12 +77,6 @@ class ForkSerializer(serializers.Serializer):
         return value
 
 
-class PromptResponseSerializer(serializers.Serializer):
-    message = serializers.DictField()
-    assistant_message_id = serializers.CharField()
-    reply = serializers.DictField(required=False)
-
-
 def page_body(
     results: list[Any], next_url: str | None, previous_url: str | None = None
 ) -> dict[str, Any]:

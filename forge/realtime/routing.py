@@ -1,5 +1,5 @@
 from django.urls import path
 
-from .consumers import SessionConsumer
+from .consumer import SessionConsumer
 
 websocket_urlpatterns = [path("ws/sessions/<str:session_id>/", SessionConsumer.as_asgi())]

@@ -12,48 +12,27 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from rest_framework.authtoken.models import Token
 
-from accounts.selectors import NoTenant, tenant_for_user
-from sessions import hub, selectors
-from sessions.exceptions import NotFound
+from accounts.exceptions import ForgeError
+from forge import runtime
+from forge.access import session_of, user_for_authorization
+from forge.realtime import hub
+from forge.realtime.stream import SessionStream
+from sessions.frames import Frame
 from sessions.models import Session
-from sessions.streaming import Frame, SessionStream
 
-from .errors import error_body
-
-
-def _user(request: HttpRequest) -> Any:
-    """The token's user when an ``Authorization: Token`` header is sent, else the cookie's."""
-    header = request.headers.get("Authorization")
-    if header is None:
-        return request.user
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "token":
-        return AnonymousUser()
-    token = Token.objects.select_related("user").filter(key=key.strip()).first()
-    return token.user if token and token.user.is_active else AnonymousUser()
+from .errors import error_body, error_response
+from .params import parse_seq
 
 
-def _find(request: HttpRequest, session_id: str) -> Session | JsonResponse:
-    user = _user(request)
-    if not user.is_authenticated:
-        response = JsonResponse(
-            error_body("not_authenticated", "log in or send a token"), status=401
-        )
-        response["WWW-Authenticate"] = "Token"
-        return response
-    try:
-        return selectors.get_session(tenant=tenant_for_user(user), session_id=session_id)
-    except (NotFound, NoTenant):
-        return JsonResponse(error_body("not_found", f"no session {session_id!r}"), status=404)
+def _find(request: HttpRequest, session_id: str) -> Session:
+    user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
+    return session_of(user, session_id)
 
 
 def encode(frame: Frame) -> bytes:
@@ -66,17 +45,14 @@ def encode(frame: Frame) -> bytes:
 async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase:
     if request.method != "GET":
         return JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
-    found = await sync_to_async(_find)(request, session_id)
-    if isinstance(found, JsonResponse):
-        return found
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
-    if not raw.strip().isdigit():
-        return JsonResponse(
-            error_body("invalid_cursor", f"Last-Event-ID / after must be a seq, got {raw!r}"),
-            status=400,
-        )
+    try:
+        session = await sync_to_async(_find)(request, session_id)
+        raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
+        after = parse_seq(raw, name="Last-Event-ID / after", default=0)
+    except ForgeError as exc:
+        return error_response(exc)
     response = StreamingHttpResponse(
-        _frames(found, int(raw.strip())), content_type="text/event-stream; charset=utf-8"
+        _frames(session, after), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -84,8 +60,6 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
 
 
 async def _frames(session: Session, after: int) -> AsyncIterator[bytes]:
-    from forge import runtime
-
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     # Subscribe before reading the backlog (the stream drops what it already covered).
     async with hub.subscribe(session.pk) as subscriber:

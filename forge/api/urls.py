@@ -1,8 +1,9 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from .memory import MemoryViewSet
 from .sse import stream_view
-from .views import MemoryViewSet, SessionViewSet
+from .views import SessionViewSet
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

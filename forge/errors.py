@@ -1,0 +1,63 @@
+"""The application's errors: what the runtime and the faces refuse, with the code and
+HTTP status each means (the stores' errors are in ``accounts.exceptions`` and
+``sessions.exceptions``; all are ``ForgeError``s, translated in one place per
+face)."""
+
+from __future__ import annotations
+
+from accounts.exceptions import ForgeError
+
+__all__ = [
+    "ForgeError",
+    "InvalidPrompt",
+    "NotAuthenticated",
+    "NotImplementedYet",
+    "NotRunning",
+    "PromptTooLarge",
+    "SessionBusy",
+    "UnknownAgent",
+    "UnknownModel",
+]
+
+
+class InvalidPrompt(ForgeError, ValueError):
+    code = "invalid_prompt"
+
+
+class PromptTooLarge(InvalidPrompt):
+    """A prompt over ``FORGE_MAX_PROMPT_BYTES`` (413 on HTTP, ``too_large`` on the socket)."""
+
+    code = "too_large"
+    status = 413
+
+
+class UnknownAgent(ForgeError, ValueError):
+    code = "unknown_agent"
+
+
+class UnknownModel(ForgeError, ValueError):
+    code = "unknown_model"
+
+
+class SessionBusy(ForgeError):
+    """The session runs a turn already (one turn at a time per session)."""
+
+    code = "busy"
+    status = 409
+
+
+class NotRunning(ForgeError):
+    """Abort asked for, but no turn runs."""
+
+    code = "not_running"
+    status = 409
+
+
+class NotAuthenticated(ForgeError):
+    code = "not_authenticated"
+    status = 401
+
+
+class NotImplementedYet(ForgeError):
+    code = "not_implemented"
+    status = 501

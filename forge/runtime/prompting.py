@@ -1,0 +1,226 @@
+"""A prompt, from what a face received to the logged user message: the one place a
+prompt is validated (text, size, files, agent, model) and written.
+
+:func:`begin` is one unit of work: store the attachments, take the session's
+lease (recovering a dead runner's turn if its lease had expired), log the
+context blocks that changed, the user message with its parts, and the empty
+assistant message the reply will fill. Bad input raises before anything is
+written; a failure after the files were stored removes them again.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
+from forge.providers import split_model
+from forge.tools import tool_specs
+from sessions import selectors, services
+from sessions.ids import new_message_id, new_part_id
+from sessions.models import Session
+from sessions.projector import fold_context
+
+from . import lease
+from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
+from .finalize import INTERRUPTED, finalize_open_messages
+from .turn import Turn
+
+MAX_FILES = 10
+MAX_FILE_BYTES = 10 * 1024 * 1024
+MAX_INLINE_TEXT = 100_000  # a text attachment larger than this is not inlined for the model
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_INLINED_MIMES = ("text/", "application/json", "application/xml")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    filename: str
+    content: bytes
+    mime: str = ""
+
+
+def clean_text(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidPrompt("a prompt needs some text")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise InvalidPrompt("the prompt is not valid Unicode (a lone surrogate)") from None
+    if "\x00" in text:
+        raise InvalidPrompt("the prompt contains a NUL character")
+    if size > settings.FORGE_MAX_PROMPT_BYTES:
+        raise PromptTooLarge(
+            f"the prompt is {size} bytes; the limit is {settings.FORGE_MAX_PROMPT_BYTES}"
+        )
+    return text
+
+
+def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
+    if len(files) > MAX_FILES:
+        raise InvalidPrompt(f"at most {MAX_FILES} files per prompt")
+    cleaned = []
+    for attachment in files:
+        if len(attachment.content) > MAX_FILE_BYTES:
+            raise PromptTooLarge(f"{attachment.filename!r} is larger than {MAX_FILE_BYTES} bytes")
+        name = _SAFE_NAME.sub("_", attachment.filename.rsplit("/", 1)[-1]).strip("._") or "file"
+        mime = attachment.mime or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        cleaned.append(Attachment(filename=name[:120], content=attachment.content, mime=mime))
+    return cleaned
+
+
+def choose_agent(session: Session, text: str, agent: Any) -> tuple[AgentConfig, bool]:
+    """The turn's agent, and whether the prompt named it with ``@name``."""
+    if agent is not None and not isinstance(agent, str):
+        raise InvalidPrompt("agent must be an agent's name")
+    if agent:
+        return get_agent(agent), False
+    mentioned = mentioned_agent(text)
+    if mentioned:
+        return get_agent(mentioned), True
+    if session.agent:
+        return get_agent(session.agent), False
+    return default_agent(), False
+
+
+def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
+    """The context blocks an agent contributes: its system prompt, its tools, its settings."""
+    return [
+        {"kind": "system", "key": "agent", "agent": agent.name, "text": agent.system_prompt},
+        {
+            "kind": "tools",
+            "key": "agent",
+            "tools": [spec.as_dict() for spec in tool_specs(agent.tools or None)],
+        },
+        {
+            "kind": "settings",
+            "key": "agent",
+            "model": agent.resolved_model,
+            "temperature": agent.temperature,
+        },
+    ]
+
+
+def _is_inlined(attachment: Attachment) -> bool:
+    """A text attachment small enough to reach the model as text."""
+    if not attachment.mime.startswith(_INLINED_MIMES):
+        return False
+    try:
+        attachment.content.decode()
+    except UnicodeDecodeError:
+        return False
+    return len(attachment.content) <= MAX_INLINE_TEXT
+
+
+def _user_parts(
+    user_id: str, text: str, agent: AgentConfig, mentioned: bool, files: list[Any]
+) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"message_id": user_id, "type": "text", "text": text}]
+    if mentioned:
+        parts.append({"message_id": user_id, "type": "agent", "name": agent.name})
+    for part_id, attachment, url in files:
+        parts.append(
+            {
+                "id": part_id,
+                "message_id": user_id,
+                "type": "file",
+                "mime": attachment.mime,
+                "filename": attachment.filename,
+                "url": url,
+            }
+        )
+        if _is_inlined(attachment):
+            parts.append(
+                {
+                    "message_id": user_id,
+                    "type": "text",
+                    "synthetic": True,
+                    "text": f'<file name="{attachment.filename}">\n'
+                    f"{attachment.content.decode()}\n</file>",
+                }
+            )
+    return parts
+
+
+def begin(
+    session: Session, text: Any, agent_name: Any, files: Sequence[Attachment]
+) -> tuple[Turn, dict[str, Any]]:
+    """Validate, take the lease, and log the prompt (one unit of work).
+
+    Returns the turn to run and the logged user message ``{info, parts}``.
+    Raises ``InvalidPrompt`` (``PromptTooLarge``), ``UnknownAgent``,
+    ``SessionBusy``: then nothing is written.
+    """
+    text = clean_text(text)
+    attachments = clean_files(files)
+    agent, mentioned = choose_agent(session, text, agent_name)
+    model = agent.resolved_model
+    try:
+        provider, model_name = split_model(model)
+    except UnknownModel as exc:
+        raise InvalidPrompt(str(exc)) from None
+    user_id, assistant_id = new_message_id(), new_message_id()
+    stored: list[str] = []
+    try:
+        file_parts = []
+        for attachment in attachments:
+            part_id = new_part_id()
+            path = default_storage.save(
+                f"uploads/{session.pk}/{part_id}/{attachment.filename}",
+                ContentFile(attachment.content),
+            )
+            stored.append(path)
+            file_parts.append((part_id, attachment, default_storage.url(path)))
+        # One transaction: the lease, any recovery it calls for, and the prompt.
+        with transaction.atomic():
+            if lease.acquire(session=session, message_id=assistant_id) is not None:
+                finalize_open_messages(session=session, reason=INTERRUPTED)
+            current = fold_context(
+                selectors.context_updates(tenant=session.tenant, session=session)
+            )
+            changed = [
+                b for b in agent_blocks(agent) if current.get(f"{b['kind']}:{b['key']}") != b
+            ]
+            if changed:
+                services.append_event(
+                    session=session, type="context.updated", data={"blocks": changed}
+                )
+            model_info = {"provider": provider, "model": model_name}
+            user_info = services.update_message(
+                session=session,
+                info={"id": user_id, "role": "user", "agent": agent.name, "model": model_info},
+            ).data
+            user_parts = [
+                services.update_part(session=session, part=part).data
+                for part in _user_parts(user_id, text, agent, mentioned, file_parts)
+            ]
+            services.update_message(
+                session=session,
+                info={
+                    "id": assistant_id,
+                    "role": "assistant",
+                    "parent_id": user_id,
+                    "agent": agent.name,
+                    "model": model_info,
+                },
+            )
+    except BaseException:
+        for path in stored:
+            default_storage.delete(path)
+        raise
+    turn = Turn(
+        session=session,
+        user_message_id=user_id,
+        message_id=assistant_id,
+        agent=agent,
+        model=model,
+    )
+    return turn, {"info": user_info, "parts": user_parts}

@@ -1,0 +1,224 @@
+"""Running turns: the one entry every face starts a turn through, the turns this
+process runs, and aborting them.
+
+A turn runs as its own asyncio task in the process that took the session's
+lease; it never runs inside a consumer's receive handler. While it runs, a
+heartbeat renews the lease (a lost lease stops the turn) and an abort listener
+in the session's runner group takes abort requests from other processes. Both
+start inside the cleanup that stops them, so nothing outlives its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from forge.errors import NotRunning
+from forge.realtime.receiver import Receiver
+from sessions import services
+from sessions.models import Session
+
+from . import lease
+from .db import db
+from .finalize import finalize_open_messages
+from .prompting import Attachment, begin
+from .recovery import ensure_janitor, recover_session
+from .steps import run_turn
+from .subtask import subtask_runner
+from .title import title_later
+from .turn import Turn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StartedTurn:
+    session_id: str
+    message: dict[str, Any]  # the user message, {info, parts}
+    assistant_message_id: str
+    task: asyncio.Task[None]
+
+
+@dataclass
+class _Runner:
+    turn: Turn
+    task: asyncio.Task[None]
+
+
+# The turns this process runs, by session id.
+_runners: dict[str, _Runner] = {}
+# Every task the runtime started (turns, titles, listeners' cleanup), until it ends.
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _track(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def _spawn(coro: Any, name: str | None = None) -> asyncio.Task[Any]:
+    # A fresh context: the task must not inherit a request's thread-sensitive executor.
+    return _track(
+        asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
+    )
+
+
+async def settle(timeout: float = 10.0) -> None:
+    """Wait until the turns and background work this event loop runs have ended."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    # A task may start another as it ends (a turn its title, its listener's cleanup).
+    while pending := {t for t in _background if t.get_loop() is loop and not t.done()}:
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.wait(pending, timeout=left)
+
+
+def runner_group(session_id: str) -> str:
+    return f"forge.runner.{session_id}"
+
+
+# --- starting ---------------------------------------------------------------------
+
+
+async def start_turn(
+    *,
+    session: Session,
+    text: Any,
+    agent: Any = None,
+    files: Sequence[Attachment] = (),
+    depth: int = 0,
+    janitor: bool = True,
+) -> StartedTurn:
+    """Log the prompt and start the reply as a task of the running event loop.
+
+    The one entry of every face (the socket directly, HTTP through ``sync.prompt``).
+    ``text`` and ``agent`` are taken as received: the prompt is validated here.
+    Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
+    (nothing written) and ``SessionBusy`` while another turn of the session runs.
+    """
+    if janitor:
+        ensure_janitor()
+    turn, user_message = await db(begin)(session, text, agent, files)
+    turn.depth = depth
+    turn.run_subtask = subtask_runner(turn, start_turn)
+    task = _spawn(_run(turn), name=f"forge-turn-{session.pk}")
+    _runners[session.pk] = _Runner(turn=turn, task=task)
+    return StartedTurn(
+        session_id=session.pk,
+        message=user_message,
+        assistant_message_id=turn.message_id,
+        task=task,
+    )
+
+
+async def _run(turn: Turn) -> None:
+    session_id = turn.session.pk
+    me = asyncio.current_task()
+    assert me is not None
+    heartbeat: asyncio.Task[None] | None = None
+    listener: Receiver | None = None
+    try:
+        heartbeat = asyncio.create_task(_heartbeat(turn, me))
+        try:
+            listener = await _abort_listener(turn, me)
+        except Exception:
+            logger.exception("session %s: could not join its runner group", session_id)
+            await db(finalize_open_messages)(
+                session=turn.session,
+                reason="the server could not reach its channel layer",
+                error={
+                    "name": "UnknownError",
+                    "message": "the server could not reach its channel layer; try again",
+                    "retryable": True,
+                },
+                message_id=turn.message_id,
+                agent=turn.agent.name,
+            )
+            return
+        await run_turn(turn)
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        if listener is not None:
+            # Not awaited: the turn is over, and its end must not wait on the layer.
+            _spawn(listener.leave())
+        await asyncio.shield(db(lease.release)(session_id=session_id))
+        if _runners.get(session_id) and _runners[session_id].turn is turn:
+            del _runners[session_id]
+        await services.apublish_status(session_id=session_id, status="idle")
+    if turn.depth == 0 and not turn.session.title:
+        _spawn(title_later(turn.session))
+
+
+async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
+    """Renew the lease while the turn runs; stop the turn if the lease was lost."""
+    interval = lease.lease_seconds() / 3
+    while True:
+        await asyncio.sleep(interval)
+        if not await db(lease.renew)(session_id=turn.session.pk):
+            logger.error("lost the lease of session %s; stopping its turn", turn.session.pk)
+            turn.abort.set()
+            task.cancel()
+            return
+
+
+async def _abort_listener(turn: Turn, task: asyncio.Task[Any]) -> Receiver | None:
+    """Abort requests from other processes arrive over the channel layer."""
+    if get_channel_layer() is None:
+        return None
+
+    def handle(message: dict[str, Any]) -> bool:
+        if message.get("type") != "forge.abort":
+            return False
+        turn.abort.set()
+        task.cancel()
+        return True
+
+    return await Receiver.join(
+        runner_group(turn.session.pk), handle, name=f"the abort group of {turn.session.pk}"
+    )
+
+
+# --- asking and aborting ----------------------------------------------------------
+
+
+def running_turn(session_id: str) -> asyncio.Task[None] | None:
+    """The task of the session's turn, if this process runs one."""
+    runner = _runners.get(session_id)
+    return runner.task if runner else None
+
+
+async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
+    """Stop the session's running turn, in this process or another, and return once it
+    is finalized. Raises ``NotRunning`` when no turn runs."""
+    runner = _runners.get(session.pk)
+    if runner is not None and not runner.task.done():
+        runner.turn.abort.set()
+        runner.task.cancel()
+        await asyncio.wait({runner.task}, timeout=timeout)
+        return
+    current = await db(lease.current)(session_id=session.pk)
+    if current is None:
+        raise NotRunning("no turn is running in this session")
+    if current.expires_at <= timezone.now():
+        await db(recover_session)(session)
+        return
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(runner_group(session.pk), {"type": "forge.abort"})
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await db(lease.current)(session_id=session.pk) is not None:
+        if asyncio.get_running_loop().time() > deadline:
+            raise NotRunning("the process running this turn did not stop in time")
+        await asyncio.sleep(0.05)

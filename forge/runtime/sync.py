@@ -1,0 +1,80 @@
+"""The runtime for synchronous callers (DRF views, management commands).
+
+Under an ASGI server (a thread working for its event loop) a turn runs as a
+task of that loop, exactly as when the socket starts it. Where no event loop
+runs (WSGI, a management command) the turn runs to its end before
+:func:`prompt` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from sessions import bus, selectors
+from sessions.models import Session
+
+from .prompting import Attachment
+from .runner import StartedTurn, abort_turn, start_turn
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    message: dict[str, Any]  # the user message, {info, parts}
+    assistant_message_id: str
+    reply: dict[str, Any] | None  # the finished reply, {info, parts}, when waited for
+
+
+def prompt(
+    *,
+    session: Session,
+    text: Any,
+    agent: Any = None,
+    files: Sequence[Attachment] = (),
+    wait: bool = False,
+) -> PromptResult:
+    """:func:`~forge.runtime.runner.start_turn` from synchronous code.
+
+    Returns once the prompt is logged, or with ``wait`` (and always where no
+    server loop runs) once the reply is finished, with the reply.
+    """
+    loop = bus.server_loop()
+    if loop is not None:
+
+        async def start() -> StartedTurn:
+            started = await start_turn(session=session, text=text, agent=agent, files=files)
+            if wait:
+                await asyncio.wait({started.task})
+            return started
+
+        started = async_to_sync(start)()
+        finished = wait
+    else:
+
+        async def whole() -> StartedTurn:
+            started = await start_turn(
+                session=session, text=text, agent=agent, files=files, janitor=False
+            )
+            await asyncio.wait({started.task})
+            await bus.flush()
+            return started
+
+        started = asyncio.run(whole())
+        finished = True
+    reply = None
+    if finished:
+        reply = selectors.get_message(
+            tenant=session.tenant, session_id=session.pk, message_id=started.assistant_message_id
+        )
+    return PromptResult(
+        message=started.message, assistant_message_id=started.assistant_message_id, reply=reply
+    )
+
+
+def abort(*, session: Session) -> None:
+    """:func:`~forge.runtime.runner.abort_turn` for synchronous callers."""
+    async_to_sync(abort_turn)(session=session)

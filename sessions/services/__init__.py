@@ -1,0 +1,49 @@
+"""All writes to the session store (CONTRACT §6).
+
+Every function is keyword-only and atomic. A write appends exactly one event
+to the session's log, projects it into messages and parts in the same
+transaction, and publishes it to the session's channel-layer group after the
+transaction commits. Bad input raises a ``ForgeError`` subclass before anything
+is written: no event, no row, no publish.
+
+* ``append``: the engine (sequence allocation, hash chain, projection, publish);
+* ``session``: create, rename, delete a session;
+* ``messages``: messages and parts, the free events, and the bus-only frames;
+* ``transfer``: rebuild a projection, fork, import a log.
+"""
+
+from .append import OPTIMISTIC_ATTEMPTS
+from .messages import (
+    FREE_EVENT_TYPES,
+    append_event,
+    apublish_delta,
+    apublish_status,
+    publish_delta,
+    remove_message,
+    remove_part,
+    update_message,
+    update_part,
+)
+from .session import create_session, delete_session, session_info, update_session
+from .transfer import fork_session, import_log, parse_log, rebuild_projection
+
+__all__ = [
+    "FREE_EVENT_TYPES",
+    "OPTIMISTIC_ATTEMPTS",
+    "append_event",
+    "apublish_delta",
+    "apublish_status",
+    "create_session",
+    "delete_session",
+    "fork_session",
+    "import_log",
+    "parse_log",
+    "publish_delta",
+    "rebuild_projection",
+    "remove_message",
+    "remove_part",
+    "session_info",
+    "update_message",
+    "update_part",
+    "update_session",
+]

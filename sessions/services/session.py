@@ -1,0 +1,114 @@
+"""Sessions: create, rename, delete (``session.created`` / ``session.updated``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+
+from accounts.exceptions import NoTenant
+from accounts.models import Tenant
+from accounts.selectors import is_member, tenant_for_user
+
+from .. import sql
+from ..exceptions import InvalidEvent, NotFound, SessionMismatch
+from ..log import format_time
+from ..models import Message, Part, Session, SessionEvent
+from .append import commit
+
+TITLE_MAX = 255
+AGENT_MAX = 64
+_UNSET: Any = object()
+
+
+def session_info(session: Session) -> dict[str, Any]:
+    """The session's wire shape, as logged in ``session.created`` / ``session.updated``."""
+    return {
+        "id": session.pk,
+        "title": session.title,
+        "agent": session.agent or None,
+        "parent_id": session.parent_id,
+        "created_at": format_time(session.created_at),
+    }
+
+
+def clean_title(title: Any) -> str:
+    if not isinstance(title, str):
+        raise InvalidEvent("title must be a string")
+    title = title.strip()
+    if len(title) > TITLE_MAX:
+        raise InvalidEvent(f"title is longer than {TITLE_MAX} characters")
+    return title
+
+
+def clean_agent(agent: Any) -> str:
+    if agent is None:
+        return ""
+    if not isinstance(agent, str) or len(agent) > AGENT_MAX:
+        raise InvalidEvent(f"agent must be a name of at most {AGENT_MAX} characters")
+    return agent
+
+
+@transaction.atomic
+def create_session(
+    *,
+    user: AbstractBaseUser,
+    tenant: Tenant | None = None,
+    title: str = "",
+    agent: str | None = None,
+    parent: Session | None = None,
+) -> Session:
+    """A new session owned by ``user`` in ``tenant`` (default: the user's own tenant)."""
+    if tenant is None:
+        try:
+            tenant = tenant_for_user(user)
+        except NoTenant as exc:
+            raise SessionMismatch(str(exc)) from exc
+    elif not is_member(user=user, tenant=tenant):
+        raise SessionMismatch(f"user {user.get_username()!r} is not a member of tenant {tenant}")
+    if parent is not None and parent.tenant_id != tenant.pk:
+        raise SessionMismatch("a parent session must belong to the same tenant")
+    session = Session.objects.create(
+        tenant=tenant,
+        user_id=user.pk,
+        title=clean_title(title),
+        agent=clean_agent(agent),
+        parent=parent,
+    )
+    session_id = session.pk
+
+    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
+        if head.seq:
+            raise InvalidEvent(f"session {session_id!r} already has a log")
+        return "session.created", session_info(session)
+
+    commit(session, build)
+    return session
+
+
+def update_session(*, session: Session, title: Any = _UNSET, agent: Any = _UNSET) -> SessionEvent:
+    """Rename a session or change its default agent (``session.updated``)."""
+    new_title = session.title if title is _UNSET else clean_title(title)
+    new_agent = session.agent if agent is _UNSET else clean_agent(agent)
+
+    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
+        session.title, session.agent = new_title, new_agent
+        return "session.updated", session_info(session)
+
+    return commit(session, build)
+
+
+@transaction.atomic
+def delete_session(*, session: Session) -> None:
+    """Delete a session with its whole log, messages and parts.
+
+    The database refuses to delete single events; marking the session as
+    ``deleting`` first is what lets the triggers allow it, inside this
+    transaction only.
+    """
+    if not Session.objects.filter(pk=session.pk).update(deleting=True):
+        raise NotFound(f"session {session.pk!r} does not exist")
+    Part.objects.filter(session_id=session.pk).delete()
+    Message.objects.filter(session_id=session.pk).delete()
+    Session.objects.filter(pk=session.pk).delete()

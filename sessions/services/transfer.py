@@ -1,0 +1,176 @@
+"""Whole logs: rebuild a session's projection, fork it, import an exported log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+
+from accounts.exceptions import NoTenant
+from accounts.selectors import tenant_for_user
+
+from .. import selectors, sql
+from ..exceptions import ImportConflict, LogIntegrityError, NotFound, SessionMismatch
+from ..ids import is_valid_id, new_message_id, new_part_id
+from ..log import parse_time, verify_chain
+from ..models import Message, Part, Session, SessionEvent
+from ..projector import Projection, fold, fold_context
+from .messages import append_event, update_message, update_part
+from .session import TITLE_MAX, clean_agent, clean_title, create_session
+
+
+@transaction.atomic
+def rebuild_projection(*, session: Session) -> Projection:
+    """Replace the session's messages and parts with what its log projects to."""
+    if not _lock_session(session) or not Session.objects.filter(pk=session.pk).exists():
+        raise NotFound(f"session {session.pk!r} does not exist")
+    state = fold(
+        SessionEvent.objects.filter(session=session).order_by("seq").iterator(chunk_size=2000)
+    )
+    Part.objects.filter(session=session).delete()
+    Message.objects.filter(session=session).delete()
+    Message.objects.bulk_create(
+        [Message(id=message_id, **row) for message_id, row in state.messages.items()],
+        batch_size=500,
+    )
+    Part.objects.bulk_create(
+        [Part(id=part_id, **row) for part_id, row in state.parts.items()], batch_size=500
+    )
+    if state.session:
+        Session.objects.filter(pk=session.pk).update(**state.session)
+        session.title, session.agent = state.session["title"], state.session["agent"]
+    return state
+
+
+def _lock_session(session: Session) -> bool:
+    """Lock the session row for the current transaction (writers to it wait)."""
+    with transaction.get_connection().cursor() as cursor:
+        return sql.lock_session(cursor, sql.Dialect(cursor), session.pk)
+
+
+# --- fork and import ------------------------------------------------------------
+
+
+@transaction.atomic
+def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id: str) -> Session:
+    """A new session holding the history before ``before_message_id`` (new ids, same content)."""
+    tenant = session.tenant
+    selectors.get_message(tenant=tenant, session_id=session.pk, message_id=before_message_id)
+    fork = create_session(
+        user=user,
+        tenant=tenant,
+        title=f"{session.title or 'Session'} (fork)"[:TITLE_MAX],
+        agent=session.agent or None,
+    )
+    blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
+    if blocks:
+        append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
+    new_ids: dict[str, str] = {}
+    for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
+        info = item["info"]
+        if info["id"] >= before_message_id:
+            break
+        new_ids[info["id"]] = new_message_id()
+        copy = {**info, "id": new_ids[info["id"]], "session_id": fork.pk}
+        if copy.get("parent_id"):
+            copy["parent_id"] = new_ids.get(copy["parent_id"])
+        update_message(session=fork, info=copy)
+        for part in item["parts"]:
+            update_part(
+                session=fork,
+                part={
+                    **part,
+                    "id": new_part_id(),
+                    "message_id": copy["id"],
+                    "session_id": fork.pk,
+                },
+            )
+    return fork
+
+
+def parse_log(lines: Any) -> list[dict[str, Any]]:
+    """Events from JSON Lines (an exported log); raises ``LogIntegrityError``."""
+    events = []
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, bytes):
+            line = line.decode("utf-8")
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise LogIntegrityError(f"line {number} is not JSON: {exc}") from None
+        if not isinstance(event, dict):
+            raise LogIntegrityError(f"line {number} is not an event object")
+        events.append(event)
+    return events
+
+
+@transaction.atomic
+def import_log(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
+    """Recreate a session from its exported log, after verifying it, in the user's tenant.
+
+    The session keeps its id and its events stay byte for byte what they were (so
+    the hash chain still verifies); messages and parts are rebuilt from them.
+    """
+    if not events:
+        raise LogIntegrityError("the log is empty")
+    session_id = events[0].get("session_id")
+    if not is_valid_id(session_id):
+        raise LogIntegrityError("the first event names no session")
+    problems = verify_chain(events, session_id=session_id)
+    if problems:
+        raise LogIntegrityError(
+            f"the log does not verify at seq {problems[0].seq}: {problems[0].message}"
+        )
+    first = events[0]
+    if first["type"] != "session.created" or first["data"].get("id") != session_id:
+        raise LogIntegrityError("a log starts with its session.created event")
+    if Session.objects.filter(pk=session_id).exists():
+        raise ImportConflict(f"session {session_id} already exists here")
+    message_ids = {e["data"]["id"] for e in events if e["type"] == "message.updated"}
+    part_ids = {e["data"]["id"] for e in events if e["type"] == "part.updated"}
+    if (
+        Message.objects.filter(pk__in=message_ids).exists()
+        or Part.objects.filter(pk__in=part_ids).exists()
+    ):
+        raise ImportConflict("messages or parts of this log already exist here")
+    try:
+        tenant = tenant_for_user(user)
+    except NoTenant as exc:
+        raise SessionMismatch(str(exc)) from exc
+    info = first["data"]
+    try:
+        created = parse_time(info["created_at"])
+        last = parse_time(events[-1]["at"])
+    except (KeyError, ValueError) as exc:
+        raise LogIntegrityError(f"a time does not parse: {exc}") from None
+    session = Session.objects.create(
+        id=session_id,
+        tenant=tenant,
+        user_id=user.pk,
+        title=clean_title(info.get("title") or ""),
+        agent=clean_agent(info.get("agent")),
+        created_at=created,
+        updated_at=last,
+    )
+    SessionEvent.objects.bulk_create(
+        [
+            SessionEvent(
+                id=e["id"],
+                tenant=tenant,
+                session=session,
+                seq=e["seq"],
+                type=e["type"],
+                at=parse_time(e["at"]),
+                data=e["data"],
+                hash=e["hash"],
+            )
+            for e in events
+        ],
+        batch_size=500,
+    )
+    rebuild_projection(session=session)
+    return session
