@@ -2,8 +2,9 @@
 
 ``normalize_message`` and ``normalize_part`` take what a caller passed to
 ``update_message`` / ``update_part`` (plus the stored version, if any), and
-return the complete dict that goes into the log, or raise ``InvalidMessage`` /
-``InvalidPart`` with a message naming the offending field. They do no I/O.
+return the complete dict that goes into the log, or raise ``ShapeError`` with a
+message naming the offending field (the services turn it into
+``InvalidMessage`` / ``InvalidPart``). They do no I/O.
 
 An update may omit fields: they keep their stored value (a shallow merge), so
 the event in the log always holds the whole object.

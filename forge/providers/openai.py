@@ -39,32 +39,20 @@ import os
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import openai
 from openai.types.chat import ChatCompletionChunk
-from openai.types.completion_usage import CompletionUsage
 
 from .base import ModelRequest
 from .events import (
     Error,
-    FinishStep,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
     Retry,
     StartStep,
     StreamEvent,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ToolCall,
-    ToolInputDelta,
-    ToolInputEnd,
-    ToolInputStart,
-    Usage,
 )
+from .openai_chunks import ChunkMapper
 from .retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 __all__ = ["OpenAIProvider"]
@@ -73,14 +61,6 @@ logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[object]]
 Clock = Callable[[], float]
-
-FINISH_REASONS = {
-    "stop": "stop",
-    "tool_calls": "tool-calls",
-    "function_call": "tool-calls",
-    "length": "length",
-    "content_filter": "content-filter",
-}
 
 # The API key sent when none is configured: local servers need none, but the SDK
 # insists on one.
@@ -171,7 +151,7 @@ class OpenAIProvider:
         started_at = self._clock()
         attempt = 1
         while True:
-            mapper = _ChunkMapper()
+            mapper = ChunkMapper()
             try:
                 async with aclosing(self._attempt(params, mapper)) as events:
                     async for event in events:
@@ -216,7 +196,7 @@ class OpenAIProvider:
             await self._sleep(max(0.0, next_at - self._clock()))
 
     async def _attempt(
-        self, params: dict[str, Any], mapper: _ChunkMapper
+        self, params: dict[str, Any], mapper: ChunkMapper
     ) -> AsyncGenerator[StreamEvent, None]:
         """One HTTP request: its events, ending with ``FinishStep``; failures raise."""
         response: openai.AsyncStream[ChatCompletionChunk]
@@ -238,191 +218,6 @@ class OpenAIProvider:
                     yield event
         for event in mapper.end():
             yield event
-
-
-# --- chunks to events -------------------------------------------------------------
-
-
-@dataclass
-class _ToolInput:
-    index: int
-    call_id: str
-    tool: str = ""
-    arguments: str = ""
-    started: bool = False  # tool-input-start sent (waits for the tool's name)
-    done: bool = False  # tool-input-end and tool-call sent
-    given_id: bool = True  # the id came from the server
-
-
-@dataclass
-class _ChunkMapper:
-    """Turns the chunks of one streamed response into stream events."""
-
-    content: bool = False  # a content event (text, reasoning, tool input) was produced
-    finish_reason: str | None = None
-    finished: bool = False
-    usage: Usage = field(default_factory=Usage)
-    _text: str | None = None  # id of the open text block
-    _reasoning: str | None = None  # id of the open reasoning block
-    _texts: int = 0
-    _reasonings: int = 0
-    _calls: list[_ToolInput] = field(default_factory=list)
-    _by_index: dict[int, _ToolInput] = field(default_factory=dict)
-
-    def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
-        if not isinstance(chunk, ChatCompletionChunk):  # e.g. a JSON array
-            raise TypeError(f"not a chat.completion.chunk: {chunk!r:.200}")
-        out: list[StreamEvent] = []
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.usage = _usage(usage)
-        for choice in getattr(chunk, "choices", None) or ():
-            # Fields a lenient server leaves out are simply missing (the SDK does not
-            # validate chunks), hence getattr.
-            if getattr(choice, "index", 0) not in (0, None):  # one choice is asked for
-                continue
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                reasoning = _reasoning_text(delta)
-                if reasoning:
-                    out += self._reasoning_delta(reasoning)
-                for key in ("content", "refusal"):
-                    text = getattr(delta, key, None)
-                    if isinstance(text, str) and text:
-                        out += self._text_delta(text)
-                for position, tool_call in enumerate(getattr(delta, "tool_calls", None) or ()):
-                    out += self._tool_delta(tool_call, position)
-            reason = getattr(choice, "finish_reason", None)
-            if reason is not None:
-                self.finish_reason = str(reason)
-                self.finished = True
-                out += self.close()
-        return out
-
-    def close(self) -> list[StreamEvent]:
-        """Close every open block and complete every tool call, in index order."""
-        out = self.close_blocks()
-        for call in sorted(self._calls, key=lambda c: c.index):
-            if call.done:
-                continue
-            out += self._start_tool(call)
-            call.done = True
-            out.append(ToolInputEnd(call_id=call.call_id))
-            out.append(ToolCall(call_id=call.call_id, tool=call.tool, input=call.arguments or "{}"))
-        return out
-
-    def close_blocks(self) -> list[StreamEvent]:
-        """Close the open text and reasoning blocks (tool inputs stay incomplete)."""
-        return self._end_reasoning() + self._end_text()
-
-    def end(self) -> list[StreamEvent]:
-        """The events that end the step: whatever is open, then ``FinishStep``."""
-        finish = FINISH_REASONS.get(self.finish_reason or "", "other")
-        return [*self.close(), FinishStep(finish_reason=finish, usage=self.usage)]
-
-    def _end_text(self) -> list[StreamEvent]:
-        if self._text is None:
-            return []
-        text_id, self._text = self._text, None
-        return [TextEnd(id=text_id)]
-
-    def _end_reasoning(self) -> list[StreamEvent]:
-        if self._reasoning is None:
-            return []
-        reasoning_id, self._reasoning = self._reasoning, None
-        return [ReasoningEnd(id=reasoning_id)]
-
-    def _text_delta(self, text: str) -> list[StreamEvent]:
-        out = self._end_reasoning()
-        if self._text is None:
-            self._text = f"text-{self._texts}"
-            self._texts += 1
-            out.append(TextStart(id=self._text))
-        out.append(TextDelta(id=self._text, delta=text))
-        self.content = True
-        return out
-
-    def _reasoning_delta(self, text: str) -> list[StreamEvent]:
-        out = self._end_text()
-        if self._reasoning is None:
-            self._reasoning = f"reasoning-{self._reasonings}"
-            self._reasonings += 1
-            out.append(ReasoningStart(id=self._reasoning))
-        out.append(ReasoningDelta(id=self._reasoning, delta=text))
-        self.content = True
-        return out
-
-    def _tool_delta(self, tool_call: Any, position: int) -> list[StreamEvent]:
-        out = self.close_blocks()
-        index = getattr(tool_call, "index", None)
-        index = index if isinstance(index, int) else position
-        call_id = getattr(tool_call, "id", None)
-        call_id = call_id if isinstance(call_id, str) and call_id else None
-        function = getattr(tool_call, "function", None)
-        name = getattr(function, "name", None)
-        name = name if isinstance(name, str) else ""
-        fragment = getattr(function, "arguments", None)
-        fragment = fragment if isinstance(fragment, str) else ""
-
-        call = self._by_index.get(index)
-        # Some servers reuse one index for parallel calls; a new id means a new call.
-        if call is not None and call_id and call.given_id and call_id != call.call_id:
-            index = max(self._by_index) + 1
-            call = None
-        if call is None or call.done:
-            call = _ToolInput(
-                index=index,
-                call_id=call_id or f"call_{index}",
-                given_id=call_id is not None,
-            )
-            self._calls.append(call)
-            self._by_index[index] = call
-        elif call_id and not call.given_id and not call.started:
-            call.call_id, call.given_id = call_id, True
-        if name and not call.tool:
-            call.tool = name
-        if call.tool:
-            out += self._start_tool(call)
-        if fragment:
-            call.arguments += fragment
-            if call.started:
-                out.append(ToolInputDelta(call_id=call.call_id, delta=fragment))
-        self.content = True
-        return out
-
-    def _start_tool(self, call: _ToolInput) -> list[StreamEvent]:
-        if call.started:
-            return []
-        call.started = True
-        self.content = True
-        out: list[StreamEvent] = [ToolInputStart(call_id=call.call_id, tool=call.tool)]
-        if call.arguments:  # fragments that came before the tool's name
-            out.append(ToolInputDelta(call_id=call.call_id, delta=call.arguments))
-        return out
-
-
-def _reasoning_text(delta: Any) -> str | None:
-    """The reasoning fragment of a delta (``reasoning_content``, else ``reasoning``)."""
-    extra = getattr(delta, "model_extra", None) or {}
-    for key in ("reasoning_content", "reasoning"):
-        value = extra.get(key, getattr(delta, key, None))
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _usage(usage: CompletionUsage) -> Usage:
-    def count(obj: object, name: str) -> int:
-        value = getattr(obj, name, None)
-        return value if isinstance(value, int) else 0
-
-    return Usage(
-        input=count(usage, "prompt_tokens"),
-        output=count(usage, "completion_tokens"),
-        reasoning=count(getattr(usage, "completion_tokens_details", None), "reasoning_tokens"),
-        cache_read=count(getattr(usage, "prompt_tokens_details", None), "cached_tokens"),
-        cache_write=0,
-    )
 
 
 # --- failures ---------------------------------------------------------------------

@@ -6,10 +6,12 @@ Importing this package registers the built-in workspace tools (``list_files``,
 
 from __future__ import annotations
 
+from . import workspace  # noqa: F401 - registers the file tools
 from .base import Tool, ToolContext, ToolError, ToolFunction, ToolResult
 from .execute import execute, prepare_call
 from .registry import all_tools, get_tool, temporary_tools, tool, tool_specs
-from .workspace import Snapshot, changed_files, resolve_in_workspace, snapshot, workspace_path
+from .sandbox import resolve_in_workspace, workspace_path
+from .snapshots import Snapshot, changed_files, snapshot
 
 __all__ = [
     "Snapshot",

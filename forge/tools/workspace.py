@@ -1,14 +1,7 @@
-"""The per-session workspace: a sandbox directory, four file tools, and snapshots.
+"""The four file tools of the per-session workspace (list, read, write, edit).
 
-Every session gets ``settings.FORGE_WORKSPACE_ROOT / <session id>``
-(:func:`workspace_path`). The tools below only ever touch paths that
-:func:`resolve_in_workspace` accepts: relative paths that stay inside the
-workspace after resolving ``..`` and symbolic links. Files are opened with
-``O_NOFOLLOW`` (a symlink swapped in after the check is refused) and
-``O_NONBLOCK`` (a FIFO cannot hang a call). The sandbox is a path check, not an
-OS-level jail: it holds against the model (which can only use these tools and
-cannot create symlinks), not against another process racing on the same
-directory.
+The tools only ever touch paths that ``forge.tools.sandbox`` accepts (relative
+paths that stay inside the session's workspace; see there).
 
 Limits (module constants):
 
@@ -24,35 +17,28 @@ Limits (module constants):
   characters.
 * ``write_file``: content up to :data:`WRITE_MAX_BYTES` (1 MiB, UTF-8 encoded).
 * ``edit_file``: files up to 1 MiB, before and after the edit; must be UTF-8 text.
-* :func:`snapshot`: at most :data:`SNAPSHOT_MAX_FILES` (10,000) files (walking
-  breadth-first in sorted order; the rest are left out and ``Snapshot.truncated``
-  is set);
-  files over :data:`SNAPSHOT_MAX_FILE_BYTES` (1 MiB), and every file once
-  :data:`SNAPSHOT_MAX_TOTAL_BYTES` (64 MiB) of content has been hashed, are
-  fingerprinted by size + mtime instead of content. Symlinks are fingerprinted
-  by their target; FIFOs, sockets and devices are ignored.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
-import re
 import stat
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
-
-from django.conf import settings
 
 from .base import ToolContext, ToolError, ToolResult
 from .execute import MAX_OUTPUT_CHARS
 from .registry import tool
-
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+from .sandbox import (
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    open_regular,
+    os_error,
+    relative,
+    resolve_in_workspace,
+    sorted_entries,
+    workspace_of,
+)
 
 LIST_MAX_ENTRIES = 1000
 READ_MAX_BYTES = 256 * 1024
@@ -62,107 +48,7 @@ READ_MAX_CHARS = MAX_OUTPUT_CHARS - 2_000
 WRITE_MAX_BYTES = 1024 * 1024
 EDIT_MAX_BYTES = WRITE_MAX_BYTES
 BINARY_SNIFF_BYTES = 8192
-SNAPSHOT_MAX_FILES = 10_000
-SNAPSHOT_MAX_FILE_BYTES = 1024 * 1024
-SNAPSHOT_MAX_TOTAL_BYTES = 64 * 1024 * 1024
 _CHUNK = 1024 * 1024
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-# --- the sandbox --------------------------------------------------------------------
-
-
-def workspace_path(session_id: str, *, create: bool = True) -> Path:
-    """``FORGE_WORKSPACE_ROOT / session_id``, created if missing (unless ``create=False``:
-    the tools create it on first use, so a session that never uses one has none).
-
-    Raises :class:`ValueError` for a session id that is not ``[A-Za-z0-9_-]{1,64}``.
-    """
-    if not isinstance(session_id, str) or SESSION_ID_RE.fullmatch(session_id) is None:
-        raise ValueError(f"invalid session id for a workspace: {session_id!r}")
-    path = Path(settings.FORGE_WORKSPACE_ROOT) / session_id
-    if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
-def resolve_in_workspace(workspace: Path, relative: str) -> Path:
-    """The real path of ``relative`` inside ``workspace``, or :class:`ToolError`.
-
-    Refused: a non-string or empty (all-blank) path, a NUL byte, an absolute path,
-    and anything that resolves (``..``, symbolic links) outside the workspace.
-    The path need not exist. The returned path has every symlink resolved.
-    """
-    if not isinstance(relative, str) or not relative.strip():
-        raise ToolError("path is empty; give a path relative to the workspace")
-    if "\0" in relative:
-        raise ToolError("path contains a NUL byte")
-    if relative.startswith(("/", "\\")) or Path(relative).is_absolute():
-        raise ToolError(
-            f"path {relative!r} is absolute; give a path relative to the workspace",
-            metadata={"path": relative},
-        )
-    if os.path.normpath(relative).split(os.sep)[0] == os.pardir:
-        raise ToolError(f"path {relative!r} escapes the workspace", metadata={"path": relative})
-    try:
-        root = Path(workspace).resolve()
-        target = (root / relative).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise ToolError(
-            f"cannot resolve path {relative!r}: {exc}", metadata={"path": relative}
-        ) from exc
-    if not target.is_relative_to(root):
-        raise ToolError(
-            f"path {relative!r} leads outside the workspace (through a symbolic link)",
-            metadata={"path": relative},
-        )
-    return target
-
-
-def _root(ctx: ToolContext) -> Path:
-    try:
-        ctx.workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return ctx.workspace.resolve()
-    except OSError as exc:
-        raise ToolError(f"the workspace is not usable: {exc.strerror or exc}") from exc
-
-
-def _rel(root: Path, path: Path) -> str:
-    rel = path.relative_to(root).as_posix()
-    return rel if rel else "."
-
-
-def _os_error(exc: OSError, rel: str) -> ToolError:
-    if isinstance(exc, FileNotFoundError):
-        message = f"no such file or directory: {rel}"
-    elif isinstance(exc, IsADirectoryError):
-        message = f"{rel} is a directory"
-    elif isinstance(exc, NotADirectoryError):
-        message = f"{rel}: a parent of this path is not a directory"
-    elif isinstance(exc, PermissionError):
-        message = f"permission denied: {rel}"
-    elif exc.errno == errno.ELOOP:
-        message = f"refusing to follow a symbolic link: {rel}"
-    else:
-        message = f"{rel}: {exc.strerror or exc}"
-    return ToolError(message, metadata={"path": rel, "errno": exc.errno})
-
-
-def _open_regular(path: Path, rel: str, flags: int) -> tuple[int, os.stat_result]:
-    """Open ``path`` (no symlink, no blocking) and make sure it is a regular file."""
-    try:
-        fd = os.open(path, flags | _O_NOFOLLOW | _O_NONBLOCK)
-    except OSError as exc:
-        raise _os_error(exc, rel) from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ToolError(f"{rel} is a directory; use list_files", metadata={"path": rel})
-        raise ToolError(f"{rel} is not a regular file", metadata={"path": rel})
-    return fd, st
 
 
 def _is_binary(sample: bytes) -> bool:
@@ -183,16 +69,6 @@ def _encode(text: str, what: str) -> bytes:
 # --- list_files -----------------------------------------------------------------------
 
 
-def _sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda entry: entry.name)
-    except OSError:
-        return iter(())
-    return iter(entries)
-
-
-# The ``path`` input of the tools that take one file.
 FILE_PATH = {
     "type": "string",
     "minLength": 1,
@@ -219,10 +95,10 @@ FILE_PATH = {
     },
 )
 def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    root = _root(ctx)
+    root = workspace_of(ctx)
     requested = args.get("path") or "."
     directory = resolve_in_workspace(root, requested)
-    rel_dir = _rel(root, directory)
+    rel_dir = relative(root, directory)
     if not directory.exists():
         raise ToolError(f"no such directory: {rel_dir}", metadata={"path": rel_dir})
     if not directory.is_dir():
@@ -230,7 +106,7 @@ def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
     entries: list[str] = []
     truncated = False
-    stack = [_sorted_entries(str(directory))]
+    stack = [sorted_entries(str(directory))]
     while stack:
         entry = next(stack[-1], None)
         if entry is None:
@@ -246,7 +122,7 @@ def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             is_dir = False
         if is_dir:
             entries.append(rel + "/")
-            stack.append(_sorted_entries(entry.path))
+            stack.append(sorted_entries(entry.path))
         else:
             entries.append(rel)
 
@@ -332,16 +208,16 @@ def _fit(text: str, limit: int) -> tuple[str, int, bool]:
     },
 )
 def read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    root = _root(ctx)
+    root = workspace_of(ctx)
     path = resolve_in_workspace(root, args["path"])
-    rel = _rel(root, path)
+    rel = relative(root, path)
     offset = int(args["offset"]) if args.get("offset") is not None else None
     limit = int(args["limit"]) if args.get("limit") is not None else None
     ranged = offset is not None or limit is not None
 
     start = offset or 1
 
-    fd, st = _open_regular(path, rel, os.O_RDONLY)
+    fd, st = open_regular(path, rel, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:
         if _is_binary(f.read(BINARY_SNIFF_BYTES)):
             raise ToolError(
@@ -392,9 +268,9 @@ def read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 def _write(path: Path, rel: str, data: bytes, *, create: bool) -> None:
     flags = os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(path, flags | _O_NOFOLLOW | _O_NONBLOCK, 0o644)
+        fd = os.open(path, flags | O_NOFOLLOW | O_NONBLOCK, 0o644)
     except OSError as exc:
-        raise _os_error(exc, rel) from exc
+        raise os_error(exc, rel) from exc
     with os.fdopen(fd, "wb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise ToolError(f"{rel} is not a regular file", metadata={"path": rel})
@@ -418,7 +294,7 @@ def _write(path: Path, rel: str, data: bytes, *, create: bool) -> None:
     },
 )
 def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    root = _root(ctx)
+    root = workspace_of(ctx)
     data = _encode(args["content"], "content")
     if len(data) > WRITE_MAX_BYTES:
         raise ToolError(
@@ -426,7 +302,7 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             metadata={"bytes": len(data)},
         )
     path = resolve_in_workspace(root, args["path"])
-    rel = _rel(root, path)
+    rel = relative(root, path)
     if path.is_dir():
         raise ToolError(f"{rel} is a directory", metadata={"path": rel})
     created = not path.exists()
@@ -438,7 +314,7 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             metadata={"path": rel},
         ) from exc
     except OSError as exc:
-        raise _os_error(exc, rel) from exc
+        raise os_error(exc, rel) from exc
     _write(path, rel, data, create=True)
     return ToolResult(
         output=f"wrote {len(data)} bytes to {rel}",
@@ -474,16 +350,16 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     },
 )
 def edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    root = _root(ctx)
+    root = workspace_of(ctx)
     old: str = args["old"]
     new: str = args["new"]
     replace_all = bool(args.get("replace_all", False))
     path = resolve_in_workspace(root, args["path"])
-    rel = _rel(root, path)
+    rel = relative(root, path)
     if old == new:
         raise ToolError("'old' and 'new' are identical; nothing to change", metadata={"path": rel})
 
-    fd, st = _open_regular(path, rel, os.O_RDONLY)
+    fd, st = open_regular(path, rel, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:
         raw = f.read(EDIT_MAX_BYTES + 1)
     if len(raw) > EDIT_MAX_BYTES:
@@ -529,104 +405,3 @@ def edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         title=f"edit {rel}",
         metadata={"path": rel, "replacements": count},
     )
-
-
-# --- snapshots ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The state of a workspace: relative posix path -> sha256 hex digest.
-
-    ``hash`` is the sha256 of the sorted (path, digest) pairs; an empty or missing
-    workspace always has :data:`EMPTY_HASH`. ``truncated`` is set when the
-    workspace had more than :data:`SNAPSHOT_MAX_FILES` files (the rest are absent).
-    """
-
-    hash: str
-    files: dict[str, str] = field(default_factory=dict)
-    truncated: bool = False
-
-
-def _combined_hash(files: dict[str, str]) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.encode("utf-8", "surrogateescape"))
-        digest.update(b"\0")
-        digest.update(files[path].encode("ascii"))
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
-EMPTY_HASH = _combined_hash({})
-
-
-def _stat_digest(st: os.stat_result) -> str:
-    return hashlib.sha256(f"stat\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
-
-
-def _content_digest(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        digest = hashlib.sha256()
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def snapshot(workspace: Path) -> Snapshot:
-    """Fingerprint every file under ``workspace`` (blocking IO: run it in a thread).
-
-    See the module docstring for the limits that keep this bounded.
-    """
-    files: dict[str, str] = {}
-    truncated = False
-    budget = SNAPSHOT_MAX_TOTAL_BYTES
-    root = Path(workspace)
-    if not root.is_dir():
-        return Snapshot(hash=EMPTY_HASH, files={})
-
-    # Breadth-first, each directory in sorted order: which files a cap leaves out is stable,
-    # and shallow files are kept before a deep tree (say node_modules/) uses up the cap.
-    queue: deque[tuple[str, str]] = deque([(str(root), "")])
-    while queue and not truncated:
-        directory, prefix = queue.popleft()
-        subdirs: list[tuple[str, str]] = []
-        for entry in _sorted_entries(directory):
-            rel = prefix + entry.name
-            try:
-                is_link = entry.is_symlink()
-                if not is_link and entry.is_dir(follow_symlinks=False):
-                    subdirs.append((entry.path, rel + "/"))
-                    continue
-                if not is_link and not entry.is_file(follow_symlinks=False):
-                    continue  # FIFO, socket, device: not workspace content
-                if len(files) >= SNAPSHOT_MAX_FILES:
-                    truncated = True
-                    break
-                if is_link:
-                    target = os.readlink(entry.path)
-                    digest = hashlib.sha256(
-                        b"symlink\0" + target.encode("utf-8", "surrogateescape")
-                    ).hexdigest()
-                else:
-                    st = entry.stat(follow_symlinks=False)
-                    if st.st_size > SNAPSHOT_MAX_FILE_BYTES or st.st_size > budget:
-                        digest = _stat_digest(st)
-                    else:
-                        budget -= st.st_size
-                        try:
-                            digest = _content_digest(entry.path)
-                        except OSError:
-                            digest = _stat_digest(st)
-            except OSError:
-                continue  # vanished or unreadable while walking
-            files[rel] = digest
-        queue.extend(subdirs)
-    return Snapshot(hash=_combined_hash(files), files=files, truncated=truncated)
-
-
-def changed_files(before: Snapshot, after: Snapshot) -> list[str]:
-    """Paths added, modified or deleted between two snapshots, sorted."""
-    paths = before.files.keys() | after.files.keys()
-    return sorted(path for path in paths if before.files.get(path) != after.files.get(path))

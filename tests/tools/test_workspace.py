@@ -15,10 +15,12 @@ from forge.tools import (
     changed_files,
     resolve_in_workspace,
     snapshot,
+    snapshots,
     workspace_path,
 )
 from forge.tools import workspace as ws
 from forge.tools.execute import MAX_OUTPUT_CHARS
+from forge.tools.snapshots import EMPTY_HASH
 
 from . import call, make_context
 
@@ -544,7 +546,7 @@ def test_snapshot_of_an_empty_or_missing_workspace_is_stable(tmp_path: Path) -> 
     missing = snapshot(tmp_path / "missing")
     empty = snapshot(tmp_path / "empty")
     assert missing == empty == Snapshot(hash=EMPTY, files={})
-    assert ws.EMPTY_HASH == EMPTY
+    assert EMPTY_HASH == EMPTY
 
 
 def test_snapshot_maps_paths_to_content_digests(tmp_path: Path) -> None:
@@ -600,7 +602,7 @@ def test_rewriting_the_same_content_changes_nothing(tmp_path: Path) -> None:
 def test_large_files_are_fingerprinted_by_size_and_mtime(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ws, "SNAPSHOT_MAX_FILE_BYTES", 8)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_FILE_BYTES", 8)
     big = tmp_path / "big.bin"
     big.write_bytes(b"0123456789")
     os.utime(big, ns=(1_000_000_000, 1_000_000_000))
@@ -618,7 +620,7 @@ def test_large_files_are_fingerprinted_by_size_and_mtime(
 def test_the_total_byte_budget_falls_back_to_stat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ws, "SNAPSHOT_MAX_TOTAL_BYTES", 5)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_TOTAL_BYTES", 5)
     (tmp_path / "a.txt").write_bytes(b"1234")
     (tmp_path / "b.txt").write_bytes(b"5678")
     snap = snapshot(tmp_path)
@@ -627,7 +629,7 @@ def test_the_total_byte_budget_falls_back_to_stat(
 
 
 def test_the_number_of_files_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ws, "SNAPSHOT_MAX_FILES", 4)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_FILES", 4)
     (tmp_path / "d" / "deeper").mkdir(parents=True)
     for name in ("a", "c", "d/b", "d/e", "d/deeper/x", "f"):
         (tmp_path / name).write_text(name)
@@ -637,7 +639,7 @@ def test_the_number_of_files_is_capped(tmp_path: Path, monkeypatch: pytest.Monke
     assert snap.truncated is True
     assert snapshot(tmp_path) == snap
 
-    monkeypatch.setattr(ws, "SNAPSHOT_MAX_FILES", 6)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_FILES", 6)
     full = snapshot(tmp_path)
     assert len(full.files) == 6
     assert full.truncated is False

@@ -1,0 +1,132 @@
+"""The sandbox: a session's workspace directory, and the path checks every file tool uses.
+
+Every session gets ``settings.FORGE_WORKSPACE_ROOT / <session id>``
+(:func:`workspace_path`). The tools only ever touch paths that
+:func:`resolve_in_workspace` accepts: relative paths that stay inside the
+workspace after resolving ``..`` and symbolic links. Files are opened with
+``O_NOFOLLOW`` (a symlink swapped in after the check is refused) and
+``O_NONBLOCK`` (a FIFO cannot hang a call). The sandbox is a path check, not an
+OS-level jail: it holds against the model (which can only use these tools and
+cannot create symlinks), not against another process racing on the same
+directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+
+from .base import ToolContext, ToolError
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def workspace_path(session_id: str, *, create: bool = True) -> Path:
+    """``FORGE_WORKSPACE_ROOT / session_id``, created if missing (unless ``create=False``:
+    the tools create it on first use, so a session that never uses one has none).
+
+    Raises :class:`ValueError` for a session id that is not ``[A-Za-z0-9_-]{1,64}``.
+    """
+    if not isinstance(session_id, str) or SESSION_ID_RE.fullmatch(session_id) is None:
+        raise ValueError(f"invalid session id for a workspace: {session_id!r}")
+    path = Path(settings.FORGE_WORKSPACE_ROOT) / session_id
+    if create:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def resolve_in_workspace(workspace: Path, relative: str) -> Path:
+    """The real path of ``relative`` inside ``workspace``, or :class:`ToolError`.
+
+    Refused: a non-string or empty (all-blank) path, a NUL byte, an absolute path,
+    and anything that resolves (``..``, symbolic links) outside the workspace.
+    The path need not exist. The returned path has every symlink resolved.
+    """
+    if not isinstance(relative, str) or not relative.strip():
+        raise ToolError("path is empty; give a path relative to the workspace")
+    if "\0" in relative:
+        raise ToolError("path contains a NUL byte")
+    if relative.startswith(("/", "\\")) or Path(relative).is_absolute():
+        raise ToolError(
+            f"path {relative!r} is absolute; give a path relative to the workspace",
+            metadata={"path": relative},
+        )
+    if os.path.normpath(relative).split(os.sep)[0] == os.pardir:
+        raise ToolError(f"path {relative!r} escapes the workspace", metadata={"path": relative})
+    try:
+        root = Path(workspace).resolve()
+        target = (root / relative).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ToolError(
+            f"cannot resolve path {relative!r}: {exc}", metadata={"path": relative}
+        ) from exc
+    if not target.is_relative_to(root):
+        raise ToolError(
+            f"path {relative!r} leads outside the workspace (through a symbolic link)",
+            metadata={"path": relative},
+        )
+    return target
+
+
+def workspace_of(ctx: ToolContext) -> Path:
+    try:
+        ctx.workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return ctx.workspace.resolve()
+    except OSError as exc:
+        raise ToolError(f"the workspace is not usable: {exc.strerror or exc}") from exc
+
+
+def relative(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).as_posix()
+    return rel if rel else "."
+
+
+def os_error(exc: OSError, rel: str) -> ToolError:
+    if isinstance(exc, FileNotFoundError):
+        message = f"no such file or directory: {rel}"
+    elif isinstance(exc, IsADirectoryError):
+        message = f"{rel} is a directory"
+    elif isinstance(exc, NotADirectoryError):
+        message = f"{rel}: a parent of this path is not a directory"
+    elif isinstance(exc, PermissionError):
+        message = f"permission denied: {rel}"
+    elif exc.errno == errno.ELOOP:
+        message = f"refusing to follow a symbolic link: {rel}"
+    else:
+        message = f"{rel}: {exc.strerror or exc}"
+    return ToolError(message, metadata={"path": rel, "errno": exc.errno})
+
+
+def open_regular(path: Path, rel: str, flags: int) -> tuple[int, os.stat_result]:
+    """Open ``path`` (no symlink, no blocking) and make sure it is a regular file."""
+    try:
+        fd = os.open(path, flags | O_NOFOLLOW | O_NONBLOCK)
+    except OSError as exc:
+        raise os_error(exc, rel) from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{rel} is a directory; use list_files", metadata={"path": rel})
+        raise ToolError(f"{rel} is not a regular file", metadata={"path": rel})
+    return fd, st
+
+
+def sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda entry: entry.name)
+    except OSError:
+        return iter(())
+    return iter(entries)
+
+
+# The ``path`` input of the tools that take one file.
