@@ -21,13 +21,13 @@ from django.http.response import HttpResponseBase
 from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
+from forge.params import parse_seq
 from forge.realtime import hub
 from forge.realtime.stream import SessionStream
 from sessions.frames import Frame
 from sessions.models import Session
 
 from .errors import error_body, error_response
-from .params import parse_seq
 
 
 def _find(request: HttpRequest, session_id: str) -> Session:

@@ -31,11 +31,11 @@ from forge import runtime
 from forge.access import session_of, tenant_of
 from forge.context import request_for
 from forge.errors import NotImplementedYet, SessionBusy
+from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
 from sessions import selectors, services
 from sessions.models import Session
 
-from .params import parse_limit, parse_seq
 from .serializers import (
     ForkSerializer,
     PromptSerializer,

@@ -23,6 +23,7 @@ from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of
 from forge.errors import NotAuthenticated
+from forge.params import parse_seq
 from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_frame
 from sessions.models import Session
 
@@ -61,9 +62,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except ForgeError:  # no tenant, or no such session in it
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        after = self._after()
-        if after is None:
-            await self._error("invalid_cursor", "after must be a non-negative integer")
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        try:
+            after = parse_seq(query.get("after", [""])[-1], name="after", default=0)
+        except ForgeError as exc:
+            await self._error(exc.code, str(exc))
             await self.close(code=CLOSE_BAD_REQUEST)
             return
         self.stream = SessionStream(session=self.session, after=after, snapshots=runtime.snapshots)
@@ -96,11 +99,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
             for frame in frames:
                 for out in await self.stream.accept(frame):
                     await self._send(out)
-
-    def _after(self) -> int | None:
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        raw = query.get("after", ["0"])[-1]
-        return int(raw) if raw.isdigit() else None
 
     async def disconnect(self, code: int) -> None:
         if self.stream is not None and (
@@ -149,16 +147,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if not isinstance(content, dict):
             await self._error("bad_frame", "a frame must be a JSON object with a type")
             return
+        kind = content.get("type")
         handler = {
             "prompt": self._prompt,
             "abort": self._abort,
             "ping": self._ping,
             "snapshot": self._snapshot,
-        }.get(content.get("type"))  # type: ignore[arg-type]
+        }.get(kind if isinstance(kind, str) else "")
         if handler is None:
             await self._error(
                 "unknown_type",
-                f"unknown frame type {content.get('type')!r}; known: prompt, abort, ping, snapshot",
+                f"unknown frame type {str(kind)[:40]!r}; known: prompt, abort, ping, snapshot",
             )
             return
         await handler(content)

@@ -118,7 +118,9 @@ def test_history_pages_go_back_with_next_and_a_link_header(api, session):
     assert len(api.get(url + "?limit=200").json()["results"]) == 60
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=ten", "before=not%20an%20id"])
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=201", "limit=ten", "limit=%C2%B2", "before=not%20an%20id"]
+)
 def test_a_bad_cursor_or_limit_is_400(api, session, query):
     response = api.get(f"/api/sessions/{session.pk}/messages/?{query}")
     assert response.status_code == 400
@@ -137,7 +139,7 @@ def test_events_after_a_seq_are_paged(api, session, user_message):
     rest = api.get(page["next"]).json()
     assert [e["seq"] for e in rest["results"]] == [6, 7]
     assert rest["next"] is None
-    for bad in ("after=-1", "after=x", "limit=5000"):
+    for bad in ("after=-1", "after=x", "limit=5000", "after=%C2%B2", "after=" + "9" * 40):
         assert api.get(f"{url}?{bad}").status_code == 400
 
 

@@ -78,6 +78,20 @@ async def test_a_token_in_the_query_string_is_not_accepted(session, token):
     await ws.disconnect()
 
 
+@pytest.mark.parametrize("after", ["-1", "x", "%C2%B2", "9" * 40])
+async def test_a_bad_after_gets_an_error_frame_and_closes_4400(session, token, after):
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/?after={after}",
+        headers=[ORIGIN, (b"authorization", f"Token {token}".encode())],
+    )
+    connected, _ = await ws.connect()
+    assert connected
+    frame = await ws.receive_json_from(timeout=5)
+    assert (frame["kind"], frame["code"]) == ("error", "invalid_cursor")
+    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4400}
+
+
 async def test_another_tenants_session_and_unknown_ids_close_4404(session, stranger_token, token):
     for session_id, who in (
         (session.pk, stranger_token),
@@ -161,6 +175,9 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         ("not json", "bad_json"),
         ("[1, 2]", "bad_frame"),
         (json.dumps({"type": "dance"}), "unknown_type"),
+        (json.dumps({"type": ["prompt"]}), "unknown_type"),
+        ('{"type": "prompt", "text": "a \\ud800 lone surrogate"}', "invalid_prompt"),
+        (json.dumps({"type": "prompt", "text": "a NUL \x00"}), "invalid_prompt"),
         (json.dumps({"type": "prompt"}), "invalid_prompt"),
         (json.dumps({"type": "prompt", "text": "x" * 100_001}), "too_large"),
         (json.dumps({"type": "prompt", "text": "hi", "agent": "nobody"}), "unknown_agent"),
@@ -170,6 +187,9 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "not json",
         "not an object",
         "unknown type",
+        "type not a string",
+        "lone surrogate",
+        "NUL",
         "no text",
         "too large",
         "unknown agent",
