@@ -28,12 +28,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
+from table import (  # bench/ comes first on sys.path: python bench/<name>.py
+    print_table,
+    use_fresh_database,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_append"
@@ -42,16 +44,7 @@ TEXT = "x" * 200
 
 def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
     """Runs in a child process: set up a fresh database, append, measure."""
-    if engine == "sqlite":
-        directory = tempfile.mkdtemp(prefix="forge-bench-")
-        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
-    else:
-        import psycopg
-
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-            admin.execute(f"CREATE DATABASE {BENCH_DB}")
-        os.environ["DATABASE_URL"] = postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
+    use_fresh_database(engine, postgres_url, BENCH_DB)
     os.environ.pop("REDIS_URL", None)
     os.environ["FORGE_DEBUG"] = "0"
     os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"

@@ -28,13 +28,15 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
+from table import (  # bench/ comes first on sys.path: python bench/<name>.py
+    print_table,
+    use_fresh_database,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_stream"
@@ -125,17 +127,7 @@ async def measure(repeat: int) -> list[dict[str, Any]]:
 
 
 def worker(engine: str, repeat: int, postgres_url: str) -> dict[str, Any]:
-    if engine == "sqlite":
-        os.environ["DATABASE_URL"] = (
-            f"sqlite:///{tempfile.mkdtemp(prefix='forge-bench-')}/b.sqlite3"
-        )
-    else:
-        import psycopg
-
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-            admin.execute(f"CREATE DATABASE {BENCH_DB}")
-        os.environ["DATABASE_URL"] = postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
+    use_fresh_database(engine, postgres_url, BENCH_DB)
     os.environ.pop("REDIS_URL", None)
     os.environ.update(
         {
