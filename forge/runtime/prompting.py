@@ -21,13 +21,13 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from forge.context.blocks import set_blocks
 from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.tools import tool_specs
-from sessions import selectors, services
+from sessions import services
 from sessions.ids import new_message_id, new_part_id
 from sessions.models import Session
-from sessions.projector import fold_context
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
@@ -183,16 +183,7 @@ def begin(
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_open_messages(session=session, reason=INTERRUPTED)
-            current = fold_context(
-                selectors.context_updates(tenant=session.tenant, session=session)
-            )
-            changed = [
-                b for b in agent_blocks(agent) if current.get(f"{b['kind']}:{b['key']}") != b
-            ]
-            if changed:
-                services.append_event(
-                    session=session, type="context.updated", data={"blocks": changed}
-                )
+            set_blocks(session, agent_blocks(agent))
             model_info = {"provider": provider, "model": model_name}
             user_info = services.update_message(
                 session=session,

@@ -1,0 +1,51 @@
+"""Context blocks as a workspace: the one entry that changes what the model is told
+besides the conversation (the agent's prompt, tools and settings; memory's
+``dialog_history``; anything a plugin adds).
+
+A block is ``{"kind", "key", ...}``. :func:`set_blocks` logs a
+``context.updated`` event carrying the blocks that differ from those in force,
+and nothing when none does, so the log grows only when the model's view
+changes. A block ``{"kind", "key", "removed": true}`` drops one. Blocks reach
+the model only through the log (``request_for`` folds them), which is what
+makes every request replayable from an exported log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sessions import selectors, services
+from sessions.models import Session, SessionEvent
+from sessions.projector import fold_context
+
+
+def block_key(block: Mapping[str, Any]) -> str:
+    return f"{block.get('kind')}:{block.get('key', '')}"
+
+
+def set_blocks(session: Session, blocks: Iterable[Mapping[str, Any]]) -> SessionEvent | None:
+    """Log the blocks that change what is in force (one event), or nothing."""
+    current = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    changed: list[dict[str, Any]] = []
+    for block in blocks:
+        if not isinstance(block.get("kind"), str) or not block["kind"]:
+            raise ValueError(f"a context block needs a kind: {dict(block)!r}")
+        key = block_key(block)
+        if block.get("removed"):
+            if key in current:
+                changed.append(
+                    {"kind": block["kind"], "key": block.get("key", ""), "removed": True}
+                )
+        elif current.get(key) != dict(block):
+            changed.append(dict(block))
+    if not changed:
+        return None
+    return services.append_event(session=session, type="context.updated", data={"blocks": changed})
+
+
+def set_block(
+    session: Session, *, kind: str, key: str, body: Mapping[str, Any]
+) -> SessionEvent | None:
+    """:func:`set_blocks` for one block ``{"kind": kind, "key": key, **body}``."""
+    return set_blocks(session, [{"kind": kind, "key": key, **body}])
