@@ -352,6 +352,9 @@ def test_sessions_rename_order_and_multiline_prompts(
     assert items.nth(0).get_attribute("data-session-id") == second
     # Activity in the older session brings it to the top.
     items.filter(has_text="Renamed in the browser").click()
+    # The switch is asynchronous: wait for it, then for its socket (the old one is
+    # still connected for a moment, and a slow machine showed that race).
+    page.wait_for_function("(id) => window.forgeChat.view.id === id", arg=first)
     chat.wait_connected()
     assert page.evaluate("window.forgeChat.view.id") == first
     prompt = page.locator("#prompt")
