@@ -115,6 +115,7 @@ class Chat {
               className: "session-item",
               dataset: { sessionId: session.id, status: session.status || "idle" },
               "aria-current": session.id === current ? "page" : null,
+              onclick: (event) => this.clickSession(event, session.id),
             },
             el("span", { className: "session-title", text: session.title || "Untitled" }),
             el("span", { className: "session-meta" }, session.status === "busy" ? el("span", { className: "busy-dot", title: "working", text: "●" }) : null, formatTime(session.updated_at)),
@@ -124,6 +125,13 @@ class Chat {
     );
     $("sessions-empty").hidden = sessions.length > 0;
     $("more-sessions").hidden = !this.sessionsNext;
+  }
+
+  // A plain click opens the session at once (the hashchange it also causes then
+  // finds it open), so the page has switched by the time the click returns.
+  clickSession(event, id) {
+    if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    this.open(id);
   }
 
   sessionChanged(data) {
