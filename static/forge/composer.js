@@ -1,0 +1,70 @@
+// The composer: the prompt box, its files, Send and Abort, and the line that says
+// whether a turn runs. Enter sends, Shift+Enter starts a new line. The prompt is
+// cleared when it goes and given back when it could not be sent.
+
+import { $, formatTime } from "./dom.js";
+
+export class Composer {
+  // current(): the open session's view (see view.js), or null.
+  constructor(current) {
+    this.current = current;
+    this.form = $("composer");
+    this.prompt = $("prompt");
+    this.files = $("files");
+    this.sendButton = $("send-button");
+    this.abortButton = $("abort-button");
+    this.status = $("turn-status");
+  }
+
+  start() {
+    this.form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.submit();
+    });
+    this.prompt.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        this.submit();
+      }
+    });
+    this.abortButton.addEventListener("click", () => this.current()?.abort());
+  }
+
+  async submit() {
+    const view = this.current();
+    const text = this.prompt.value;
+    const files = [...this.files.files];
+    if (!view || (text.trim() === "" && files.length === 0)) return;
+    if (view.busy || view.pending.size > 0) return;
+    this.prompt.value = "";
+    const sent = await view.sendPrompt(text, files);
+    if (sent) {
+      this.files.value = "";
+    } else if (this.prompt.value === "") {
+      this.prompt.value = text;
+    }
+    this.prompt.focus();
+  }
+
+  // A prompt the server refused: back into the box, unless something new is there.
+  giveBack(text) {
+    if (this.prompt.value.trim() === "") this.prompt.value = text;
+  }
+
+  // busy: a turn runs; waiting: a prompt is not acknowledged yet; retry: the
+  // model is unavailable and the server retries ({attempt, next_at}) or null.
+  show({ busy, waiting, retry }) {
+    this.abortButton.disabled = !busy;
+    this.sendButton.disabled = busy || waiting;
+    if (retry) {
+      const at = retry.next_at ? ` at ${formatTime(retry.next_at)}` : "";
+      this.status.textContent = `The model is unavailable; retrying (attempt ${retry.attempt ?? "?"})${at}…`;
+    } else {
+      this.status.textContent = busy ? "Working…" : "";
+    }
+  }
+
+  focus() {
+    this.prompt.focus();
+  }
+}

@@ -1,0 +1,219 @@
+// Drawing messages and their parts. Each message and part has a view: its element
+// and whatever the drawing keeps between renders (a details element the user
+// opened stays open). Model text goes into the page as HTML only through
+// markdown.js, which escapes everything first; everything else uses textContent.
+
+import { el, formatCost, formatTime, formatTokens, pretty, safeHref } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+import { isStreaming } from "./sessionlog.js";
+
+// --- messages ---
+
+export function messageView(info) {
+  const view = {
+    el: el("article", { className: `message message-${info.role}`, dataset: { messageId: info.id, role: info.role } }),
+    headEl: el("header", { className: "message-head" }),
+    partsEl: el("div", { className: "message-parts" }),
+    footEl: el("footer", { className: "message-foot" }),
+  };
+  view.el.append(view.headEl, view.partsEl, view.footEl);
+  return view;
+}
+
+export function renderMessage(view, info) {
+  const assistant = info.role === "assistant";
+  const open = assistant && !info.completed_at;
+  view.el.dataset.state = info.error ? "error" : open ? "streaming" : "done";
+  view.el.setAttribute("aria-busy", open ? "true" : "false");
+  const head = [el("span", { className: "role", text: assistant ? "Assistant" : info.role === "user" ? "You" : info.role })];
+  if (info.agent) head.push(el("span", { className: "agent", text: info.agent }));
+  if (assistant && info.model?.model) {
+    head.push(el("span", { className: "model", text: `${info.model.provider}/${info.model.model}` }));
+  }
+  if (info.created_at) {
+    head.push(el("time", { datetime: info.created_at, title: info.created_at, text: formatTime(info.created_at) }));
+  }
+  if (open) head.push(el("span", { className: "working", text: "working…" }));
+  view.headEl.replaceChildren(...head);
+
+  const foot = [];
+  if (info.error) {
+    foot.push(
+      el(
+        "div",
+        { className: "message-error", role: "status" },
+        el("strong", { text: info.error.name || "Error" }),
+        ": ",
+        info.error.message || "",
+      ),
+    );
+  }
+  if (assistant && info.completed_at) {
+    const summary = [];
+    if (info.finish) summary.push(`finish: ${info.finish}`);
+    summary.push(formatTokens(info.tokens));
+    summary.push(`total cost: ${formatCost(info.cost)}`);
+    foot.push(el("div", { className: "message-totals", text: summary.join(" · ") }));
+  }
+  view.footEl.replaceChildren(...foot);
+  view.footEl.hidden = foot.length === 0;
+}
+
+// --- parts ---
+
+export function partView(part) {
+  return { el: el("div", { className: `part part-${part.type}`, dataset: { partId: part.id, type: part.type } }) };
+}
+
+// Draw `part` of a message by `role` into its view. actions.openSession(id) opens
+// another session (a subtask's).
+export function renderPart(view, part, role, actions) {
+  view.el.dataset.streaming = isStreaming(part) ? "true" : "false";
+  switch (part.type) {
+    case "text":
+      return renderText(view, part, role);
+    case "reasoning":
+      return renderReasoning(view, part);
+    case "tool":
+      return renderTool(view, part);
+    case "step-start":
+      view.el.hidden = true;
+      return;
+    case "step-finish":
+      return view.el.replaceChildren(
+        el("span", { className: "step-label", text: "step" }),
+        el("span", { text: part.reason ? `finish: ${part.reason}` : "" }),
+        el("span", { className: "step-tokens", text: formatTokens(part.tokens) }),
+        el("span", { className: "step-cost", text: `cost: ${formatCost(part.cost)}` }),
+      );
+    case "patch":
+      return renderPatch(view, part);
+    case "file":
+      return renderFile(view, part);
+    case "agent":
+      return view.el.replaceChildren(el("span", { className: "badge", text: `@${part.name}` }));
+    case "subtask":
+      return renderSubtask(view, part, actions);
+    case "compaction":
+      return view.el.replaceChildren(
+        el("span", { text: part.auto ? "The conversation was compacted automatically." : "The conversation was compacted." }),
+      );
+    default:
+      return view.el.replaceChildren(el("span", { className: "muted", text: `[${part.type}]` }));
+  }
+}
+
+function renderText(view, part, role) {
+  const text = part.text ?? "";
+  if (part.synthetic) {
+    // Text the runtime added (e.g. an attached file's content): shown folded, as text.
+    view.el.replaceChildren(
+      el("details", { className: "synthetic" }, el("summary", { text: "Attached text" }), el("pre", { text })),
+    );
+    return;
+  }
+  if (role === "assistant") {
+    if (!view.body) {
+      view.body = el("div", { className: "markdown" });
+      view.el.replaceChildren(view.body);
+    }
+    view.body.innerHTML = renderMarkdown(text); // escaped first, by construction
+    return;
+  }
+  view.el.replaceChildren(el("div", { className: "plain-text", text }));
+}
+
+function renderReasoning(view, part) {
+  const streaming = isStreaming(part);
+  if (!view.details) {
+    view.summary = el("summary");
+    view.body = el("div", { className: "markdown reasoning-body" });
+    view.details = el("details", { className: "reasoning" }, view.summary, view.body);
+    view.details.open = streaming;
+    view.summary.addEventListener("click", () => {
+      view.toggled = true;
+    });
+    view.el.replaceChildren(view.details);
+  }
+  view.summary.textContent = streaming ? "Reasoning…" : "Reasoning";
+  // Finished reasoning folds away, unless the reader opened or closed it.
+  if (!streaming && !view.toggled && view.wasStreaming) view.details.open = false;
+  view.wasStreaming = streaming;
+  view.body.innerHTML = renderMarkdown(part.text ?? ""); // escaped first, by construction
+}
+
+function renderTool(view, part) {
+  const state = part.state || { status: "pending" };
+  const status = state.status || "pending";
+  view.el.dataset.status = status;
+  view.open = view.open || { input: false, output: true };
+  const section = (name, label, value) => {
+    const details = el("details", { className: `tool-${name}` }, el("summary", { text: label }), el("pre", { text: pretty(value) }));
+    details.open = view.open[name];
+    details.addEventListener("toggle", () => {
+      view.open[name] = details.open;
+    });
+    return details;
+  };
+  const children = [
+    el(
+      "div",
+      { className: "tool-head" },
+      el("span", { className: "tool-name", text: part.tool }),
+      state.title ? el("span", { className: "tool-title", text: state.title }) : null,
+      el("span", { className: `status-badge status-${status}`, text: status }),
+    ),
+  ];
+  if (state.input !== undefined && status !== "pending") children.push(section("input", "Input", state.input));
+  if (status === "completed") children.push(section("output", "Output", state.output));
+  if (status === "error") {
+    children.push(el("div", { className: "tool-error", text: `Error: ${pretty(state.error)}` }));
+    if (state.metadata?.interrupted) children.push(el("div", { className: "muted", text: "interrupted" }));
+  }
+  view.el.replaceChildren(el("div", { className: "tool-card" }, ...children));
+}
+
+function renderPatch(view, part) {
+  const files = Array.isArray(part.files) ? part.files : [];
+  view.el.replaceChildren(
+    el(
+      "div",
+      { className: "patch" },
+      el("span", { className: "patch-label", text: `Changed ${files.length} file${files.length === 1 ? "" : "s"}` }),
+      el("ul", {}, files.map((file) => el("li", {}, el("code", { text: String(file) })))),
+      part.hash ? el("span", { className: "muted", text: `snapshot ${String(part.hash).slice(0, 12)}` }) : null,
+    ),
+  );
+}
+
+function renderFile(view, part) {
+  const name = part.filename || "file";
+  const href = safeHref(part.url);
+  const label = `${name}${part.mime ? ` (${part.mime})` : ""}`;
+  view.el.replaceChildren(
+    el(
+      "div",
+      { className: "file" },
+      "📎 ",
+      href ? el("a", { href, rel: "noopener noreferrer", target: "_blank", text: label }) : el("span", { text: label }),
+    ),
+  );
+}
+
+function renderSubtask(view, part, actions) {
+  const children = [
+    el("div", { className: "subtask-head" }, el("span", { className: "badge", text: `@${part.agent}` }), " ", part.description || "subtask"),
+    el("pre", { className: "subtask-prompt", text: part.prompt || "" }),
+  ];
+  if (part.child_session_id) {
+    children.push(
+      el("button", {
+        type: "button",
+        className: "link-button",
+        text: "Open the subtask's session",
+        onclick: () => actions.openSession(part.child_session_id),
+      }),
+    );
+  }
+  view.el.replaceChildren(el("div", { className: "subtask" }, ...children));
+}

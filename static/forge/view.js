@@ -1,0 +1,322 @@
+// One open session: its history and live frames applied to a SessionLog, and the
+// log's changes drawn into the message list.
+//
+// Opening loads the newest page of history over HTTP, then opens the session's
+// socket with ?after=<head_seq of that page>. Frames apply one at a time, in
+// arrival order: durable events by seq (a gap is filled from /events/, or the
+// socket restarts), deltas by offset (a hole asks for a snapshot), snapshots,
+// status, acks and errors.
+
+import { $ } from "./dom.js";
+import { MessageList } from "./messagelist.js";
+import { SessionLog } from "./sessionlog.js";
+import { SessionSocket } from "./socket.js";
+
+const PAGE_SIZE = 50;
+const ACK_TIMEOUT = 15000;
+const SNAPSHOT_EVERY = 1000; // at most one snapshot request a second
+
+function randomId() {
+  const bytes = new Uint8Array(12);
+  crypto.getRandomValues(bytes);
+  return "c_" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export class SessionView {
+  // chat: the page (see chat.js); api: an Api; wsPath: "/ws/sessions/".
+  constructor(chat, session, { api, wsPath }) {
+    this.chat = chat;
+    this.api = api;
+    this.id = session.id;
+    this.status = session.status || "idle";
+    this.retry = null;
+    this.log = new SessionLog();
+    this.nextUrl = null;
+    this.pending = new Map(); // client_id -> prompt text, until acked
+    this.queue = Promise.resolve();
+    this.lastSnapshotRequest = 0;
+    this.counters = { gapsFilled: 0, snapshotRequests: 0 };
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const base = `${scheme}//${location.host}${wsPath}${encodeURIComponent(this.id)}/`;
+    this.socket = new SessionSocket(() => `${base}?after=${this.log.lastSeq}`, {
+      onFrame: (frame) => this.enqueue(frame),
+      onState: (state, delay) => chat.setConnection(state, delay),
+      onOpen: ({ resumed }) => {
+        this.updateBusy();
+        // Status frames are not replayed: ask what the session is doing now.
+        if (resumed) this.refreshStatus();
+      },
+      onClose: () => this.updateBusy(),
+      onUnauthorized: () => api.toLogin(),
+      onRefused: (code) =>
+        chat.showError(code === 4404 ? "This session does not exist." : "The server refused the connection."),
+      schedule: (fn) => this.enqueueTask(fn),
+    });
+    this.list = new MessageList($("message-list"), $("messages"), this.log, {
+      openSession: (id) => chat.select(id),
+    });
+  }
+
+  // --- what the console (window.forgeChat) and the browser tests look at ---
+
+  get stats() {
+    return { ...this.socket.stats, ...this.counters, deltasIgnored: this.log.stats.deltasIgnored };
+  }
+  get lastSeq() {
+    return this.log.lastSeq;
+  }
+  set lastSeq(seq) {
+    this.log.lastSeq = seq;
+  }
+  get parts() {
+    return this.log.parts;
+  }
+  get messages() {
+    return this.log.messages;
+  }
+  get ws() {
+    return this.socket.ws;
+  }
+  get connected() {
+    return this.socket.connected;
+  }
+  get closed() {
+    return this.socket.closed;
+  }
+  set closed(value) {
+    this.socket.closed = value;
+  }
+  connect() {
+    this.socket.connect();
+  }
+  reconnectNow() {
+    this.socket.reconnectNow();
+  }
+
+  // --- lifecycle ---
+
+  async open() {
+    this.list.clear();
+    this.setOlder(null);
+    this.chat.setConnection("connecting");
+    try {
+      const [page, session] = await Promise.all([
+        this.api.messages(this.id, PAGE_SIZE),
+        this.api.session(this.id).catch(() => null),
+      ]);
+      if (this.closed) return;
+      if (session) {
+        this.status = session.status;
+        this.chat.sessionChanged(session);
+      }
+      this.log.lastSeq = page.head_seq;
+      this.addPage(page);
+      this.list.scrollToBottom();
+      this.updateBusy();
+      this.socket.connect();
+    } catch (error) {
+      if (this.closed) return;
+      this.chat.setConnection("failed");
+      this.chat.showError(`Could not open the session: ${error.message}`);
+    }
+  }
+
+  close() {
+    this.socket.close();
+  }
+
+  async refreshStatus() {
+    try {
+      const session = await this.api.session(this.id);
+      if (this.closed) return;
+      this.status = session.status;
+      this.chat.sessionChanged(session);
+      this.updateBusy();
+    } catch {
+      // the next status frame will tell
+    }
+  }
+
+  // --- frames, applied one at a time in arrival order ---
+
+  enqueue(frame) {
+    this.enqueueTask(() => this.handleFrame(frame), frame);
+  }
+
+  enqueueTask(task, frame = null) {
+    this.queue = this.queue
+      .then(task)
+      .catch((error) => console.error("forge: a frame could not be applied", frame, error));
+  }
+
+  async handleFrame(frame) {
+    if (this.closed) return;
+    switch (frame.kind) {
+      case "event":
+        return this.handleEvent(frame);
+      case "delta": {
+        const result = this.log.applyDelta(frame);
+        if (result.status === "hole") this.requestSnapshot(); // ask for the text so far
+        return this.draw(result.changes);
+      }
+      case "snapshot":
+        return this.draw(this.log.applySnapshot(frame).changes);
+      case "status":
+        return this.applyStatus(frame);
+      case "ack":
+        this.pending.delete(frame.client_id);
+        return this.updateBusy();
+      case "error":
+        return this.applyError(frame);
+      default:
+        return; // pong, and kinds this page does not know
+    }
+  }
+
+  async handleEvent(event) {
+    const result = this.log.offerEvent(event);
+    this.apply(result.changes);
+    if (result.status !== "held") return;
+    try {
+      await this.fillGap();
+    } catch (error) {
+      console.warn("forge: could not fill a gap in the log; reconnecting", error);
+    }
+    if (this.closed) return;
+    if (this.log.gap) {
+      // Still missing: start over from the last seq applied.
+      this.log.dropHeld();
+      this.socket.restart();
+    }
+  }
+
+  // Fetch and apply the events the log is missing (what it held back follows).
+  async fillGap() {
+    const gap = this.log.gap;
+    for await (const events of this.api.eventPages(this.id, gap.after)) {
+      if (this.closed) return;
+      for (const event of events) {
+        if (event.seq >= gap.before) return;
+        const result = this.log.offerEvent(event);
+        if (result.status === "applied") this.counters.gapsFilled += 1;
+        this.apply(result.changes);
+      }
+      if (!this.log.gap) return;
+    }
+  }
+
+  requestSnapshot() {
+    const now = Date.now();
+    if (now - this.lastSnapshotRequest < SNAPSHOT_EVERY) return;
+    if (this.socket.send({ type: "snapshot" })) {
+      this.lastSnapshotRequest = now;
+      this.counters.snapshotRequests += 1;
+    }
+  }
+
+  applyStatus(frame) {
+    const wasBusy = this.status !== "idle";
+    this.status = frame.status;
+    this.retry = frame.status === "retry" ? { attempt: frame.attempt, next_at: frame.next_at } : null;
+    this.updateBusy();
+    if (wasBusy && frame.status === "idle") this.chat.refreshSessionsSoon();
+  }
+
+  applyError(frame) {
+    const text = this.pending.get(frame.client_id);
+    if (text !== undefined) {
+      this.pending.delete(frame.client_id);
+      this.chat.composer.giveBack(text);
+    }
+    this.chat.showError(`${frame.message || "Something went wrong"} (${frame.code || "error"})`);
+    this.updateBusy();
+  }
+
+  // --- the log's changes ---
+
+  // Draw the changes, then show whether a turn runs.
+  apply(changes) {
+    if (changes.length === 0) return;
+    this.draw(changes);
+    this.updateBusy();
+  }
+
+  draw(changes) {
+    for (const change of changes) {
+      if (change.type === "session") this.chat.sessionChanged(change.data);
+      else if (change.type === "message" && change.at) this.chat.touchSession(this.id, change.at);
+    }
+    this.list.draw(changes);
+  }
+
+  // --- history ---
+
+  addPage(page) {
+    this.draw(this.log.addPage(page.results));
+    this.setOlder(page.next);
+    this.list.flush();
+  }
+
+  setOlder(next) {
+    this.nextUrl = next;
+    $("load-older").hidden = !next;
+  }
+
+  async loadOlder() {
+    if (!this.nextUrl) return;
+    const button = $("load-older");
+    button.disabled = true;
+    try {
+      const page = await this.api.next(this.nextUrl);
+      if (this.closed) return;
+      this.list.keepPosition(() => this.addPage(page));
+    } catch (error) {
+      this.chat.showError(`Could not load older messages: ${error.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // --- busy state, prompts and abort ---
+
+  // Busy: the server says a turn runs, or the newest assistant message is still open.
+  get busy() {
+    return this.status === "busy" || this.status === "retry" || this.log.replyOpen;
+  }
+
+  updateBusy() {
+    if (this.closed) return;
+    this.chat.showBusy(this.id, { busy: this.busy, waiting: this.pending.size > 0, retry: this.retry });
+  }
+
+  async sendPrompt(text, files) {
+    if (this.busy) return false;
+    if (files.length === 0 && this.connected) {
+      const clientId = randomId();
+      this.pending.set(clientId, text);
+      this.socket.send({ type: "prompt", text, client_id: clientId });
+      setTimeout(() => {
+        if (this.pending.delete(clientId)) this.updateBusy();
+      }, ACK_TIMEOUT);
+      this.updateBusy();
+      return true;
+    }
+    // Attachments, or no socket right now: the HTTP API (events arrive over the socket).
+    try {
+      await this.api.prompt(this.id, text, files);
+      return true;
+    } catch (error) {
+      this.chat.showError(`The prompt was not sent: ${error.message}`);
+      return false;
+    }
+  }
+
+  async abort() {
+    if (this.socket.send({ type: "abort" })) return;
+    try {
+      await this.api.abort(this.id);
+    } catch (error) {
+      this.chat.showError(`Could not abort: ${error.message}`);
+    }
+  }
+}
