@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format migrate clean bench
+.PHONY: run test test-js lint format migrate clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +46,16 @@ format: $(VENV)/.dev-deps
 # and the server stack (PostgreSQL + Redis from FORGE_TEST_DATABASE_URL and
 # FORGE_TEST_REDIS_URL). Without those variables the server pass is skipped
 # with a notice, except under CI=true, where it fails.
-test: lint
+test: lint test-js
 	$(BIN)/pytest $(PYTEST_ARGS)
 	FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS)
+
+# The chat page's pure state logic (static/forge/sessionlog.js) under Node's own test
+# runner. Without Node it is skipped with a notice, except under CI=true.
+test-js:
+	@if command -v node >/dev/null 2>&1; then node --test tests/js/; \
+	elif [ "$$CI" = "true" ]; then echo "node is required for tests/js under CI" >&2; exit 1; \
+	else echo "node not found: skipping tests/js (install Node 20+ to run them)"; fi
 
 bench: $(VENV)/.dev-deps
 	$(BIN)/python bench/append.py

@@ -169,7 +169,7 @@ STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "forge.storage.ForgeStaticFilesStorage"},
 }
 MEDIA_ROOT = VAR_DIR / "media"
 MEDIA_URL = "media/"
