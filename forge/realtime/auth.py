@@ -3,11 +3,14 @@ Token <key>`` on the handshake (other clients). Never a token in the URL."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
-from channels.auth import AuthMiddlewareStack
+from channels.auth import AuthMiddlewareStack, get_user
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 
 from forge.access import user_for_authorization
 
@@ -19,14 +22,27 @@ def _authorization(scope: dict[str, Any]) -> bytes | None:
     return None
 
 
+async def current_user(scope: dict[str, Any]) -> Any:
+    """The socket's user as of now: its token authenticated again, or its
+    session cookie's session read again from the session store. A deleted token,
+    an inactive user, or a session that was logged out is an anonymous user."""
+    header = _authorization(scope)
+    if header is not None:
+        return await database_sync_to_async(user_for_authorization)(header or b" ")
+    cookie = scope.get("session")
+    key = getattr(cookie, "session_key", None)
+    if not key:
+        return AnonymousUser()
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+    return await get_user({**scope, "session": fresh})
+
+
 class TokenAuthMiddleware(BaseMiddleware):
     """An ``Authorization`` header decides who the socket's user is; otherwise the cookie."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        header = _authorization(scope)
-        if header is not None:
-            user = await database_sync_to_async(user_for_authorization)(header or b" ")
-            scope = {**scope, "user": user}
+        if _authorization(scope) is not None:
+            scope = {**scope, "user": await current_user(scope)}
         return await super().__call__(scope, receive, send)
 
 

@@ -28,6 +28,7 @@ from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_
 from sessions.models import Session
 
 from . import hub
+from .auth import current_user
 from .stream import SessionStream
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_BAD_REQUEST = 4400
+CLOSE_SERVER_ERROR = 1011
 MAX_FRAME_BYTES = 1024 * 1024
 
 
@@ -79,13 +81,27 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self._send(frame)
         except BaseException:
             # Channels does not call disconnect() when connect() fails: leave here.
-            subscription, self.subscription = self.subscription, None
-            await subscription.__aexit__(None, None, None)
+            await self._unsubscribe()
             raise
         self.forwarding = asyncio.get_running_loop().create_task(self._forward(subscriber))
 
     async def _forward(self, subscriber: hub.Subscriber) -> None:
-        """Live frames, through the stream's dedupe and repair, to the client."""
+        """Live frames, through the stream's dedupe and repair, to the client.
+
+        If this fails, the socket is closed (1011): a client that reconnects
+        repairs what it missed from the log, while a socket left open and deaf
+        would not know to.
+        """
+        try:
+            await self._forward_frames(subscriber)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("the socket of session %s stopped forwarding", self.session.pk)
+            await self._unsubscribe()
+            await self.close(code=CLOSE_SERVER_ERROR)
+
+    async def _forward_frames(self, subscriber: hub.Subscriber) -> None:
         assert self.stream is not None
         quiet = settings.FORGE_STREAM_RESYNC_SECONDS
         while True:
@@ -114,15 +130,26 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 stats.deltas_dropped,
             )
         try:
-            if self.forwarding is not None:
+            if self.forwarding is not None and self.forwarding is not asyncio.current_task():
                 self.forwarding.cancel()
                 await asyncio.gather(self.forwarding, return_exceptions=True)
         finally:
             # Even when the server cancels this disconnect (daphne and the test
             # communicator give it a moment only), the hub must let the socket go.
-            subscription, self.subscription = self.subscription, None
-            if subscription is not None:
-                await subscription.__aexit__(None, None, None)
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        """Leave the session's hub (once): on disconnect, or when the server closes."""
+        subscription, self.subscription = self.subscription, None
+        if subscription is not None:
+            await subscription.__aexit__(None, None, None)
+
+    async def _close_unauthenticated(self) -> None:
+        if self.forwarding is not None:
+            self.forwarding.cancel()
+            await asyncio.gather(self.forwarding, return_exceptions=True)
+        await self._unsubscribe()
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def _send(self, frame: Frame) -> None:
         await self.send(text_data=hub.encode(frame))
@@ -173,10 +200,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _prompt(self, content: dict[str, Any]) -> None:
         client_id = content.get("client_id")
-        await database_sync_to_async(self.session.refresh_from_db)()
+        # Who is asking is checked again for every prompt: a token deleted, a user
+        # deactivated or logged out, or removed from the tenant since the socket
+        # opened can watch no longer and start nothing (4401). The fresh session
+        # also carries a title or agent changed since.
+        try:
+            user = await current_user(self.scope)
+            session = await database_sync_to_async(session_of)(user, self.session.pk)
+        except ForgeError as exc:
+            await self._error("not_authenticated", str(exc), client_id=client_id)
+            await self._close_unauthenticated()
+            return
         try:
             started = await runtime.start_turn(
-                session=self.session, text=content.get("text"), agent=content.get("agent")
+                session=session, text=content.get("text"), agent=content.get("agent")
             )
         except ForgeError as exc:
             await self._error(exc.code, str(exc), client_id=client_id)

@@ -337,3 +337,22 @@ async def test_losing_the_last_events_of_a_reply_is_repaired_once_the_stream_goe
     seqs = [f["seq"] for f in frames if f["kind"] == "event"]
     assert seqs == list(range(2, 2 + len(seqs)))
     await ws.disconnect()
+
+
+async def test_a_prompt_refused_as_busy_still_sees_the_running_turn_end(
+    session, token, agents, settings
+):
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_ECHO_DELAY = 0.05
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": " ".join(["word"] * 20)}))
+    await until_ack(ws)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "again", "client_id": "c2"}))
+    frames = await frames_until(
+        ws, lambda f: any(x["kind"] == "status" and x["status"] == "idle" for x in f), timeout=20
+    )
+    refused = [f for f in frames if f["kind"] == "error"]
+    assert [(f["code"], f["client_id"]) for f in refused] == [("busy", "c2")]
+    await ws.disconnect()

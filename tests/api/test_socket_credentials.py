@@ -1,0 +1,87 @@
+"""An open socket does not outlive its credentials: before each prompt the user is
+checked again (token still valid, user active, session cookie not logged out,
+still a member of the tenant), and a socket that fails closes with 4401 without
+starting a turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from accounts.models import Membership
+from forge.asgi import application
+from sessions.models import Message
+
+from .test_socket import ORIGIN, frames_until, socket, until_ack
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+async def _prompt_is_refused(ws: WebsocketCommunicator) -> None:
+    before = await database_sync_to_async(Message.objects.count)()
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hello", "client_id": "c"}))
+    frame = json.loads(await ws.receive_from(timeout=5))
+    assert (frame["kind"], frame["code"], frame["client_id"]) == (
+        "error",
+        "not_authenticated",
+        "c",
+    )
+    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4401}
+    assert await database_sync_to_async(Message.objects.count)() == before
+
+
+async def _connected(session: Any, token: str) -> WebsocketCommunicator:
+    ws = socket(session.pk, token)
+    assert (await ws.connect())[0]
+    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    return ws
+
+
+@pytest.mark.parametrize("change", ["token deleted", "user deactivated", "left the tenant"])
+async def test_a_socket_whose_credentials_went_away_cannot_prompt(
+    session, user, token, agents, settings, change
+):
+    settings.FORGE_MODEL = "offline/echo"
+    ws = await _connected(session, token)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "first"}))
+    await until_ack(ws)  # the credentials work while they are valid
+
+    def revoke() -> None:
+        if change == "token deleted":
+            Token.objects.filter(key=token).delete()
+        elif change == "user deactivated":
+            user.is_active = False
+            user.save(update_fields=["is_active"])
+        else:
+            Membership.objects.filter(user=user).delete()
+
+    await frames_until(
+        ws, lambda f: any(x["kind"] == "status" and x["status"] == "idle" for x in f)
+    )
+    await database_sync_to_async(revoke)()
+    await _prompt_is_refused(ws)
+
+
+async def test_a_browser_socket_stops_prompting_once_its_session_logs_out(
+    session, user, agents, settings
+):
+    settings.FORGE_MODEL = "offline/echo"
+    client = Client()
+    await database_sync_to_async(client.force_login)(user)
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[ORIGIN, (b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={cookie}".encode())],
+    )
+    assert (await ws.connect())[0]
+    await frames_until(ws, lambda f: len(f) == 1)
+    await database_sync_to_async(client.logout)()
+    await _prompt_is_refused(ws)
