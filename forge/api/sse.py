@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -22,7 +23,7 @@ from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
-from forge.realtime import hub
+from forge.realtime import hub, limits
 from forge.realtime.stream import SessionStream
 from sessions.frames import Frame
 from sessions.models import Session
@@ -30,9 +31,27 @@ from sessions.models import Session
 from .errors import error_body, error_response
 
 
-def _find(request: HttpRequest, session_id: str) -> Session:
+def _find(request: HttpRequest, session_id: str) -> tuple[int, Session]:
+    """The caller's id and their session (DRF's token auth, else the cookie's user)."""
     user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
-    return session_of(user, session_id)
+    return user.pk, session_of(user, session_id)
+
+
+class _SessionStreamResponse(StreamingHttpResponse):
+    """Gives the stream back to the user's count when Django closes the response (also
+    when the client went away before the first frame)."""
+
+    def __init__(self, *args: Any, on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_close: Callable[[], None] | None = on_close
+
+    def close(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        try:
+            if on_close is not None:
+                on_close()
+        finally:
+            super().close()
 
 
 def encode(frame: Frame) -> bytes:
@@ -46,13 +65,16 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
     if request.method != "GET":
         return JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
     try:
-        session = await sync_to_async(_find)(request, session_id)
+        owner, session = await sync_to_async(_find)(request, session_id)
         raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
         after = parse_seq(raw, name="Last-Event-ID / after", default=0)
+        limits.take(owner)
     except ForgeError as exc:
         return error_response(exc)
-    response = StreamingHttpResponse(
-        _frames(session, after), content_type="text/event-stream; charset=utf-8"
+    response = _SessionStreamResponse(
+        _frames(session, after),
+        content_type="text/event-stream; charset=utf-8",
+        on_close=lambda: limits.give_back(owner),
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

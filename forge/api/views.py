@@ -23,7 +23,6 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.viewsets import GenericViewSet
 
 from accounts.models import Tenant
@@ -33,6 +32,7 @@ from forge.context import request_for
 from forge.errors import NotImplementedYet, SessionBusy
 from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
+from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.models import Session
 
@@ -83,8 +83,7 @@ class SessionViewSet(GenericViewSet):
 
     def get_throttles(self) -> list[Any]:
         if self.action == "messages" and self.request.method == "POST":
-            self.throttle_scope = "prompts"
-            return [*super().get_throttles(), ScopedRateThrottle()]
+            return [*super().get_throttles(), PromptRateThrottle()]
         return super().get_throttles()
 
     def _session_body(self, session: Session) -> dict[str, Any]:

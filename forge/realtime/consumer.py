@@ -24,10 +24,11 @@ from forge import runtime
 from forge.access import session_of
 from forge.errors import NotAuthenticated
 from forge.params import parse_seq
+from forge.throttling import PromptRateThrottle
 from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_frame
 from sessions.models import Session
 
-from . import hub
+from . import hub, limits
 from .auth import current_user
 from .stream import SessionStream
 
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_BAD_REQUEST = 4400
+CLOSE_TOO_MANY = 4429
 CLOSE_SERVER_ERROR = 1011
 MAX_FRAME_BYTES = 1024 * 1024
 
@@ -50,6 +52,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     stream: SessionStream | None = None
     subscription: Any = None
     forwarding: asyncio.Task[None] | None = None
+    stream_owner: int | None = None  # the user whose stream count this socket holds
 
     async def connect(self) -> None:
         await self.accept()
@@ -71,6 +74,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._error(exc.code, str(exc))
             await self.close(code=CLOSE_BAD_REQUEST)
             return
+        try:
+            limits.take(self.scope["user"].pk)
+        except ForgeError as exc:
+            await self._error(exc.code, str(exc))
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.stream_owner = self.scope["user"].pk
         self.stream = SessionStream(session=self.session, after=after, snapshots=runtime.snapshots)
         # Subscribe first: frames published from now on wait in our queue until the
         # backlog has been sent, and the stream drops what the backlog already covered.
@@ -139,7 +149,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._unsubscribe()
 
     async def _unsubscribe(self) -> None:
-        """Leave the session's hub (once): on disconnect, or when the server closes."""
+        """Leave the session's hub and give the stream back (once): on disconnect, or when
+        the server closes."""
+        owner, self.stream_owner = self.stream_owner, None
+        if owner is not None:
+            limits.give_back(owner)
         subscription, self.subscription = self.subscription, None
         if subscription is not None:
             await subscription.__aexit__(None, None, None)
@@ -210,6 +224,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except ForgeError as exc:
             await self._error("not_authenticated", str(exc), client_id=client_id)
             await self._close_unauthenticated()
+            return
+        throttle = PromptRateThrottle()
+        if not await database_sync_to_async(throttle.allow_user)(user):
+            wait = throttle.wait()
+            await self._error(
+                "throttled",
+                "too many prompts; try again later",
+                client_id=client_id,
+                retry_after=None if wait is None else round(wait, 1),
+            )
             return
         try:
             started = await runtime.start_turn(

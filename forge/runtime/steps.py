@@ -88,7 +88,10 @@ async def run_turn(turn: Turn) -> None:
             reason=f"the reply failed: {type(exc).__name__}",
             error={
                 "name": "UnknownError",
-                "message": f"{type(exc).__name__}: {exc}",
+                # The exception's text can name the server's insides (a Redis or
+                # database address): clients get its kind, the log gets the rest.
+                "message": f"the server failed while replying ({type(exc).__name__}); "
+                "it has been logged",
                 "retryable": False,
             },
             texts=texts,

@@ -190,10 +190,12 @@ REST_FRAMEWORK = {
         "user": env_str("FORGE_API_RATE", "3000/min"),
         "prompts": env_str("FORGE_PROMPT_RATE", "60/min"),
     },
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["forge.throttling.UserRateThrottle"],
 }
 # Prompts carry attachments (at most 10 files of 10 MB, base64 in JSON): allow the body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# Sockets and SSE streams one user may hold open at once, per server process.
+FORGE_MAX_STREAMS_PER_USER = env_int("FORGE_MAX_STREAMS_PER_USER", 20)
 # Seconds between heartbeat comments on an idle SSE stream.
 FORGE_SSE_HEARTBEAT = env_float("FORGE_SSE_HEARTBEAT", 15.0)
 # A stream whose live frames went quiet after some activity checks the log for

@@ -219,10 +219,10 @@ def test_bad_prompts_get_a_clear_error_and_write_nothing(api, session, agents, b
 
 def test_prompts_are_rate_limited(api, session, user, monkeypatch):
     from django.core.cache import cache
-    from rest_framework.throttling import ScopedRateThrottle
+    from rest_framework.throttling import SimpleRateThrottle
 
     monkeypatch.setattr(
-        ScopedRateThrottle, "THROTTLE_RATES", {"prompts": "1/min", "user": "1000/min"}
+        SimpleRateThrottle, "THROTTLE_RATES", {"prompts": "1/min", "user": "1000/min"}
     )
     cache.delete(f"throttle_prompts_{user.pk}")
     first = api.post(f"/api/sessions/{session.pk}/messages/", {"text": ""}, format="json")

@@ -356,3 +356,57 @@ async def test_a_prompt_refused_as_busy_still_sees_the_running_turn_end(
     refused = [f for f in frames if f["kind"] == "error"]
     assert [(f["code"], f["client_id"]) for f in refused] == [("busy", "c2")]
     await ws.disconnect()
+
+
+async def test_the_socket_shares_the_prompt_throttle_with_http(
+    session, user, token, agents, monkeypatch
+):
+    from django.core.cache import cache
+    from rest_framework.test import APIClient
+    from rest_framework.throttling import SimpleRateThrottle
+
+    monkeypatch.setattr(
+        SimpleRateThrottle, "THROTTLE_RATES", {"prompts": "1/min", "user": "1000/min"}
+    )
+    await database_sync_to_async(cache.delete)(f"throttle_prompts_{user.pk}")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    url = f"/api/sessions/{session.pk}/messages/"
+    first = await database_sync_to_async(client.post)(url, {"text": ""}, format="json")
+    assert first.status_code == 400  # counted, like any prompt
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "client_id": "c"}))
+    frame = json.loads(await ws.receive_from(timeout=5))
+    assert (frame["kind"], frame["code"], frame["client_id"]) == ("error", "throttled", "c")
+    assert frame["retry_after"] > 0
+    await ws.send_to(text_data=json.dumps({"type": "ping"}))
+    assert json.loads(await ws.receive_from(timeout=5)) == {"kind": "pong"}  # still open
+    await ws.disconnect()
+
+
+async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, settings):
+    from django.test import AsyncClient
+
+    settings.FORGE_MAX_STREAMS_PER_USER = 2
+    first, second = socket(session.pk, token), socket(session.pk, token)
+    for ws in (first, second):
+        assert (await ws.connect())[0]
+        await frames_until(ws, lambda f: len(f) == 1)
+    third = socket(session.pk, token)
+    await third.connect()
+    frame = json.loads(await third.receive_from(timeout=5))
+    assert (frame["kind"], frame["code"]) == ("error", "too_many_streams")
+    assert (await third.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4429}
+    refused = await AsyncClient().get(
+        f"/api/sessions/{session.pk}/stream/", headers={"Authorization": f"Token {token}"}
+    )
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_streams"
+    await first.disconnect()
+    again = socket(session.pk, token)
+    assert (await again.connect())[0]
+    await frames_until(again, lambda f: len(f) == 1)  # a closed socket gave its place back
+    for ws in (second, again):
+        await ws.disconnect()

@@ -1,0 +1,66 @@
+"""Rate limits, one per kind, the same for every face; and a throttle that fails open.
+
+* ``UserRateThrottle``: every API request of a user (``FORGE_API_RATE``);
+* ``PromptRateThrottle``: prompts (``FORGE_PROMPT_RATE``), counted alike whether
+  they arrive over HTTP or the socket (:meth:`PromptRateThrottle.allow_user`).
+
+Throttle history lives in the cache (Redis when ``REDIS_URL`` is set). When the
+cache cannot be reached, a throttle lets the request through and logs a warning
+(at most once a minute): a rate limit is a guard, and reads must not fail
+because the guard's memory is away.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rest_framework import throttling
+
+logger = logging.getLogger(__name__)
+
+_WARN_EVERY = 60.0
+_last_warning = 0.0
+
+
+def _cache_unreachable(exc: Exception) -> None:
+    global _last_warning
+    now = time.monotonic()
+    if now - _last_warning >= _WARN_EVERY:
+        _last_warning = now
+        logger.warning("throttle cache unreachable, not limiting for now: %s", type(exc).__name__)
+
+
+class _FailOpen:
+    def allow_request(self, request: Any, view: Any) -> bool:
+        try:
+            return bool(super().allow_request(request, view))  # type: ignore[misc]
+        except Exception as exc:
+            _cache_unreachable(exc)
+            return True
+
+
+class UserRateThrottle(_FailOpen, throttling.UserRateThrottle):
+    pass
+
+
+class _Caller:
+    """What a throttle reads of a request: the user."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self.META: dict[str, str] = {}
+
+
+class PromptRateThrottle(_FailOpen, throttling.SimpleRateThrottle):
+    """Prompts per user, whichever face they arrive by (cache key ``throttle_prompts_<pk>``)."""
+
+    scope = "prompts"
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+    def allow_user(self, user: Any) -> bool:
+        """For faces that are not DRF views (the socket)."""
+        return self.allow_request(_Caller(user), None)
