@@ -1,5 +1,9 @@
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from .models import Membership, Tenant, User
 
@@ -32,3 +36,17 @@ class TenantAdmin(admin.ModelAdmin):
     @admin.display(description="members")
     def member_count(self, obj: Tenant) -> int:
         return obj.memberships.count()
+
+
+class TenantScopedAdmin:
+    """For the admin of any tenant-owned model (one with a ``tenant`` foreign key): staff
+    see, search, filter and act on only the rows of tenants they are members of;
+    superusers see all. Object pages of other tenants' rows are 404s, as for any
+    row outside ``get_queryset``."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)  # type: ignore[misc]
+        user = request.user
+        if user.is_superuser:
+            return queryset
+        return queryset.filter(tenant__memberships__user_id=user.pk)

@@ -18,6 +18,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from accounts.admin import TenantScopedAdmin
+
 from . import services
 from .log import format_time
 from .models import Message, Part, Session, SessionEvent
@@ -52,9 +54,9 @@ class ReadOnlyMixin:
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
     list_display = ("id", "title", "tenant", "user", "agent", "event_count", "updated_at")
-    list_filter = ("tenant", "agent", "created_at")
+    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "agent", "created_at")
     search_fields = ("id", "title", "user__username")
     list_select_related = ("tenant", "user")
     date_hierarchy = "created_at"
@@ -137,7 +139,7 @@ class SessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(SessionEvent)
-class SessionEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class SessionEventAdmin(TenantScopedAdmin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("session", "seq", "type", "at", "data_brief")
     list_filter = ("type",)
     search_fields = ("=session__id", "=id", "type")
@@ -170,9 +172,9 @@ class PartInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class MessageAdmin(TenantScopedAdmin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "session", "role", "created", "finish", "part_count")
-    list_filter = ("role", "tenant")
+    list_filter = ("role", ("tenant", admin.RelatedOnlyFieldListFilter))
     search_fields = ("=id", "=session__id", "session__title")
     list_select_related = ("session",)
     ordering = ("-id",)

@@ -20,7 +20,7 @@ from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
@@ -36,6 +36,7 @@ from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.models import Session
 
+from .parsers import NDJSONParser, SafeJSONParser
 from .serializers import (
     ForkSerializer,
     PromptSerializer,
@@ -143,7 +144,7 @@ class SessionViewSet(GenericViewSet):
     @action(
         detail=True,
         methods=["get", "post"],
-        parser_classes=[JSONParser, MultiPartParser, FormParser],
+        parser_classes=[SafeJSONParser, MultiPartParser, FormParser],
     )
     def messages(self, request: Request, pk: str) -> Response:
         if request.method == "POST":
@@ -280,9 +281,10 @@ class SessionViewSet(GenericViewSet):
     @extend_schema(
         request={"application/x-ndjson": OpenApiTypes.STR}, responses={201: OpenApiTypes.OBJECT}
     )
-    @action(detail=False, methods=["post"], url_path="import", parser_classes=[])
+    @action(detail=False, methods=["post"], url_path="import", parser_classes=[NDJSONParser])
     def import_(self, request: Request) -> Response:
-        events = services.parse_log(request.body.splitlines())
+        body = request.data if isinstance(request.data, bytes) else b""
+        events = services.parse_log(body.splitlines())
         self.tenant  # noqa: B018 - the caller must belong to a tenant
         session = services.import_log(user=self.user, events=events)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)

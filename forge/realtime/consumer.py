@@ -177,12 +177,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if self.stream is None:
             return
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
-        if len(raw.encode()) > MAX_FRAME_BYTES:
+        if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
             await self._error("too_large", f"frames are limited to {MAX_FRAME_BYTES} bytes")
             return
         try:
             content = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             await self._error("bad_json", "a frame must be a JSON object")
             return
         if not isinstance(content, dict):

@@ -49,7 +49,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "forge.middleware.ContentSecurityPolicyMiddleware",
 ]
+# Pages served with their own defaults instead of Forge's Content-Security-Policy.
+FORGE_CSP_EXEMPT = ["/admin/", "/api/docs/"]
 
 ROOT_URLCONF = "forge.urls"
 ASGI_APPLICATION = "forge.asgi.application"
@@ -184,6 +187,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "forge.api.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "forge.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {

@@ -94,12 +94,16 @@ def parse_log(lines: Any) -> list[dict[str, Any]]:
     """Events from JSON Lines (an exported log); raises ``LogIntegrityError``."""
     events = []
     for number, line in enumerate(lines, start=1):
-        if isinstance(line, bytes):
-            line = line.decode("utf-8")
-        if not line.strip():
-            continue
         try:
+            if isinstance(line, bytes):
+                line = line.decode("utf-8")
+            if not line.strip():
+                continue
             event = json.loads(line)
+        except UnicodeDecodeError:
+            raise LogIntegrityError(f"line {number} is not UTF-8") from None
+        except RecursionError:
+            raise LogIntegrityError(f"line {number} is nested too deeply") from None
         except ValueError as exc:
             raise LogIntegrityError(f"line {number} is not JSON: {exc}") from None
         if not isinstance(event, dict):

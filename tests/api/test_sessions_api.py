@@ -379,3 +379,64 @@ def test_unknown_api_routes_answer_json_404(api):
     response = api.get("/api/nothing-here/")
     assert response.status_code == 404
     assert error(response)["code"] == "not_found"
+
+
+def test_json_nested_too_deeply_is_a_400_on_every_json_route(api, session):
+    deep = "[" * 100_000 + "]" * 100_000
+    for method, url in (
+        ("post", "/api/sessions/"),
+        ("patch", f"/api/sessions/{session.pk}/"),
+        ("post", f"/api/sessions/{session.pk}/messages/"),
+        ("post", f"/api/sessions/{session.pk}/fork/"),
+    ):
+        response = getattr(api, method)(url, deep, content_type="application/json")
+        assert response.status_code == 400, (url, response.status_code)
+        assert error(response)["code"] == "parse_error"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\xff\xfe not utf-8\n", b'{"seq": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"],
+    ids=["invalid utf-8", "nested too deeply"],
+)
+def test_a_broken_import_is_a_400_and_writes_nothing(api, body):
+    before = SessionEvent.objects.count()
+    response = api.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400
+    assert error(response)["code"] == "log_integrity"
+    assert SessionEvent.objects.count() == before
+
+
+def test_a_browser_imports_with_its_cookie_and_csrf_token(session, user, other_user):
+    from django.test import Client
+
+    exported = b"".join(
+        APIClient_for(user).get(f"/api/sessions/{session.pk}/export/").streaming_content
+    )
+    from sessions.services import delete_session
+
+    delete_session(session=session)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    browser.get("/")  # the chat page sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    refused = browser.post("/api/sessions/import/", exported, content_type="application/x-ndjson")
+    assert refused.status_code == 403  # no token: CSRF applies to cookie auth
+    imported = browser.post(
+        "/api/sessions/import/",
+        exported,
+        content_type="application/x-ndjson",
+        headers={"X-CSRFToken": token},
+    )
+    assert imported.status_code == 201, imported.content
+    assert imported.json() == {"id": session.pk}
+
+
+def APIClient_for(user):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client

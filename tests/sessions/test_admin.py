@@ -98,3 +98,40 @@ def test_bulk_delete_action_uses_the_service(admin_client, scripted):
     )
     assert response.status_code == 302
     assert not SessionEvent.objects.filter(session_id=scripted.pk).exists()
+
+
+def test_staff_of_another_tenant_see_nothing_of_this_tenants_store(client, scripted, other_user):
+    """Finding 9 of the reliability issue: the admin was not tenant-scoped."""
+    from django.contrib.auth.models import Permission
+
+    other_user.is_staff = True
+    other_user.save()
+    other_user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="forge_sessions", codename__startswith="view_"
+        )
+    )
+    client.force_login(other_user)
+    sessions = client.get(reverse("admin:forge_sessions_session_changelist"))
+    assert sessions.status_code == 200
+    assert scripted.pk not in sessions.text
+    assert "Notes review" not in sessions.text
+    events = client.get(reverse("admin:forge_sessions_sessionevent_changelist"))
+    assert events.status_code == 200
+    assert scripted.pk not in events.text
+    messages = client.get(reverse("admin:forge_sessions_message_changelist"))
+    assert messages.status_code == 200
+    assert scripted.pk not in messages.text
+    page = client.get(reverse("admin:forge_sessions_session_change", args=[scripted.pk]))
+    assert page.status_code == 302  # Django's "does not exist" redirect, never the page
+    # ... while a member of the tenant who is staff sees it all.
+    member = scripted.user
+    member.is_staff = True
+    member.save()
+    member.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="forge_sessions", codename__startswith="view_"
+        )
+    )
+    client.force_login(member)
+    assert scripted.pk in client.get(reverse("admin:forge_sessions_session_changelist")).text
