@@ -24,6 +24,12 @@ if settings.FORGE_RECOVER_ON_START:
     except Exception:
         logging.getLogger("forge").exception("recovering sessions at start-up failed")
 
+# Every serving process watches for leases that expire from now on (a runner
+# killed just before this process started holds one that has not expired yet).
+from forge.runtime import start_janitor  # noqa: E402
+
+start_janitor()
+
 from channels.routing import URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 

@@ -14,7 +14,7 @@ from forge.errors import InvalidPrompt, NotRunning, PromptTooLarge, SessionBusy,
 from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment
-from .recovery import ensure_janitor, recover_session, recover_sessions
+from .recovery import recover_session, recover_sessions, start_janitor
 from .runner import StartedTurn, abort_turn, running_turn, settle, start_turn
 from .sync import PromptResult, abort, prompt
 
@@ -29,7 +29,6 @@ __all__ = [
     "UnknownAgent",
     "abort",
     "abort_turn",
-    "ensure_janitor",
     "is_busy",
     "prompt",
     "recover_session",
@@ -37,6 +36,7 @@ __all__ = [
     "running_turn",
     "settle",
     "snapshots",
+    "start_janitor",
     "start_turn",
     "with_busy",
 ]

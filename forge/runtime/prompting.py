@@ -31,7 +31,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
-from .finalize import INTERRUPTED, finalize_open_messages
+from .recovery import finalize_dead_turn
 from .turn import Turn
 
 MAX_FILES = 10
@@ -182,7 +182,7 @@ def begin(
         # One transaction: the lease, any recovery it calls for, and the prompt.
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
-                finalize_open_messages(session=session, reason=INTERRUPTED)
+                finalize_dead_turn(session)  # an expired lease: its runner died
             set_blocks(session, agent_blocks(agent))
             model_info = {"provider": provider, "model": model_name}
             user_info = services.update_message(

@@ -8,34 +8,36 @@ mirror (Redis) has it, running tools end as interrupted, the reply gets a
 ``MessageAbortedError``. A session whose lease is live is left alone: another
 process runs it.
 
-Each serving process runs a janitor (:func:`ensure_janitor`) that calls it
-every lease period, so a reply never stays open waiting for the next prompt or
-the next restart.
+Each serving process runs a janitor thread from start-up (:func:`start_janitor`)
+that calls it every lease period, so a reply never stays open waiting for the
+next prompt or the next restart.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
-import weakref
+import threading
 
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from sessions.models import Message, Session
 
 from . import lease
-from .db import db
 from .finalize import INTERRUPTED, finalize_open_messages
 from .inflight import mirror
 
 logger = logging.getLogger(__name__)
 
-_janitors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
-    weakref.WeakKeyDictionary()
-)
+
+def finalize_dead_turn(session: Session) -> list[str]:
+    """Finalize what the session's dead runner left open, keeping the text that had
+    streamed (from the in-flight mirror, when there is one). Call it holding the
+    session's lease, or having found it expired."""
+    shared = mirror()
+    texts = shared.texts_sync(session.pk) if shared is not None else {}
+    return finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
 
 
 def recover_session(session: Session) -> list[str]:
@@ -48,9 +50,7 @@ def recover_session(session: Session) -> list[str]:
         current = lease.current(session_id=session.pk)
         if current is not None and current.expires_at > timezone.now():
             return []  # a live runner holds it
-        shared = mirror()
-        texts = shared.texts_sync(session.pk) if shared is not None else {}
-        finished = finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
+        finished = finalize_dead_turn(session)
         if current is not None:
             current.delete()
     return finished
@@ -82,29 +82,49 @@ def recover_sessions(
     return recovered
 
 
-async def _watch(interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            recovered = await db(recover_sessions)(open_replies=False)
-        except Exception:
-            logger.exception("the lease janitor failed; trying again later")
-            continue
-        for session_id, message_ids in recovered.items():
-            logger.warning("finalized %s of session %s (its runner died)", message_ids, session_id)
+class Janitor(threading.Thread):
+    """Finalizes dead runners' turns every ``interval`` seconds, in its own thread.
+
+    A thread, not a task of some event loop: it runs from the moment a serving
+    process starts (``forge.asgi``), before any request or turn, and whatever
+    server or loop the process uses.
+    """
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(name="forge-lease-janitor", daemon=True)
+        self.interval = interval
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                recovered = recover_sessions(open_replies=False)
+            except Exception:
+                logger.exception("the lease janitor failed; trying again later")
+                continue
+            finally:
+                close_old_connections()
+            for session_id, message_ids in recovered.items():
+                logger.warning(
+                    "finalized %s of session %s (its runner died)", message_ids, session_id
+                )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stopping.set()
+        self.join(timeout)
 
 
-def ensure_janitor(interval: float | None = None) -> asyncio.Task[None] | None:
-    """Start this event loop's janitor once (if ``FORGE_LEASE_JANITOR`` is on)."""
+_janitor: Janitor | None = None
+_janitor_lock = threading.Lock()
+
+
+def start_janitor(interval: float | None = None) -> Janitor | None:
+    """Start this process's janitor once (if ``FORGE_LEASE_JANITOR`` is on); return it."""
+    global _janitor
     if not settings.FORGE_LEASE_JANITOR:
         return None
-    loop = asyncio.get_running_loop()
-    task = _janitors.get(loop)
-    if task is None or task.done():
-        task = loop.create_task(
-            _watch(interval or lease.lease_seconds()),
-            name="forge-lease-janitor",
-            context=contextvars.Context(),
-        )
-        _janitors[loop] = task
-    return task
+    with _janitor_lock:
+        if _janitor is None or not _janitor.is_alive() or _janitor.stopping.is_set():
+            _janitor = Janitor(interval or lease.lease_seconds())
+            _janitor.start()
+        return _janitor

@@ -29,7 +29,7 @@ from . import lease
 from .db import db
 from .finalize import finalize_open_messages
 from .prompting import Attachment, begin
-from .recovery import ensure_janitor, recover_session
+from .recovery import recover_session
 from .steps import run_turn
 from .subtask import subtask_runner
 from .title import title_later
@@ -97,7 +97,6 @@ async def start_turn(
     agent: Any = None,
     files: Sequence[Attachment] = (),
     depth: int = 0,
-    janitor: bool = True,
 ) -> StartedTurn:
     """Log the prompt and start the reply as a task of the running event loop.
 
@@ -106,8 +105,6 @@ async def start_turn(
     Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
-    if janitor:
-        ensure_janitor()
     turn, user_message = await db(begin)(session, text, agent, files)
     turn.depth = depth
     turn.run_subtask = subtask_runner(turn, start_turn)

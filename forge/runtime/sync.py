@@ -56,9 +56,7 @@ def prompt(
     else:
 
         async def whole() -> StartedTurn:
-            started = await start_turn(
-                session=session, text=text, agent=agent, files=files, janitor=False
-            )
+            started = await start_turn(session=session, text=text, agent=agent, files=files)
             await asyncio.wait({started.task})
             await bus.flush()
             return started

@@ -279,10 +279,13 @@ def _part_states(session: Any) -> dict[str, str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("recovered_by", ["recover_sessions", "the next prompt"])
 async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
-    session, agents, tmp_path, settings
+    session, agents, tmp_path, settings, recovered_by
 ):
-    """A real process runs the turn; it is killed with SIGKILL while a tool runs."""
+    """A real process runs the turn; it is killed with SIGKILL while a tool runs. Then
+    ``recover_sessions`` (start-up, the janitor, the command) or the next prompt's
+    takeover of the expired lease finalizes it, keeping what had streamed."""
     script_path = tmp_path / "script.json"
     script_path.write_text(
         json.dumps(
@@ -322,11 +325,18 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     items = await ahistory(session)
     assert items[-1]["info"]["completed_at"] is None  # left open by the dead process
     await asyncio.sleep(1.1)  # its lease expires
-    recovered = await database_sync_to_async(recover_sessions)()
-    assert list(recovered) == [session.pk]
-    items = await ahistory(session)
+    if recovered_by == "recover_sessions":
+        recovered = await database_sync_to_async(recover_sessions)()
+        assert list(recovered) == [session.pk]
+        items = await ahistory(session)
+        reply = items[-1]
+    else:
+        settings.FORGE_MODEL = "offline/echo"
+        started = await start_turn(session=session, text="are you there?")
+        await asyncio.wait_for(started.task, 10)
+        items = await ahistory(session)
+        reply = items[-3]  # the interrupted reply, then the new prompt and its reply
     assert_nothing_open(items)
-    reply = items[-1]
     parts = {p["type"]: p for p in reply["parts"]}
     assert parts["text"]["text"] == "Let me look."
     # The reasoning was still streaming when the process died: with Redis, what had
@@ -345,15 +355,14 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
 async def test_the_janitor_finalizes_an_expired_lease_without_waiting_for_a_prompt(
     session, agents, settings
 ):
-    from forge.runtime import ensure_janitor
+    from forge.runtime import start_janitor
 
     settings.FORGE_LEASE_JANITOR = True
     await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
-    janitor = ensure_janitor(interval=0.05)
+    janitor = start_janitor(interval=0.05)
     assert janitor is not None
     try:
         await wait_until(lambda: not SessionLease.objects.exists(), timeout=5)
     finally:
-        janitor.cancel()
-        await asyncio.gather(janitor, return_exceptions=True)
+        janitor.stop()
     assert_nothing_open(await ahistory(session))
