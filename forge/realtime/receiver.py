@@ -17,6 +17,7 @@ from channels.layers import get_channel_layer
 logger = logging.getLogger(__name__)
 
 RETRY_PAUSE = 0.5  # seconds before receiving again after the layer failed
+JOIN_ATTEMPTS = 3
 # Seconds a cancelled receive has to end before it is woken by a message. Not zero: a
 # wake-up that arrives after the receive ended would sit in channels-redis' receive
 # buffer for good.
@@ -50,10 +51,23 @@ class Receiver:
     async def join(
         cls, group: str, handle: Callable[[dict[str, Any]], bool | None], *, name: str
     ) -> Receiver:
-        """Join ``group`` on a new channel and receive; ``handle`` returning True ends it."""
+        """Join ``group`` on a new channel and receive; ``handle`` returning True ends it.
+
+        Joining is tried ``JOIN_ATTEMPTS`` times: after Redis restarts, the first
+        command on each pooled connection fails ("connection closed by server")
+        and the next reconnects. Then the last error is raised.
+        """
         layer = get_channel_layer()
-        channel = await layer.new_channel()
-        await layer.group_add(group, channel)
+        for attempt in range(1, JOIN_ATTEMPTS + 1):
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(group, channel)
+                break
+            except Exception:
+                if attempt == JOIN_ATTEMPTS or being_cancelled():
+                    raise
+                logger.warning("joining %s failed (attempt %d); retrying", name, attempt)
+                await asyncio.sleep(RETRY_PAUSE * attempt)
         receiver = cls(layer, channel, group, name)
         receiver.task = asyncio.get_running_loop().create_task(receiver._receive(handle))
         return receiver

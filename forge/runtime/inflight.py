@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,8 +93,31 @@ buffer = InflightBuffer()
 TTL_SECONDS = 24 * 3600
 
 
+_WARN_EVERY = 60.0
+_last_warning = 0.0
+
+
+def _unreachable(exc: BaseException, doing: str) -> None:
+    """The mirror is a copy for snapshots and crash recovery: when Redis is away, a reply
+    streams on without it (logged at most once a minute), and a reader gets nothing."""
+    global _last_warning
+    now = time.monotonic()
+    if now - _last_warning >= _WARN_EVERY:
+        _last_warning = now
+        logger.warning("in-flight mirror unreachable while %s: %s", doing, type(exc).__name__)
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.RedisError, OSError)
+
+
 class RedisMirror:
-    """Streaming parts in Redis: a hash of part metadata per session, a string per text."""
+    """Streaming parts in Redis: a hash of part metadata per session, a string per text.
+
+    Every method degrades instead of failing when Redis cannot be reached.
+    """
 
     def __init__(self, url: str, prefix: str) -> None:
         self.url = url
@@ -116,22 +143,38 @@ class RedisMirror:
 
     async def open(self, *, session_id: str, message_id: str, part_id: str, field: str) -> None:
         meta = json.dumps({"message_id": message_id, "field": field})
-        async with self._client().pipeline(transaction=True) as pipe:
-            pipe.hset(self._parts_key(session_id), part_id, meta)
-            pipe.expire(self._parts_key(session_id), TTL_SECONDS)
-            pipe.set(self._text_key(part_id), "", ex=TTL_SECONDS)
-            await pipe.execute()
+        try:
+            async with self._client().pipeline(transaction=True) as pipe:
+                pipe.hset(self._parts_key(session_id), part_id, meta)
+                pipe.expire(self._parts_key(session_id), TTL_SECONDS)
+                pipe.set(self._text_key(part_id), "", ex=TTL_SECONDS)
+                await pipe.execute()
+        except _redis_errors() as exc:
+            _unreachable(exc, "opening a part")
 
     async def append(self, part_id: str, delta: str) -> None:
-        await self._client().append(self._text_key(part_id), delta)
+        try:
+            await self._client().append(self._text_key(part_id), delta)
+        except _redis_errors() as exc:
+            _unreachable(exc, "appending a delta")
 
     async def close(self, *, session_id: str, part_id: str) -> None:
-        async with self._client().pipeline(transaction=True) as pipe:
-            pipe.hdel(self._parts_key(session_id), part_id)
-            pipe.delete(self._text_key(part_id))
-            await pipe.execute()
+        try:
+            async with self._client().pipeline(transaction=True) as pipe:
+                pipe.hdel(self._parts_key(session_id), part_id)
+                pipe.delete(self._text_key(part_id))
+                await pipe.execute()
+        except _redis_errors() as exc:
+            _unreachable(exc, "closing a part")
 
     async def snapshot(self, session_id: str) -> list[dict[str, str]]:
+        try:
+            return await self._snapshot(session_id)
+        except _redis_errors() as exc:
+            _unreachable(exc, "reading snapshots")
+            return []
+
+    async def _snapshot(self, session_id: str) -> list[dict[str, str]]:
         client = self._client()
         raw: dict[bytes, bytes] = await client.hgetall(self._parts_key(session_id))
         if not raw:
@@ -151,7 +194,15 @@ class RedisMirror:
         ]
 
     def texts_sync(self, session_id: str) -> dict[str, str]:
-        """The streamed texts of the session's open parts (for crash recovery, sync)."""
+        """The streamed texts of the session's open parts (for crash recovery, sync); ``{}``
+        when Redis cannot be reached."""
+        try:
+            return self._texts_sync(session_id)
+        except _redis_errors() as exc:
+            _unreachable(exc, "reading a dead runner's texts")
+            return {}
+
+    def _texts_sync(self, session_id: str) -> dict[str, str]:
         import redis
 
         client = redis.Redis.from_url(self.url)

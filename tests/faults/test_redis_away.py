@@ -1,0 +1,77 @@
+"""Redis going away and coming back (findings 1 and 6 of the reliability issue).
+
+Each test runs its own ``redis-server`` as the channel layer, the cache and the
+in-flight mirror, and stops it: reads keep working while it is away, a reply
+it cut ends (the session does not stay busy), and once it is back prompts work
+again on every session, without restarting anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import channel_layers
+from rest_framework.test import APIClient
+
+from forge.runtime import start_turn
+from forge.settings.base import caches
+from forge.settings.base import channel_layers as layer_settings
+from sessions import selectors
+from sessions.services import create_session
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def use_redis(settings: Any, url: str) -> None:
+    settings.CACHES = caches(url, prefix="forge-faults")
+    settings.CHANNEL_LAYERS = layer_settings(url, prefix="forge-faults")
+    settings.REDIS_URL = url
+    channel_layers.backends = {}
+
+
+def test_reads_succeed_while_redis_is_down(settings, own_redis, session, token, user_message):
+    use_redis(settings, own_redis.url)
+    own_redis.stop()
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    for url in (
+        "/api/sessions/",
+        f"/api/sessions/{session.pk}/",
+        f"/api/sessions/{session.pk}/messages/",
+        f"/api/sessions/{session.pk}/events/",
+        f"/api/sessions/{session.pk}/context/",
+    ):
+        response = api.get(url)
+        assert response.status_code == 200, (url, response.content)
+
+
+async def _reply(session: Any, message_id: str) -> dict[str, Any]:
+    return await database_sync_to_async(selectors.get_message)(
+        tenant=session.tenant, session_id=session.pk, message_id=message_id
+    )
+
+
+async def test_a_redis_restart_mid_reply_wedges_nothing(settings, own_redis, session, user, agents):
+    use_redis(settings, own_redis.url)
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_ECHO_DELAY = 0.02
+    other = await database_sync_to_async(create_session)(user=user, title="another")
+    started = await start_turn(session=session, text=" ".join(["word"] * 200))
+    await asyncio.sleep(0.5)  # mid-reply
+    own_redis.stop()
+    await asyncio.wait_for(started.task, 30)  # the reply ends: no wedged runner
+    cut = await _reply(session, started.assistant_message_id)
+    assert cut["info"]["completed_at"] is not None
+    own_redis.start()  # same port: Redis is back
+    for each in (session, other):
+        again = await start_turn(session=each, text="are you back?")
+        await asyncio.wait_for(again.task, 30)
+        reply = await _reply(each, again.assistant_message_id)
+        assert reply["info"]["error"] is None
+        assert reply["info"]["completed_at"] is not None
+        assert "".join(p["text"] for p in reply["parts"] if p["type"] == "text") == (
+            "are you back?"
+        )
