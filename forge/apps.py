@@ -17,6 +17,12 @@ class ForgeConfig(AppConfig):
         from forge import tools  # noqa: F401
         from forge.runtime import subtask  # noqa: F401
 
+        # A deleted session's uploads and workspace go with it.
+        from forge.runtime.files import on_session_deleted
+        from sessions.signals import session_deleted
+
+        session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
+
         # Plugins: modules that register tools, hooks or providers when imported.
         for module in settings.FORGE_PLUGINS:
             import_module(module)

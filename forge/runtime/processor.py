@@ -290,7 +290,9 @@ class Processor:
             message_id=turn.message_id,
             call_id=event.call_id,
             agent=turn.agent.name,
-            workspace=tools.workspace_path(turn.session.pk, create=False),
+            workspace=tools.workspace_path(
+                turn.session.pk, tenant_id=turn.session.tenant_id, create=False
+            ),
             abort=turn.abort,
             run_subtask=turn.run_subtask,
         )
@@ -337,7 +339,9 @@ class Processor:
     # --- steps --------------------------------------------------------------------
 
     async def _start_step(self) -> None:
-        workspace = tools.workspace_path(self.turn.session.pk, create=False)
+        workspace = tools.workspace_path(
+            self.turn.session.pk, tenant_id=self.turn.session.tenant_id, create=False
+        )
         self.snapshot_before = await asyncio.to_thread(tools.snapshot, workspace)
         await self._part(
             {
@@ -350,7 +354,9 @@ class Processor:
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
         await self.close_open_blocks()
-        workspace = tools.workspace_path(turn.session.pk, create=False)
+        workspace = tools.workspace_path(
+            turn.session.pk, tenant_id=turn.session.tenant_id, create=False
+        )
         after = await asyncio.to_thread(tools.snapshot, workspace)
         cost = price(turn.model, event.usage)
         await self._part(

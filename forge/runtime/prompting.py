@@ -31,6 +31,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
+from .files import upload_path
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -174,7 +175,7 @@ def begin(
         for attachment in attachments:
             part_id = new_part_id()
             path = default_storage.save(
-                f"uploads/{session.pk}/{part_id}/{attachment.filename}",
+                upload_path(session, part_id, attachment.filename),
                 ContentFile(attachment.content),
             )
             stored.append(path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,15 +30,22 @@ O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
-def workspace_path(session_id: str, *, create: bool = True) -> Path:
-    """``FORGE_WORKSPACE_ROOT / session_id``, created if missing (unless ``create=False``:
-    the tools create it on first use, so a session that never uses one has none).
+def workspace_path(session_id: str, *, tenant_id: int, create: bool = True) -> Path:
+    """``FORGE_WORKSPACE_ROOT / t<tenant id> / <session id>``, created if missing (unless
+    ``create=False``: the tools create it on first use, so a session that never uses
+    one has none).
+
+    Keyed by tenant as well as session: a session id is no secret (it is in URLs
+    and exports), so a session of another tenant that somehow carried the same
+    id still could not name this directory.
 
     Raises :class:`ValueError` for a session id that is not ``[A-Za-z0-9_-]{1,64}``.
     """
     if not isinstance(session_id, str) or SESSION_ID_RE.fullmatch(session_id) is None:
         raise ValueError(f"invalid session id for a workspace: {session_id!r}")
-    path = Path(settings.FORGE_WORKSPACE_ROOT) / session_id
+    if isinstance(tenant_id, bool) or not isinstance(tenant_id, int):
+        raise ValueError(f"invalid tenant id for a workspace: {tenant_id!r}")
+    path = Path(settings.FORGE_WORKSPACE_ROOT) / f"t{tenant_id}" / session_id
     if create:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
@@ -130,3 +138,8 @@ def sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
 
 
 # The ``path`` input of the tools that take one file.
+
+
+def delete_workspace(session_id: str, *, tenant_id: int) -> None:
+    """Remove the session's workspace, if it has one (its files go with the session)."""
+    shutil.rmtree(workspace_path(session_id, tenant_id=tenant_id, create=False), ignore_errors=True)

@@ -15,6 +15,7 @@ from .. import sql
 from ..exceptions import InvalidEvent, NotFound, SessionMismatch
 from ..log import format_time
 from ..models import Message, Part, Session, SessionEvent
+from ..signals import session_deleted
 from .append import commit
 
 TITLE_MAX = 255
@@ -101,7 +102,8 @@ def update_session(*, session: Session, title: Any = _UNSET, agent: Any = _UNSET
 
 @transaction.atomic
 def delete_session(*, session: Session) -> None:
-    """Delete a session with its whole log, messages and parts.
+    """Delete a session with its whole log, messages and parts; ``session_deleted`` is
+    sent after commit (the application removes the session's files on it).
 
     The database refuses to delete single events; marking the session as
     ``deleting`` first is what lets the triggers allow it, inside this
@@ -112,3 +114,7 @@ def delete_session(*, session: Session) -> None:
     Part.objects.filter(session_id=session.pk).delete()
     Message.objects.filter(session_id=session.pk).delete()
     Session.objects.filter(pk=session.pk).delete()
+    tenant_id, session_id = session.tenant_id, session.pk
+    transaction.on_commit(
+        lambda: session_deleted.send(sender=Session, tenant_id=tenant_id, session_id=session_id)
+    )

@@ -55,10 +55,12 @@ async def refused(name: str, args: dict[str, Any], ctx: ToolContext) -> ToolErro
 
 def test_workspace_path_is_created_under_the_root(tmp_path: Path, settings: Any) -> None:
     settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
-    path = workspace_path("ses_01ABC")
-    assert path == tmp_path / "workspaces" / "ses_01ABC"
+    path = workspace_path("ses_01ABC", tenant_id=7)
+    assert path == tmp_path / "workspaces" / "t7" / "ses_01ABC"
     assert path.is_dir()
-    assert workspace_path("ses_01ABC") == path  # idempotent
+    assert workspace_path("ses_01ABC", tenant_id=7) == path  # idempotent
+    # Another tenant's session with the same id names another directory.
+    assert workspace_path("ses_01ABC", tenant_id=8, create=False) != path
 
 
 @pytest.mark.parametrize(
@@ -69,7 +71,7 @@ def test_workspace_path_refuses_bad_session_ids(
 ) -> None:
     settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
     with pytest.raises(ValueError, match="invalid session id"):
-        workspace_path(session_id)
+        workspace_path(session_id, tenant_id=1)
     assert not (tmp_path / "workspaces").exists()
 
 

@@ -1,0 +1,51 @@
+"""A session's uploads and workspace are keyed by its tenant and deleted with it
+(finding 2 of the reliability issue: a deleted session's files stayed on disk, and
+an import naming its id re-bound them to the importer's tenant)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+from django.core.files.storage import default_storage
+
+from forge.runtime.files import uploads_dir
+from forge.tools import workspace_path
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_deleting_a_session_deletes_its_uploads_and_workspace(
+    api, session, agents, tmp_path, settings
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {
+            "text": "see the file",
+            "files": [{"filename": "notes.txt", "content": base64.b64encode(b"secret").decode()}],
+        },
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    uploads = Path(
+        default_storage.path(uploads_dir(tenant_id=session.tenant_id, session_id=session.pk))
+    )
+    assert [p.name for p in uploads.rglob("*") if p.is_file()] == ["notes.txt"]
+    workspace = workspace_path(session.pk, tenant_id=session.tenant_id)
+    (workspace / "plan.md").write_text("tenant A's plan")
+
+    assert api.delete(f"/api/sessions/{session.pk}/").status_code == 204
+    assert not uploads.exists()
+    assert not workspace.exists()
+
+
+def test_a_workspace_is_keyed_by_tenant_as_well_as_session(session, other_user):
+    from accounts.selectors import tenant_for_user
+
+    mine = workspace_path(session.pk, tenant_id=session.tenant_id)
+    (mine / "plan.md").write_text("tenant A's plan")
+    theirs = workspace_path(session.pk, tenant_id=tenant_for_user(other_user).pk, create=False)
+    assert theirs != mine
+    assert not (theirs / "plan.md").exists()
