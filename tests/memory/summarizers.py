@@ -40,3 +40,10 @@ def not_a_string(messages: Sequence[Mapping[str, Any]]) -> Any:
 def slow(messages: Sequence[Mapping[str, Any]]) -> str:
     time.sleep(5)
     return "too late"
+
+
+def picky(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Fails on a dialogue that mentions ``poison``; summarizes the others."""
+    if any("poison" in str(m.get("text", "")) for m in messages):
+        raise ValueError("cannot summarize poison")
+    return extractive(messages)
