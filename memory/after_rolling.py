@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -40,11 +41,22 @@ class RollingResult:
     slice: dict[str, Any]
     messages: tuple[dict[str, Any], ...]  # the increment appended to the unit, raw
     trimmed: int  # messages removed from the dialogue window
-    block: dict[str, Any] = field(default_factory=dict)  # the dialog_history context block
 
     @property
     def slice_id(self) -> str:
         return str(self.slice["id"])
+
+    @cached_property
+    def block(self) -> dict[str, Any] | None:
+        """The core's ``dialog_history`` context block as of now (read when first asked)."""
+        from accounts.models import Tenant
+
+        from .models import MemoryCore
+        from .selectors import dialog_history_block
+
+        tenant = Tenant(pk=self.tenant_id)
+        core = MemoryCore.objects.filter(tenant=tenant, pk=self.core_id).first()
+        return None if core is None else dialog_history_block(tenant=tenant, core=core)
 
 
 Consumer = Callable[[RollingResult], Any]

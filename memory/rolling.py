@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -45,27 +44,22 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 
-from . import after_rolling, search
+from . import after_rolling, search, sql
 from .after_rolling import RollingResult, Trigger
 from .compressor import TOOL_OUTPUT_CHARS, compress
 from .exceptions import InvalidRollingOption, MemoryStoreError, SummarizerEmpty
-from .ids import new_memory_session_id
-from .models import DialogueMessage, MemoryCore, MemorySlice
+from .ids import new_memory_session_id, new_slice_id, new_unit_id
+from .models import MemoryCore
 from .normalize import Msg, clean_summary
-from .selectors import HISTORY_SLICES, history_block
-from .services import append_to_unit
 from .summarizers import Summarizer, summarize
-from .times import now_ms
-from .wire import slice_wire
+from .times import format_time, now_ms
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD = 40
 DEFAULT_KEEP = 8
 DEFAULT_IDLE_AFTER = 1800.0
-ADVISORY_CLASS = 0x4D454D  # "MEM": the first key of the rolling claims' advisory locks
 
 Status = Literal["rolled", "would_roll", "not_due", "busy", "changed", "missing", "failed"]
 
@@ -189,72 +183,42 @@ def candidate_core_ids(*, options: RollingOptions, now: datetime) -> list[str]:
 # --- one core -----------------------------------------------------------------------------------
 
 
-@contextmanager
-def claim(core_id: str) -> Iterator[bool]:
-    """PostgreSQL: a session advisory lock on the core for this process (False if another
-    holds it); released on exit, or by the server if the process dies. SQLite: always
-    True (the commit's re-check alone keeps two rollers from rolling a core twice)."""
-    if connection.vendor != "postgresql":
-        yield True
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [ADVISORY_CLASS, core_id])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_CLASS, core_id]
-                )
-
-
 def take_snapshot(
-    core_id: str, *, options: RollingOptions, now: datetime, force: bool = False
+    core_id: str,
+    *,
+    options: RollingOptions,
+    now: datetime,
+    force: bool = False,
+    core: sql.CoreRow | None = None,
 ) -> Snapshot | RollOutcome:
-    """The core's window as it is, and what a rolling would do (no transaction, no lock)."""
-    core = (
-        MemoryCore.objects.filter(pk=core_id)
-        .values(
-            "tenant_id",
-            "user_id",
-            "agent",
-            "memory_session_id",
-            "rolled_seq",
-            "window_next_seq",
-            "window_count",
-            "last_interaction_at",
+    """The core's window as it is, and what a rolling would do (no transaction, no lock).
+
+    ``core`` is the core's row when the caller read it already.
+    """
+    with connection.cursor() as cursor:
+        if core is None:
+            core = sql.read_core(cursor, core_id)
+        if core is None:
+            return RollOutcome(core_id, "missing")
+        trigger = due(
+            window_count=core.window_count,
+            last_interaction_at=core.last_interaction_at,
+            options=options,
+            now=now,
+            force=force,
         )
-        .first()
-    )
-    if core is None:
-        return RollOutcome(core_id, "missing")
-    trigger = due(
-        window_count=core["window_count"],
-        last_interaction_at=core["last_interaction_at"],
-        options=options,
-        now=now,
-        force=force,
-    )
-    if trigger is None:
-        return RollOutcome(core_id, "not_due")
-    rows = DialogueMessage.objects.filter(
-        core_id=core_id, seq__gte=core["rolled_seq"], seq__lt=core["window_next_seq"]
-    ).order_by("seq")
-    increment = [
-        Msg(role=r.role, text=r.text, at=r.at, session_id=r.session_id, message_id=r.message_id)
-        for r in rows
-    ]
+        if trigger is None:
+            return RollOutcome(core_id, "not_due")
+        increment = sql.read_window(cursor, core_id, core.rolled_seq, core.window_next_seq)
     snapshot = Snapshot(
         core_id=core_id,
-        tenant_id=core["tenant_id"],
-        user_id=core["user_id"],
-        agent=core["agent"],
-        memory_session_id=core["memory_session_id"],
-        rolled_seq=core["rolled_seq"],
-        next_seq=core["window_next_seq"],
-        window_count=core["window_count"],
+        tenant_id=core.tenant_id,
+        user_id=core.user_id,
+        agent=core.agent,
+        memory_session_id=core.memory_session_id,
+        rolled_seq=core.rolled_seq,
+        next_seq=core.window_next_seq,
+        window_count=core.window_count,
         trigger=trigger,
         increment=increment,
         trimmed=0,
@@ -270,35 +234,49 @@ def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> Roll
     """Step 4: write the rolling if the core is still as snapshotted; else skip it."""
     core_id = snapshot.core_id
     now = now_ms()
-    with transaction.atomic():
-        locking = MemoryCore.objects.select_for_update(
-            skip_locked=connection.vendor == "postgresql"
-        )
-        core = locking.filter(pk=core_id).first()
-        if core is None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        dialect = sql.Dialect(cursor)
+        locked = sql.lock_core(cursor, dialect, core_id, skip_locked=True)
+        if locked is None:
             gone = not MemoryCore.objects.filter(pk=core_id).exists()
             return RollOutcome(core_id, "missing" if gone else "busy")
         if (
-            core.rolled_seq != snapshot.rolled_seq
-            or core.memory_session_id != snapshot.memory_session_id
-            or (snapshot.trigger == "idle" and core.window_next_seq != snapshot.next_seq)
+            locked.rolled_seq != snapshot.rolled_seq
+            or locked.memory_session_id != snapshot.memory_session_id
+            or (snapshot.trigger == "idle" and locked.window_next_seq != snapshot.next_seq)
         ):
             return RollOutcome(core_id, "changed", trigger=snapshot.trigger)
-        unit = item = None
+        statements: list[sql.Statement] = []
+        unit_id = locked.unit_id or new_unit_id()
+        slice_id = new_slice_id()
+        start = locked.unit_message_count
         if snapshot.increment:
-            unit, item = append_to_unit(core, snapshot.increment, summary, now=now)
-        trimmed, _ = DialogueMessage.objects.filter(
-            core=core, seq__lt=snapshot.cutoff(options.keep)
-        ).delete()
-        session_id = core.memory_session_id
-        if snapshot.trigger == "idle":
-            session_id = new_memory_session_id()
-        MemoryCore.objects.filter(pk=core_id).update(
-            rolled_seq=snapshot.next_seq,
-            window_count=F("window_count") - trimmed,
-            rolled_at=now,
-            memory_session_id=session_id,
+            statements += sql.append_to_unit(
+                dialect,
+                core_id=core_id,
+                locked=locked,
+                unit_id=unit_id,
+                slice_id=slice_id,
+                messages=snapshot.increment,
+                summary=summary,
+                now=now,
+            )
+        # The window is the run of seqs [next - count, next): what the cutoff removes is known.
+        cutoff = snapshot.cutoff(options.keep)
+        trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
+        session_id = (
+            new_memory_session_id() if snapshot.trigger == "idle" else locked.memory_session_id
         )
+        statements += sql.advance_window(
+            dialect,
+            core_id=core_id,
+            rolled_seq=snapshot.next_seq,
+            cutoff=cutoff,
+            trimmed=trimmed,
+            memory_session_id=session_id,
+            now=now,
+        )
+        sql.run(cursor, dialect, statements)
         outcome = RollOutcome(
             core_id,
             "rolled",
@@ -307,26 +285,27 @@ def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> Roll
             trimmed=trimmed,
             memory_session_id=session_id,
         )
-        if unit is None or item is None:
+        if not snapshot.increment:
             return outcome
-        count = int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES))
-        recent = list(
-            MemorySlice.objects.filter(unit=unit).order_by("-created_at", "-id")[: max(count, 1)]
-        )
-        outcome.unit_id, outcome.slice_id = unit.pk, item.pk
+        outcome.unit_id, outcome.slice_id = unit_id, slice_id
         outcome.result = RollingResult(
             tenant_id=snapshot.tenant_id,
             core_id=core_id,
             user_id=snapshot.user_id,
             agent=snapshot.agent,
             trigger=snapshot.trigger,
-            unit_id=unit.pk,
-            memory_session_id=unit.memory_session_id,
+            unit_id=unit_id,
+            memory_session_id=locked.memory_session_id,
             next_memory_session_id=session_id,
-            slice=slice_wire(item),
+            slice={
+                "id": slice_id,
+                "start_index": start,
+                "end_index": start + len(snapshot.increment),
+                "summary": summary,
+                "created_at": format_time(now),
+            },
             messages=tuple(m.wire() for m in snapshot.increment),
             trimmed=trimmed,
-            block=history_block(core=core, unit=unit, newest_first=recent),
         )
         transaction.on_commit(partial(after_rolling.trigger, outcome.result))
     return outcome
@@ -362,10 +341,13 @@ def roll(
             trimmed=snapshot.trimmed,
             memory_session_id=snapshot.memory_session_id,
         )
-    with claim(core_id) as held:
+    with connection.cursor() as cursor:
+        dialect = sql.Dialect(cursor)
+        held, core = sql.claim_and_read(cursor, dialect, core_id)
+    try:
         if not held:
             return RollOutcome(core_id, "busy")
-        snapshot = take_snapshot(core_id, options=options, now=now, force=force)
+        snapshot = take_snapshot(core_id, options=options, now=now, force=force, core=core)
         if isinstance(snapshot, RollOutcome):
             return snapshot
         summary = ""
@@ -383,6 +365,10 @@ def roll(
                     error={"code": exc.code, "message": str(exc)},
                 )
         return commit(snapshot, summary, options=options)
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                sql.release(cursor, dialect, core_id)
 
 
 def _clean(summary: str) -> str:

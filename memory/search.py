@@ -169,6 +169,34 @@ def index_pending(*, batch: int = INDEX_BATCH) -> int:
             return total
 
 
+def index_slice(*, slice_id: str, tenant_id: int, summary: str) -> bool:
+    """Index one slice whose summary the caller holds; False if it was indexed already."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:  # one statement: its own transaction
+            cursor.execute(
+                f"UPDATE {SLICE} SET search_document = to_tsvector(%s::regconfig, %s), "  # noqa: S608
+                "indexed = true WHERE id = %s AND NOT indexed",
+                [search_config(), summary, slice_id],
+            )
+            return bool(cursor.rowcount)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",  # noqa: S608
+            [summary, f"t{tenant_id}"],
+        )
+        rowid = cursor.lastrowid
+        cursor.execute(
+            f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s AND NOT indexed",  # noqa: S608
+            [rowid, slice_id],
+        )
+        if cursor.rowcount:
+            return True
+        cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = %s", [rowid])  # noqa: S608
+        return False
+
+
 def index_consumer(result: RollingResult) -> None:
     """The built-in AfterRolling consumer: index the new slice's summary."""
-    index_slices([result.slice_id])
+    index_slice(
+        slice_id=result.slice_id, tenant_id=result.tenant_id, summary=result.slice["summary"]
+    )

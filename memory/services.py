@@ -17,17 +17,19 @@ Every function is keyword-only, typed and atomic; bad input raises a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from accounts.models import Tenant
 from accounts.selectors import is_member
 
+from . import sql
 from .exceptions import InvalidInput, NotFound, TenantMismatch
+from .ids import new_slice_id, new_unit_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .normalize import Msg, clean_agent, clean_messages, clean_summary, normalize_unit
 from .times import now_ms
@@ -51,7 +53,7 @@ def _lock_core(tenant: Tenant, user: AbstractBaseUser, agent: str) -> MemoryCore
     Concurrent first turns both insert with ON CONFLICT DO NOTHING, then both lock
     the one row that exists.
     """
-    cores = MemoryCore.objects.select_for_update().filter(
+    cores = MemoryCore.objects.select_for_update(no_key=True).filter(
         tenant=tenant, user_id=user.pk, agent=agent
     )
     core = cores.first()
@@ -117,52 +119,6 @@ def append_dialogue(
 # --- units and slices ----------------------------------------------------------------------
 
 
-def append_to_unit(
-    core: MemoryCore, messages: Sequence[Msg], summary: str, *, now: datetime
-) -> tuple[MemoryUnit, MemorySlice]:
-    """The writes of :func:`update_memory_unit`, for a caller holding the core's lock."""
-    unit = MemoryUnit.objects.filter(core=core, memory_session_id=core.memory_session_id).first()
-    if unit is None:
-        unit = MemoryUnit.objects.create(
-            tenant_id=core.tenant_id,
-            core=core,
-            memory_session_id=core.memory_session_id,
-            created_at=now,
-            updated_at=now,
-        )
-    start = unit.message_count
-    MemoryMessage.objects.bulk_create(
-        [
-            MemoryMessage(
-                tenant_id=core.tenant_id,
-                unit=unit,
-                index=start + i,
-                role=m.role,
-                text=m.text,
-                at=m.at,
-                session_id=m.session_id,
-                message_id=m.message_id,
-            )
-            for i, m in enumerate(messages)
-        ]
-    )
-    item = MemorySlice.objects.create(
-        tenant_id=core.tenant_id,
-        unit=unit,
-        start_index=start,
-        end_index=start + len(messages),
-        summary=summary,
-        created_at=now,
-    )
-    MemoryUnit.objects.filter(pk=unit.pk).update(
-        message_count=start + len(messages), slice_count=F("slice_count") + 1, updated_at=now
-    )
-    unit.message_count = start + len(messages)
-    unit.slice_count += 1
-    unit.updated_at = now
-    return unit, item
-
-
 def update_memory_unit(
     *,
     tenant: Tenant,
@@ -183,11 +139,28 @@ def update_memory_unit(
     text = clean_summary(summary)
     if not text:
         raise InvalidInput("a summary must not be empty")
-    with transaction.atomic():
-        locked = MemoryCore.objects.select_for_update().filter(tenant=tenant, pk=core.pk).first()
+    with transaction.atomic(), connection.cursor() as cursor:
+        dialect = sql.Dialect(cursor)
+        locked = sql.lock_core(cursor, dialect, core.pk)
         if locked is None:
             raise NotFound(f"no memory core {core.pk!r}")
-        return append_to_unit(locked, rows, text, now=now)
+        unit_id = locked.unit_id or new_unit_id()
+        slice_id = new_slice_id()
+        sql.run(
+            cursor,
+            dialect,
+            sql.append_to_unit(
+                dialect,
+                core_id=core.pk,
+                locked=locked,
+                unit_id=unit_id,
+                slice_id=slice_id,
+                messages=rows,
+                summary=text,
+                now=now,
+            ),
+        )
+    return MemoryUnit.objects.get(pk=unit_id), MemorySlice.objects.get(pk=slice_id)
 
 
 @transaction.atomic

@@ -13,6 +13,7 @@ imports the runtime that provides a model-backed one.
 from __future__ import annotations
 
 import logging
+import queue
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -105,8 +106,8 @@ def summarize(
     """The summary of ``messages``, or a ``SummarizerError`` (nothing else escapes).
 
     With a positive ``timeout`` (default ``FORGE_MEMORY_SUMMARIZER_TIMEOUT``) the
-    summarizer runs on a daemon thread and is abandoned when it overruns (a thread
-    cannot be stopped; its result is ignored).
+    summarizer runs on a daemon worker thread and is abandoned when it overruns (a
+    thread cannot be stopped; its result is ignored).
     """
     if summarizer is None:
         summarizer = get_summarizer()
@@ -134,23 +135,52 @@ def _call(summarizer: Summarizer, messages: Sequence[Mapping[str, Any]]) -> Any:
         return exc
 
 
+class _Worker:
+    """A daemon thread that runs summarizer calls handed to it, one at a time.
+
+    Workers are reused (starting a thread per summary costs more than an extractive
+    summary); one whose call overran is abandoned to finish on its own.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Summarizer, Any, threading.Event, list[Any]]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._run, name="memory-summarizer", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            summarizer, messages, done, box = self.jobs.get()
+            try:
+                box.append(_call(summarizer, messages))
+            finally:
+                _close_thread_connections()
+                done.set()
+
+    def call(self, summarizer: Summarizer, messages: Any, timeout: float) -> tuple[bool, Any]:
+        done = threading.Event()
+        box: list[Any] = []
+        self.jobs.put((summarizer, messages, done, box))
+        if not done.wait(timeout):
+            return False, None
+        return True, box[0]
+
+
+_idle: list[_Worker] = []
+_idle_lock = threading.Lock()
+
+
 def _call_with_timeout(
     summarizer: Summarizer, messages: Sequence[Mapping[str, Any]], timeout: float
 ) -> Any:
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(_call(summarizer, messages))
-        finally:
-            _close_thread_connections()
-
-    thread = threading.Thread(target=run, name="memory-summarizer", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive() or not box:
+    with _idle_lock:
+        worker = _idle.pop() if _idle else _Worker()
+    finished, result = worker.call(summarizer, messages, timeout)
+    if not finished:
         raise SummarizerTimeout(f"the summarizer did not answer within {timeout:g} s")
-    return box[0]
+    with _idle_lock:
+        _idle.append(worker)
+    return result
 
 
 def _close_thread_connections() -> None:

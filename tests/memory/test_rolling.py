@@ -374,8 +374,11 @@ def test_consumers_run_after_commit_isolated(talker, caplog):
     assert result.slice["id"] == outcome.slice_id == result.slice_id
     assert (result.slice["start_index"], result.slice["end_index"]) == (0, 6)
     assert [m["text"] for m in result.messages] == all_texts(range(3))
-    assert result.block["kind"] == "dialog_history"
-    assert result.block["key"] == "memory"
+    block = result.block
+    assert block is not None
+    assert block["kind"] == "dialog_history"
+    assert block["key"] == "memory"
+    assert block["slice_ids"] == [outcome.slice_id]
     assert result.unit_id == outcome.unit_id
     assert result.trimmed == 4
     assert "consumer bug" in caplog.text
