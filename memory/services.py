@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -27,7 +28,7 @@ from django.db.models import F
 from accounts.models import Tenant
 from accounts.selectors import is_member
 
-from . import sql
+from . import search, sql
 from .exceptions import InvalidInput, NotFound, TenantMismatch
 from .ids import new_slice_id, new_unit_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
@@ -129,7 +130,8 @@ def update_memory_unit(
     """Append ``messages`` to the unit of the core's current memory session (created if
     needed) and create a slice ``[start, start + len(messages))`` with ``summary``.
 
-    Leaves the dialogue window alone (rolling does that); for plugins and imports.
+    Leaves the dialogue window alone (rolling does that); for plugins and imports. The
+    summary is indexed for search once the transaction commits.
     """
     _check_core(tenant, core)
     now = now_ms()
@@ -159,6 +161,9 @@ def update_memory_unit(
                 summary=text,
                 now=now,
             ),
+        )
+        transaction.on_commit(
+            partial(search.index_slice, slice_id=slice_id, tenant_id=locked.tenant_id, summary=text)
         )
     return MemoryUnit.objects.get(pk=unit_id), MemorySlice.objects.get(pk=slice_id)
 
@@ -212,6 +217,7 @@ def restore_unit(*, tenant: Tenant, core: MemoryCore, unit: Mapping[str, Any]) -
     MemorySlice.objects.bulk_create(
         [MemorySlice(tenant=tenant, unit=created, **s) for s in data["slices"]], batch_size=500
     )
+    transaction.on_commit(partial(search.index_slices, slice_ids))
     return created
 
 

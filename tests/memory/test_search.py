@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import TestCase
 
 from memory import search, selectors, services
 from memory.exceptions import InvalidQuery
@@ -174,3 +175,25 @@ def test_deleting_a_core_removes_its_index_entries(tenant, user, corpus):
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT COUNT(*) FROM {search.FTS_TABLE}")
             assert cursor.fetchone()[0] == 2  # both, foreign
+
+
+def test_slices_written_by_services_are_indexed_on_commit(tenant, user):
+    core = talk(tenant=tenant, user=user, turns=1)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        _, item = services.update_memory_unit(
+            tenant=tenant, core=core, messages=[{"role": "user", "text": "x"}], summary="walrus"
+        )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        unit = services.restore_unit(
+            tenant=tenant,
+            core=core,
+            unit={
+                "conversation_messages": [{"role": "user", "text": "y"}],
+                "slices": [{"summary": "walrus again"}],
+            },
+        )
+    restored = MemorySlice.objects.get(unit=unit)
+    assert set(ids(selectors.search_slices(tenant=tenant, query="walrus"))) == {
+        item.pk,
+        restored.pk,
+    }
