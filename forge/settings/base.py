@@ -271,3 +271,28 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {"forge": {"level": "INFO"}, "sessions": {"level": "INFO"}},
 }
+
+
+# --- Long-term memory (the memory app) -----------------------------------------------
+# Read by memory/ when used (memory imports nothing of forge). See docs/memory.md.
+
+# Dotted path of the MessageSummarizer: a callable ``(messages) -> str`` where messages
+# are ``[{role, text, at}]``. The default is offline and extractive.
+FORGE_MEMORY_SUMMARIZER = env_str("FORGE_MEMORY_SUMMARIZER", "memory.summarizers.extractive")
+# Seconds a summarizer may take for one core before the core is skipped (0: no limit).
+FORGE_MEMORY_SUMMARIZER_TIMEOUT = env_float("FORGE_MEMORY_SUMMARIZER_TIMEOUT", 120.0)
+# DialogRolling: roll a core whose dialogue window holds this many messages, keeping the
+# most recent FORGE_MEMORY_ROLL_KEEP in the window; roll everything (and start a new
+# memory session) after FORGE_MEMORY_IDLE_AFTER seconds without interaction.
+FORGE_MEMORY_ROLL_THRESHOLD = env_int("FORGE_MEMORY_ROLL_THRESHOLD", 40)
+FORGE_MEMORY_ROLL_KEEP = env_int("FORGE_MEMORY_ROLL_KEEP", 8)
+FORGE_MEMORY_IDLE_AFTER = env_float("FORGE_MEMORY_IDLE_AFTER", 1800.0)
+# MessageCompressor: tool output longer than this is cut before summarizing.
+FORGE_MEMORY_TOOL_OUTPUT_CHARS = env_int("FORGE_MEMORY_TOOL_OUTPUT_CHARS", 2000)
+# The dialog_history context block: at most this many recent slices and characters.
+FORGE_MEMORY_HISTORY_SLICES = env_int("FORGE_MEMORY_HISTORY_SLICES", 8)
+FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
+# PostgreSQL text search configuration of the slice index (SQLite: FTS5 with porter).
+FORGE_MEMORY_SEARCH_CONFIG = env_str("FORGE_MEMORY_SEARCH_CONFIG", "english")
+_loggers: Any = LOGGING["loggers"]
+_loggers["memory"] = {"level": "INFO"}

@@ -1,0 +1,214 @@
+"""The memory store: MemoryCore → MemoryUnit → MemorySlice, and the dialogue window.
+
+* ``MemoryCore``: one per (tenant, user, agent). Holds the current
+  ``memory_session_id`` and the bookkeeping of its dialogue window.
+* ``DialogueMessage``: the dialogue window, one row per message, numbered by a
+  per-core ``seq``. Appending is an INSERT; rolling deletes a prefix.
+* ``MemoryUnit``: the dialogue of one memory session. Its messages are
+  ``MemoryMessage`` rows numbered by ``index`` (0, 1, 2 …), its summaries are
+  ``MemorySlice`` rows, each covering ``[start_index, end_index)`` of them.
+
+Nothing grows a JSON array: appending to a window or a unit, and rolling,
+cost the same whatever a core's history holds. Every table carries the tenant.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from .ids import ID_MAX, new_core_id, new_memory_session_id, new_slice_id, new_unit_id
+from .times import now_ms
+
+AGENT_MAX = 64
+ROLE_MAX = 16
+
+
+class Role(models.TextChoices):
+    USER = "user", "user"
+    ASSISTANT = "assistant", "assistant"
+    SYSTEM = "system", "system"
+    TOOL = "tool", "tool"
+    REASONING = "reasoning", "reasoning"
+
+
+class MemoryCore(models.Model):
+    """The memory of one user with one agent, in one tenant.
+
+    Window bookkeeping: messages get ``seq`` = ``window_next_seq`` when appended;
+    every window message with ``seq < rolled_seq`` is already in a unit (the
+    ``keep`` most recent stay in the window after a rolling, for context);
+    ``window_count`` is how many messages the window holds.
+    """
+
+    id = models.CharField(primary_key=True, max_length=ID_MAX, default=new_core_id)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="memory_cores"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memory_cores"
+    )
+    agent = models.CharField(max_length=AGENT_MAX)
+    memory_session_id = models.CharField(max_length=ID_MAX, default=new_memory_session_id)
+    created_at = models.DateTimeField(default=now_ms)
+    last_interaction_at = models.DateTimeField(null=True, blank=True)
+    window_count = models.PositiveIntegerField(default=0)
+    window_next_seq = models.PositiveBigIntegerField(default=0)
+    rolled_seq = models.PositiveBigIntegerField(default=0)
+    rolled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user", "agent"], name="memorycore_tenant_user_agent"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rolled_seq__lte=models.F("window_next_seq")),
+                name="memorycore_rolled_within_window",
+            ),
+        ]
+        indexes = [
+            # The sweep's two candidate queries: over the threshold, or idle.
+            models.Index(
+                fields=["window_count"],
+                condition=models.Q(window_count__gt=0),
+                name="memorycore_window",
+            ),
+            models.Index(
+                fields=["last_interaction_at"],
+                condition=models.Q(window_count__gt=0),
+                name="memorycore_idle",
+            ),
+        ]
+        verbose_name = "memory core"
+
+    def __str__(self) -> str:
+        return f"{self.agent} / {self.user_id} ({self.id})"
+
+
+class DialogueMessage(models.Model):
+    """One message of a core's dialogue window (not yet rolled, or kept for context)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    core = models.ForeignKey(
+        MemoryCore, on_delete=models.CASCADE, related_name="window", db_index=False
+    )
+    seq = models.PositiveBigIntegerField()
+    role = models.CharField(max_length=ROLE_MAX, choices=Role.choices)
+    text = models.TextField(blank=True)
+    at = models.DateTimeField()
+    session_id = models.CharField(max_length=ID_MAX, blank=True, default="")
+    message_id = models.CharField(max_length=ID_MAX, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["core", "seq"], name="dialoguemessage_core_seq")
+        ]
+        ordering = ["core", "seq"]
+        verbose_name = "dialogue window message"
+
+    def __str__(self) -> str:
+        return f"{self.core_id}#{self.seq} {self.role}"
+
+
+class MemoryUnit(models.Model):
+    """The dialogue of one memory session of a core, with its summary slices."""
+
+    id = models.CharField(primary_key=True, max_length=ID_MAX, default=new_unit_id)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    core = models.ForeignKey(
+        MemoryCore, on_delete=models.CASCADE, related_name="units", db_index=False
+    )
+    memory_session_id = models.CharField(max_length=ID_MAX)
+    created_at = models.DateTimeField(default=now_ms)
+    updated_at = models.DateTimeField(default=now_ms)
+    message_count = models.PositiveIntegerField(default=0)
+    slice_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["core", "memory_session_id"], name="memoryunit_core_session"
+            )
+        ]
+        indexes = [models.Index(fields=["core", "updated_at"], name="memoryunit_core_updated")]
+        ordering = ["core", "id"]
+        verbose_name = "memory unit"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class MemoryMessage(models.Model):
+    """Message ``index`` of a unit's ``conversation_messages`` (0-based, no gaps)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    unit = models.ForeignKey(
+        MemoryUnit, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
+    index = models.PositiveIntegerField()
+    role = models.CharField(max_length=ROLE_MAX, choices=Role.choices)
+    text = models.TextField(blank=True)
+    at = models.DateTimeField()
+    session_id = models.CharField(max_length=ID_MAX, blank=True, default="")
+    message_id = models.CharField(max_length=ID_MAX, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["unit", "index"], name="memorymessage_unit_index")
+        ]
+        ordering = ["unit", "index"]
+        verbose_name = "memory message"
+
+    def __str__(self) -> str:
+        return f"{self.unit_id}[{self.index}] {self.role}"
+
+
+class MemorySlice(models.Model):
+    """A summary of messages ``[start_index, end_index)`` of its unit.
+
+    ``indexed`` turns true once the summary is in the full-text index (an
+    AfterRolling consumer; ``roll_dialogs`` catches up any it missed). On
+    SQLite ``search_rowid`` is the summary's row in the FTS5 table; on
+    PostgreSQL the table has a ``search_document`` tsvector column instead,
+    outside the ORM (see migration 0002).
+    """
+
+    id = models.CharField(primary_key=True, max_length=ID_MAX, default=new_slice_id)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    unit = models.ForeignKey(
+        MemoryUnit, on_delete=models.CASCADE, related_name="slices", db_index=False
+    )
+    start_index = models.PositiveIntegerField()
+    end_index = models.PositiveIntegerField()
+    summary = models.TextField()
+    created_at = models.DateTimeField(default=now_ms)
+    indexed = models.BooleanField(default=False)
+    search_rowid = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(end_index__gte=models.F("start_index")),
+                name="memoryslice_range",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["unit", "created_at"], name="memoryslice_unit_created"),
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(indexed=False),
+                name="memoryslice_unindexed",
+            ),
+        ]
+        ordering = ["unit", "created_at", "id"]
+        verbose_name = "memory slice"
+
+    def __str__(self) -> str:
+        return f"{self.id} [{self.start_index}:{self.end_index}]"

@@ -1,0 +1,471 @@
+"""DialogRolling: from the dialogue window to a unit's messages and a slice.
+
+Two triggers (the seed's ``triggerRolling(false|true)``):
+
+* ``threshold`` — the window holds ``threshold`` messages or more: roll what is
+  not yet in a unit, then keep the ``keep`` most recent messages in the window;
+* ``idle`` — no interaction for ``idle_after``: roll it all, empty the window
+  and start a new memory session, so the next dialogue goes to a new unit.
+
+(``manual`` is a rolling asked for by an operator: like ``threshold``, whatever
+the window's size.)
+
+The steps of one rolling (:func:`roll`):
+
+1. claim the core (PostgreSQL: a session advisory lock, so two rollers never
+   summarize one core twice; released by the database if the process dies);
+2. snapshot the window and resolve the increment — the window's messages with
+   ``seq`` from the core's ``rolled_seq`` on (those not in a unit yet) — with
+   no transaction open;
+3. MessageCompressor, then MessageSummarizer, still with no transaction open
+   (SQLite has one writer: chat must not wait for a model);
+4. commit, in one short transaction, after locking the core row (``FOR UPDATE
+   SKIP LOCKED`` on PostgreSQL) and re-checking that the increment is still the
+   one summarized (else the core is skipped, nothing written):
+   ``update_memory_unit`` (the increment appended to the unit, a slice covering
+   exactly its range), the dialog_history block, the window trimmed, the
+   core's counters advanced (and its memory session renewed when idle);
+5. after commit, the AfterRolling consumers with the ``RollingResult``.
+
+A rolling killed at any point leaves the core as it was (before 4 commits) or
+fully rolled (after): the slice, its messages, the trimmed window and the
+advanced ``rolled_seq`` are written together or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from . import after_rolling, search, sql
+from .after_rolling import RollingResult, Trigger
+from .compressor import TOOL_OUTPUT_CHARS, compress
+from .exceptions import InvalidRollingOption, MemoryStoreError, SummarizerEmpty
+from .ids import new_memory_session_id, new_slice_id, new_unit_id
+from .models import MemoryCore
+from .normalize import Msg, clean_summary
+from .summarizers import Summarizer, summarize
+from .times import format_time, now_ms
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 40
+DEFAULT_KEEP = 8
+DEFAULT_IDLE_AFTER = 1800.0
+
+Status = Literal["rolled", "would_roll", "not_due", "busy", "changed", "missing", "failed"]
+
+
+@dataclass(frozen=True)
+class RollingOptions:
+    threshold: int
+    keep: int  # at most threshold - 1, so a rolled window is under the threshold
+    idle_after: timedelta
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        threshold: int | None = None,
+        keep: int | None = None,
+        idle_after: timedelta | float | None = None,
+    ) -> RollingOptions:
+        """Options from the arguments given, the others from settings; validated."""
+        if threshold is None:
+            threshold = getattr(settings, "FORGE_MEMORY_ROLL_THRESHOLD", DEFAULT_THRESHOLD)
+        if keep is None:
+            keep = getattr(settings, "FORGE_MEMORY_ROLL_KEEP", DEFAULT_KEEP)
+        if idle_after is None:
+            idle_after = getattr(settings, "FORGE_MEMORY_IDLE_AFTER", DEFAULT_IDLE_AFTER)
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+            raise InvalidRollingOption(f"threshold must be a positive integer, got {threshold!r}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise InvalidRollingOption(f"keep must be a non-negative integer, got {keep!r}")
+        if not isinstance(idle_after, timedelta):
+            if isinstance(idle_after, bool) or not isinstance(idle_after, int | float):
+                raise InvalidRollingOption("idle_after must be a number of seconds")
+            idle_after = timedelta(seconds=idle_after)
+        if idle_after <= timedelta(0):
+            raise InvalidRollingOption("idle_after must be positive")
+        return cls(threshold=threshold, keep=min(keep, threshold - 1), idle_after=idle_after)
+
+
+@dataclass
+class RollOutcome:
+    """What happened to one core. ``error`` is ``{code, message}`` when it failed."""
+
+    core_id: str
+    status: Status
+    trigger: Trigger | None = None
+    messages: int = 0  # the increment: messages appended to the unit
+    trimmed: int = 0  # messages removed from the window
+    unit_id: str | None = None
+    slice_id: str | None = None
+    memory_session_id: str | None = None  # the core's, after rolling
+    error: dict[str, str] | None = None
+    result: RollingResult | None = field(default=None, repr=False)
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "core": self.core_id,
+            "status": self.status,
+            "trigger": self.trigger,
+            "messages": self.messages,
+            "trimmed": self.trimmed,
+            "unit": self.unit_id,
+            "slice": self.slice_id,
+            "memory_session_id": self.memory_session_id,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    core_id: str
+    tenant_id: int
+    user_id: int
+    agent: str
+    memory_session_id: str
+    rolled_seq: int
+    next_seq: int
+    window_count: int
+    trigger: Trigger
+    increment: list[Msg]
+    trimmed: int  # how many window messages the commit will remove
+
+    def cutoff(self, keep: int) -> int:
+        """Window messages with ``seq`` below this go (all of them are in a unit by then)."""
+        return self.next_seq if self.trigger == "idle" else max(0, self.next_seq - keep)
+
+
+# --- candidates -------------------------------------------------------------------------------
+
+
+def due(
+    *,
+    window_count: int,
+    last_interaction_at: datetime | None,
+    options: RollingOptions,
+    now: datetime,
+    force: bool = False,
+) -> Trigger | None:
+    if window_count <= 0:
+        return None
+    if last_interaction_at is not None and last_interaction_at <= now - options.idle_after:
+        return "idle"
+    if window_count >= options.threshold:
+        return "threshold"
+    return "manual" if force else None
+
+
+def candidate_core_ids(*, options: RollingOptions, now: datetime) -> list[str]:
+    """Cores over the threshold or idle with a non-empty window, by id.
+
+    Two queries on the partial indexes ``memorycore_window`` and ``memorycore_idle``
+    (only cores with a non-empty window are in them): no scan of cores or messages.
+    """
+    busy = MemoryCore.objects.filter(window_count__gt=0)
+    over = busy.filter(window_count__gte=options.threshold).values_list("pk", flat=True)
+    idle = busy.filter(last_interaction_at__lte=now - options.idle_after).values_list(
+        "pk", flat=True
+    )
+    return sorted({*over, *idle})
+
+
+# --- one core -----------------------------------------------------------------------------------
+
+
+def take_snapshot(
+    core_id: str,
+    *,
+    options: RollingOptions,
+    now: datetime,
+    force: bool = False,
+    core: sql.CoreRow | None = None,
+) -> Snapshot | RollOutcome:
+    """The core's window as it is, and what a rolling would do (no transaction, no lock).
+
+    ``core`` is the core's row when the caller read it already.
+    """
+    with connection.cursor() as cursor:
+        if core is None:
+            core = sql.read_core(cursor, core_id)
+        if core is None:
+            return RollOutcome(core_id, "missing")
+        trigger = due(
+            window_count=core.window_count,
+            last_interaction_at=core.last_interaction_at,
+            options=options,
+            now=now,
+            force=force,
+        )
+        if trigger is None:
+            return RollOutcome(core_id, "not_due")
+        increment = sql.read_window(cursor, core_id, core.rolled_seq, core.window_next_seq)
+    snapshot = Snapshot(
+        core_id=core_id,
+        tenant_id=core.tenant_id,
+        user_id=core.user_id,
+        agent=core.agent,
+        memory_session_id=core.memory_session_id,
+        rolled_seq=core.rolled_seq,
+        next_seq=core.window_next_seq,
+        window_count=core.window_count,
+        trigger=trigger,
+        increment=increment,
+        trimmed=0,
+    )
+    # The window is a run of seqs ending at next_seq: what the cutoff removes is known.
+    trimmed = max(0, snapshot.window_count - (snapshot.next_seq - snapshot.cutoff(options.keep)))
+    if not increment and not trimmed and trigger != "idle":
+        return RollOutcome(core_id, "not_due", trigger=trigger)
+    return replace(snapshot, trimmed=trimmed)
+
+
+def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> RollOutcome:
+    """Step 4: write the rolling if the core is still as snapshotted; else skip it."""
+    core_id = snapshot.core_id
+    now = now_ms()
+    with transaction.atomic(), connection.cursor() as cursor:
+        dialect = sql.Dialect(cursor)
+        locked = sql.lock_core(cursor, dialect, core_id, skip_locked=True)
+        if locked is None:
+            gone = not MemoryCore.objects.filter(pk=core_id).exists()
+            return RollOutcome(core_id, "missing" if gone else "busy")
+        if (
+            locked.rolled_seq != snapshot.rolled_seq
+            or locked.memory_session_id != snapshot.memory_session_id
+            or (snapshot.trigger == "idle" and locked.window_next_seq != snapshot.next_seq)
+        ):
+            return RollOutcome(core_id, "changed", trigger=snapshot.trigger)
+        statements: list[sql.Statement] = []
+        unit_id = locked.unit_id or new_unit_id()
+        slice_id = new_slice_id()
+        start = locked.unit_message_count
+        if snapshot.increment:
+            statements += sql.append_to_unit(
+                dialect,
+                core_id=core_id,
+                locked=locked,
+                unit_id=unit_id,
+                slice_id=slice_id,
+                messages=snapshot.increment,
+                summary=summary,
+                now=now,
+            )
+        # The window is the run of seqs [next - count, next): what the cutoff removes is known.
+        cutoff = snapshot.cutoff(options.keep)
+        trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
+        session_id = (
+            new_memory_session_id() if snapshot.trigger == "idle" else locked.memory_session_id
+        )
+        statements += sql.advance_window(
+            dialect,
+            core_id=core_id,
+            rolled_seq=snapshot.next_seq,
+            cutoff=cutoff,
+            trimmed=trimmed,
+            memory_session_id=session_id,
+            now=now,
+        )
+        sql.run(cursor, dialect, statements)
+        outcome = RollOutcome(
+            core_id,
+            "rolled",
+            trigger=snapshot.trigger,
+            messages=len(snapshot.increment),
+            trimmed=trimmed,
+            memory_session_id=session_id,
+        )
+        if not snapshot.increment:
+            return outcome
+        outcome.unit_id, outcome.slice_id = unit_id, slice_id
+        outcome.result = RollingResult(
+            tenant_id=snapshot.tenant_id,
+            core_id=core_id,
+            user_id=snapshot.user_id,
+            agent=snapshot.agent,
+            trigger=snapshot.trigger,
+            unit_id=unit_id,
+            memory_session_id=locked.memory_session_id,
+            next_memory_session_id=session_id,
+            slice={
+                "id": slice_id,
+                "start_index": start,
+                "end_index": start + len(snapshot.increment),
+                "summary": summary,
+                "created_at": format_time(now),
+            },
+            messages=tuple(m.wire() for m in snapshot.increment),
+            trimmed=trimmed,
+        )
+        transaction.on_commit(partial(after_rolling.trigger, outcome.result))
+    return outcome
+
+
+def roll(
+    core_id: str,
+    *,
+    options: RollingOptions,
+    now: datetime | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    summarizer: Summarizer | None = None,
+) -> RollOutcome:
+    """Roll one core if it is due (or, with ``force``, whatever it holds not yet rolled).
+
+    ``now`` is the time the idle trigger measures from (default: now). Statuses:
+    ``rolled``; ``would_roll`` (``dry_run``, nothing written, no summarizer call);
+    ``not_due``; ``busy`` (another roller holds it); ``changed`` (the window moved
+    while summarizing: skipped, a later sweep rolls it); ``missing``; ``failed``
+    (the summarizer failed: ``error`` says how; the core is untouched).
+    """
+    now = now or now_ms()
+    if dry_run:
+        snapshot = take_snapshot(core_id, options=options, now=now, force=force)
+        if isinstance(snapshot, RollOutcome):
+            return snapshot
+        return RollOutcome(
+            core_id,
+            "would_roll",
+            trigger=snapshot.trigger,
+            messages=len(snapshot.increment),
+            trimmed=snapshot.trimmed,
+            memory_session_id=snapshot.memory_session_id,
+        )
+    with connection.cursor() as cursor:
+        dialect = sql.Dialect(cursor)
+        held, core = sql.claim_and_read(cursor, dialect, core_id)
+    try:
+        if not held:
+            return RollOutcome(core_id, "busy")
+        snapshot = take_snapshot(core_id, options=options, now=now, force=force, core=core)
+        if isinstance(snapshot, RollOutcome):
+            return snapshot
+        summary = ""
+        if snapshot.increment:
+            cap = int(getattr(settings, "FORGE_MEMORY_TOOL_OUTPUT_CHARS", TOOL_OUTPUT_CHARS))
+            compressed = compress(snapshot.increment, tool_output_chars=cap)
+            try:
+                summary = _clean(summarize(compressed, summarizer=summarizer))
+            except MemoryStoreError as exc:
+                return RollOutcome(
+                    core_id,
+                    "failed",
+                    trigger=snapshot.trigger,
+                    messages=len(snapshot.increment),
+                    error={"code": exc.code, "message": str(exc)},
+                )
+        return commit(snapshot, summary, options=options)
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                sql.release(cursor, dialect, core_id)
+
+
+def _clean(summary: str) -> str:
+    text = clean_summary(summary)
+    if not text:
+        raise SummarizerEmpty("the summarizer returned only white space")
+    return text
+
+
+# --- a sweep ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    outcomes: list[RollOutcome] = field(default_factory=list)
+    candidates: int = 0
+    indexed: int = 0  # slices whose summary a previous rolling left out of the index
+    elapsed: float = 0.0
+    dry_run: bool = False
+    stopped: bool = False  # stopped early (SIGTERM)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def failed(self) -> list[RollOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def wire(self) -> dict[str, Any]:
+        statuses: list[Status] = [
+            "rolled",
+            "would_roll",
+            "not_due",
+            "busy",
+            "changed",
+            "missing",
+            "failed",
+        ]
+        return {
+            "candidates": self.candidates,
+            "dry_run": self.dry_run,
+            "stopped": self.stopped,
+            "indexed": self.indexed,
+            "elapsed": round(self.elapsed, 3),
+            "counts": {s: self.count(s) for s in statuses if self.count(s)},
+            "cores": [o.wire() for o in self.outcomes],
+        }
+
+
+def sweep(
+    *,
+    options: RollingOptions,
+    core_ids: list[str] | None = None,
+    now: datetime | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    summarizer: Summarizer | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_outcome: Callable[[RollOutcome], Any] | None = None,
+    on_candidates: Callable[[int], Any] | None = None,
+) -> SweepReport:
+    """Roll every due core (or the ``core_ids`` given), one at a time.
+
+    Catches up the search index first. A core that fails is reported and the
+    sweep goes on; ``should_stop`` is asked between cores.
+    """
+    started = time.monotonic()
+    now = now or now_ms()
+    report = SweepReport(dry_run=dry_run)
+    if not dry_run:
+        report.indexed = search.index_pending()
+    ids = candidate_core_ids(options=options, now=now) if core_ids is None else core_ids
+    report.candidates = len(ids)
+    if on_candidates is not None:
+        on_candidates(len(ids))
+    for core_id in ids:
+        if should_stop():
+            report.stopped = True
+            break
+        try:
+            outcome = roll(
+                core_id,
+                options=options,
+                now=now,
+                force=force,
+                dry_run=dry_run,
+                summarizer=summarizer,
+            )
+        except Exception as exc:  # a bug or the database: report the core, go on
+            logger.exception("rolling core %s failed", core_id)
+            outcome = RollOutcome(
+                core_id,
+                "failed",
+                error={"code": "error", "message": f"{type(exc).__name__}: {exc}"},
+            )
+        report.outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+    report.elapsed = time.monotonic() - started
+    return report

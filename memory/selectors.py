@@ -1,0 +1,267 @@
+"""All reads of the memory store. Every selector takes the tenant.
+
+An object of another tenant is indistinguishable from a missing one: both
+raise ``NotFound`` (or give an empty result, for searches and lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import QuerySet
+
+from accounts.models import Tenant
+
+from . import search
+from .exceptions import InvalidQuery, NotFound
+from .ids import is_valid_id
+from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
+from .times import format_time
+from .wire import core_wire, message_wire, slice_wire, unit_wire
+
+HISTORY_SLICES = 8
+HISTORY_CHARS = 4000
+SEARCH_LIMIT = 10
+BLOCK_KIND = "dialog_history"
+BLOCK_KEY = "memory"
+
+
+# --- cores ----------------------------------------------------------------------------
+
+
+def get_core(*, tenant: Tenant, core_id: str) -> MemoryCore:
+    if not is_valid_id(core_id):
+        raise NotFound(f"no memory core {core_id!r}")
+    try:
+        return MemoryCore.objects.select_related("user").get(tenant=tenant, pk=core_id)
+    except MemoryCore.DoesNotExist:
+        raise NotFound(f"no memory core {core_id!r}") from None
+
+
+def find_core(*, tenant: Tenant, user: AbstractBaseUser, agent: str) -> MemoryCore | None:
+    """The core of (tenant, user, agent), if one was started."""
+    return (
+        MemoryCore.objects.select_related("user")
+        .filter(tenant=tenant, user_id=user.pk, agent=agent)
+        .first()
+    )
+
+
+def list_cores(
+    *, tenant: Tenant, user: AbstractBaseUser | None = None, agent: str | None = None
+) -> QuerySet[MemoryCore]:
+    """The tenant's cores, most recently active first."""
+    cores = MemoryCore.objects.select_related("user").filter(tenant=tenant)
+    if user is not None:
+        cores = cores.filter(user_id=user.pk)
+    if agent is not None:
+        cores = cores.filter(agent=agent)
+    return cores.order_by("-last_interaction_at", "-id")
+
+
+def unit_ids(*, tenant: Tenant, core: MemoryCore) -> list[str]:
+    """The core's units, oldest first."""
+    return list(
+        MemoryUnit.objects.filter(tenant=tenant, core=core)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def core_data(*, tenant: Tenant, core_id: str) -> dict[str, Any]:
+    """The core's wire shape."""
+    core = get_core(tenant=tenant, core_id=core_id)
+    return core_wire(core, unit_ids(tenant=tenant, core=core))
+
+
+def dialogue_window(*, tenant: Tenant, core: MemoryCore) -> list[dict[str, Any]]:
+    """The messages in the core's dialogue window, oldest first, ``{role, text, at, seq}``."""
+    rows = DialogueMessage.objects.filter(tenant=tenant, core=core).order_by("seq")
+    return [{**message_wire(row), "seq": row.seq} for row in rows]
+
+
+# --- units and slices -------------------------------------------------------------------
+
+
+def get_unit(*, tenant: Tenant, unit_id: str) -> MemoryUnit:
+    if not is_valid_id(unit_id):
+        raise NotFound(f"no memory unit {unit_id!r}")
+    try:
+        return MemoryUnit.objects.select_related("core").get(tenant=tenant, pk=unit_id)
+    except MemoryUnit.DoesNotExist:
+        raise NotFound(f"no memory unit {unit_id!r}") from None
+
+
+def unit_slices(*, tenant: Tenant, unit: MemoryUnit) -> list[MemorySlice]:
+    """The unit's slices, by creation time."""
+    return list(MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by("created_at", "id"))
+
+
+def _check_range(start: Any, end: Any) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise InvalidQuery(f"{name} must be a non-negative integer")
+
+
+def unit_messages(
+    *, tenant: Tenant, unit_id: str, start: int = 0, end: int | None = None
+) -> list[dict[str, Any]]:
+    """Messages ``[start, end)`` of the unit, ``{role, text, at, index}`` each."""
+    _check_range(start, end)
+    unit = get_unit(tenant=tenant, unit_id=unit_id)
+    return _messages(tenant, unit, start, end)
+
+
+def _messages(
+    tenant: Tenant, unit: MemoryUnit, start: int, end: int | None
+) -> list[dict[str, Any]]:
+    rows = MemoryMessage.objects.filter(tenant=tenant, unit=unit, index__gte=start)
+    if end is not None:
+        rows = rows.filter(index__lt=end)
+    return [{**message_wire(row), "index": row.index} for row in rows.order_by("index")]
+
+
+def unit_data(*, tenant: Tenant, unit_id: str) -> dict[str, Any]:
+    """The unit's wire shape, with all its messages and slices."""
+    unit = get_unit(tenant=tenant, unit_id=unit_id)
+    messages = MemoryMessage.objects.filter(tenant=tenant, unit=unit).order_by("index")
+    return unit_wire(
+        unit, messages.iterator(chunk_size=2000), unit_slices(tenant=tenant, unit=unit)
+    )
+
+
+def get_slice(*, tenant: Tenant, slice_id: str) -> MemorySlice:
+    if not is_valid_id(slice_id):
+        raise NotFound(f"no memory slice {slice_id!r}")
+    try:
+        return MemorySlice.objects.select_related("unit", "unit__core").get(
+            tenant=tenant, pk=slice_id
+        )
+    except MemorySlice.DoesNotExist:
+        raise NotFound(f"no memory slice {slice_id!r}") from None
+
+
+def slice_messages(*, tenant: Tenant, slice_id: str) -> list[dict[str, Any]]:
+    """The raw messages the slice summarizes (its unit's ``[start_index, end_index)``)."""
+    item = get_slice(tenant=tenant, slice_id=slice_id)
+    return _messages(tenant, item.unit, item.start_index, item.end_index)
+
+
+# --- the dialog_history context block ----------------------------------------------------
+
+
+def dialog_history_block(*, tenant: Tenant, core: MemoryCore) -> dict[str, Any] | None:
+    """The ``dialog_history`` context block of the core, or None before its first rolling.
+
+    ``{"kind": "dialog_history", "key": "memory", "text", "core_id", "unit_id",
+    "memory_session_id", "slice_ids", "updated_at"}``: the summaries of the most
+    recent slices of the core's most recently updated unit, oldest first, within
+    ``FORGE_MEMORY_HISTORY_SLICES`` slices and ``FORGE_MEMORY_HISTORY_CHARS``
+    characters. A later block of the same kind and key replaces this one.
+    """
+    if core.tenant_id != tenant.pk:
+        raise NotFound(f"no memory core {core.pk!r}")
+    unit = (
+        MemoryUnit.objects.filter(tenant=tenant, core=core, slice_count__gt=0)
+        .order_by("-updated_at", "-id")
+        .first()
+    )
+    if unit is None:
+        return None
+    count = int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES))
+    slices = list(
+        MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by("-created_at", "-id")[
+            : max(count, 1)
+        ]
+    )
+    return history_block(core=core, unit=unit, newest_first=slices)
+
+
+def history_block(
+    *, core: MemoryCore, unit: MemoryUnit, newest_first: list[MemorySlice]
+) -> dict[str, Any]:
+    """The block for these slices (newest first), within the character budget."""
+    budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
+    kept: list[MemorySlice] = []
+    lines: list[str] = []
+    for item in newest_first:
+        line = f"[{format_time(item.created_at)}] {item.summary}"
+        if kept and budget - len(line) < 0:
+            break
+        budget -= len(line) + 2
+        kept.append(item)
+        lines.append(line)
+    kept.reverse()
+    lines.reverse()
+    return {
+        "kind": BLOCK_KIND,
+        "key": BLOCK_KEY,
+        "text": "Summaries of the earlier dialogue, oldest first:\n\n" + "\n\n".join(lines),
+        "core_id": core.pk,
+        "unit_id": unit.pk,
+        "memory_session_id": unit.memory_session_id,
+        "slice_ids": [item.pk for item in kept],
+        "updated_at": format_time(unit.updated_at),
+    }
+
+
+# --- search -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliceHit:
+    slice: MemorySlice  # with ``unit`` and ``unit.core`` loaded
+    score: float  # higher is better; comparable within one result only
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "slice": slice_wire(self.slice),
+            "unit_id": self.slice.unit_id,
+            "core_id": self.slice.unit.core_id,
+            "agent": self.slice.unit.core.agent,
+            "score": self.score,
+        }
+
+
+def search_slices(
+    *,
+    tenant: Tenant,
+    query: str,
+    user: AbstractBaseUser | None = None,
+    agent: str | None = None,
+    limit: int = SEARCH_LIMIT,
+) -> list[SliceHit]:
+    """Slices of the tenant whose summary matches ``query``, best first.
+
+    Any word of the query may match; slices matching more (and rarer) words rank
+    higher. Query syntax is not interpreted: quotes, ``*``, ``NEAR``, ``OR`` and
+    parentheses are plain text. A query with no words gives ``[]``; one over
+    ``QUERY_MAX`` characters, or a limit outside 1..100, raises ``InvalidQuery``.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= search.LIMIT_MAX:
+        raise InvalidQuery(f"limit must be an integer from 1 to {search.LIMIT_MAX}")
+    if agent is not None and not isinstance(agent, str):
+        raise InvalidQuery("agent must be a name")
+    words = search.terms(query)
+    found = search.search(
+        tenant_id=tenant.pk,
+        words=words,
+        user_id=None if user is None else user.pk,
+        agent=agent,
+        limit=limit,
+    )
+    if not found:
+        return []
+    slices = MemorySlice.objects.select_related("unit", "unit__core").in_bulk(
+        [slice_id for slice_id, _ in found]
+    )
+    return [
+        SliceHit(slice=slices[slice_id], score=score)
+        for slice_id, score in found
+        if slice_id in slices and slices[slice_id].tenant_id == tenant.pk
+    ]

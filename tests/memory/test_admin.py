@@ -1,0 +1,156 @@
+"""Operators walk cores → units → slices; staff see only their tenants' memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+
+from accounts.models import Membership, Tenant, User
+from memory.models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
+
+from .conftest import roll_committed, talk
+
+pytestmark = pytest.mark.django_db
+
+
+def url(name: str, *args: Any) -> str:
+    return reverse(f"admin:memory_{name}", args=args)
+
+
+@pytest.fixture
+def rolled(tenant: Any, user: Any) -> MemoryCore:
+    core = talk(tenant=tenant, user=user, turns=3)
+    roll_committed(core)
+    talk(tenant=tenant, user=user, turns=3, first=3)
+    roll_committed(core)
+    return core
+
+
+def staff_client(tenant: Tenant, username: str) -> Client:
+    staff = User.objects.create_user(username=username, password="pw-staff-123", is_staff=True)
+    Membership.objects.create(tenant=tenant, user=staff)
+    staff.user_permissions.set(Permission.objects.filter(content_type__app_label="memory"))
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+def test_walk_from_a_core_to_the_raw_messages_of_a_slice(admin_client, rolled):
+    listing = admin_client.get(url("memorycore_changelist"))
+    assert listing.status_code == 200
+    assert rolled.pk in listing.text
+    core_page = admin_client.get(url("memorycore_change", rolled.pk))
+    assert core_page.status_code == 200
+    unit = MemoryUnit.objects.get(core=rolled)
+    assert url("memoryunit_change", unit.pk) in core_page.text
+    unit_page = admin_client.get(url("memoryunit_change", unit.pk))
+    assert unit_page.status_code == 200
+    _first, second = MemorySlice.objects.order_by("created_at")
+    assert url("memoryslice_change", second.pk) in unit_page.text
+    assert "Question 5 about topic5" in unit_page.text  # the unit's messages
+    slice_page = admin_client.get(url("memoryslice_change", second.pk))
+    assert slice_page.status_code == 200
+    assert "[6, 12)" in slice_page.text
+    assert second.summary.splitlines()[0] in slice_page.text
+    for message in MemoryMessage.objects.filter(unit=unit):
+        shown = message.text in slice_page.text
+        assert shown == (6 <= message.index < 12), message.index
+
+
+def test_lists_search_filter_and_count(admin_client, rolled, tenant, user):
+    talk(tenant=tenant, user=user, agent="explore", turns=1)
+    listing = admin_client.get(url("memorycore_changelist"), {"agent": "explore"})
+    assert listing.status_code == 200
+    assert rolled.pk not in listing.text
+    counted = admin_client.get(url("memorycore_changelist"), {"agent": "build"})
+    assert rolled.pk in counted.text
+    assert '<td class="field-slice_total">2</td>' in counted.text
+    assert '<td class="field-message_total">12</td>' in counted.text
+    by_tenant = admin_client.get(url("memorycore_changelist"), {"tenant__id__exact": tenant.pk})
+    assert rolled.pk in by_tenant.text
+    found = admin_client.get(url("memoryslice_changelist"), {"q": "topic4"})
+    assert MemorySlice.objects.order_by("created_at")[1].pk in found.text
+    assert MemorySlice.objects.order_by("created_at")[0].pk not in found.text
+    messages = admin_client.get(url("memorymessage_changelist"), {"q": "topic2"})
+    assert messages.status_code == 200
+    assert "Answer 2 on topic2" in messages.text
+    dated = admin_client.get(
+        url("memoryslice_changelist"), {"created_at__gte": "2000-01-01 00:00:00+00:00"}
+    )
+    assert dated.status_code == 200
+    assert admin_client.get(url("dialoguemessage_changelist")).status_code == 200
+
+
+def test_slices_and_messages_are_read_only(admin_client, rolled):
+    item = MemorySlice.objects.first()
+    assert item is not None
+    page = admin_client.get(url("memoryslice_change", item.pk))
+    assert 'name="_save"' not in page.text
+    assert (
+        admin_client.post(url("memoryslice_change", item.pk), {"summary": "x"}).status_code == 403
+    )
+    assert admin_client.post(url("memoryslice_delete", item.pk), {"post": "yes"}).status_code == 403
+    assert admin_client.get(url("memoryslice_add")).status_code == 403
+    assert admin_client.get(url("memorycore_add")).status_code == 403
+    message = MemoryMessage.objects.first()
+    assert message is not None
+    assert (
+        admin_client.post(url("memorymessage_delete", message.pk), {"post": "yes"}).status_code
+        == 403
+    )
+    assert MemorySlice.objects.filter(pk=item.pk, summary=item.summary).exists()
+
+
+def test_staff_of_another_tenant_see_nothing_of_it(rolled, tenant, other_tenant, other_user):
+    client = staff_client(other_tenant, "globex-staff")
+    unit = MemoryUnit.objects.get(core=rolled)
+    item = MemorySlice.objects.first()
+    assert item is not None
+    for name in ("memorycore", "memoryunit", "memoryslice", "memorymessage", "dialoguemessage"):
+        page = client.get(url(f"{name}_changelist"))
+        assert page.status_code == 200
+        assert rolled.pk not in page.text
+        assert unit.pk not in page.text
+        assert "topic" not in page.text
+        assert "acme" not in page.text  # not even the tenant's name in a filter
+    for name, pk in (("memorycore", rolled.pk), ("memoryunit", unit.pk), ("memoryslice", item.pk)):
+        page = client.get(url(f"{name}_change", pk), follow=True)
+        assert "topic" not in page.text
+        assert "doesn\u2019t exist" in page.text
+    assert client.post(url("memorycore_delete", rolled.pk), {"post": "yes"}).status_code in (
+        302,
+        404,
+    )
+    assert MemoryCore.objects.filter(pk=rolled.pk).exists()
+    # Their own tenant's staff see it.
+    own = staff_client(tenant, "acme-staff")
+    assert rolled.pk in own.get(url("memorycore_changelist")).text
+
+
+def test_roll_now_action_rolls_with_the_same_engine(tenant, user):
+    core = talk(tenant=tenant, user=user, turns=1)  # under any threshold
+    client = staff_client(tenant, "acme-operator")
+    response = client.post(
+        url("memorycore_changelist"),
+        {"action": "roll_now", "_selected_action": [core.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "Rolled 1 core." in response.text
+    item = MemorySlice.objects.get()
+    assert (item.start_index, item.end_index) == (0, 2)
+    assert item.unit.core_id == core.pk
+
+
+def test_a_core_is_deleted_as_a_whole(admin_client, rolled):
+    confirm = admin_client.get(url("memorycore_delete", rolled.pk))
+    assert confirm.status_code == 200
+    assert "Memory messages: 12" in confirm.text
+    response = admin_client.post(url("memorycore_delete", rolled.pk), {"post": "yes"})
+    assert response.status_code == 302
+    for model in (MemoryCore, MemoryUnit, MemorySlice, MemoryMessage, DialogueMessage):
+        assert not model.objects.exists()

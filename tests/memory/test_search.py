@@ -1,0 +1,199 @@
+"""Full-text search over slice summaries, on SQLite FTS5 and PostgreSQL tsvector."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import TestCase
+
+from memory import search, selectors, services
+from memory.exceptions import InvalidQuery
+from memory.models import MemorySlice
+
+from .conftest import roll_committed, talk
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = [
+    '"',
+    '"unbalanced',
+    "*",
+    "deploy*",
+    "NEAR(deploy rollback)",
+    "deploy OR",
+    "OR AND NOT",
+    "((deploy",
+    "deploy)",
+    "summary : deploy",
+    "scope:t1",
+    "^deploy",
+    "deploy -rollback",
+    "'; DROP TABLE memory_memoryslice; --",
+    "\x00deploy",
+    "deploy \\ / | & ! : < > @ @@ ~",
+    "{summary scope}: deploy",
+    "",
+    "   ",
+]
+
+
+def write_slice(tenant: Any, user: Any, agent: str, summary: str) -> MemorySlice:
+    core = talk(tenant=tenant, user=user, agent=agent, turns=1)
+    _unit, item = services.update_memory_unit(
+        tenant=tenant,
+        core=core,
+        messages=[{"role": "user", "text": summary}],
+        summary=summary,
+    )
+    search.index_slices([item.pk])
+    return item
+
+
+@pytest.fixture
+def corpus(tenant: Any, user: Any, other_user: Any, other_tenant: Any) -> dict[str, Any]:
+    return {
+        "deploy": write_slice(
+            tenant, user, "build", "We deployed the service and planned a rollback drill."
+        ),
+        "coffee": write_slice(tenant, user, "build", "The user likes coffee with oat milk."),
+        "both": write_slice(
+            tenant, user, "explore", "Deploying coffee machines; deployment went well."
+        ),
+        "foreign": write_slice(
+            other_tenant, other_user, "build", "Another tenant deployed secret rockets."
+        ),
+    }
+
+
+def ids(hits: list[selectors.SliceHit]) -> list[str]:
+    return [hit.slice.pk for hit in hits]
+
+
+def test_search_finds_ranked_slices_with_their_unit(tenant, corpus):
+    hits = selectors.search_slices(tenant=tenant, query="deploy")
+    assert set(ids(hits)) == {corpus["deploy"].pk, corpus["both"].pk}
+    assert all(hit.score > 0 for hit in hits)
+    assert hits[0].score >= hits[1].score
+    wire = hits[0].wire()
+    assert set(wire) == {"slice", "unit_id", "core_id", "agent", "score"}
+    assert wire["slice"]["id"] == hits[0].slice.pk
+    assert wire["unit_id"] == hits[0].slice.unit_id
+
+
+def test_a_slice_matching_more_words_ranks_first(tenant, corpus):
+    hits = selectors.search_slices(tenant=tenant, query="coffee deploying")
+    assert ids(hits)[0] == corpus["both"].pk
+    assert set(ids(hits)) == {corpus["deploy"].pk, corpus["coffee"].pk, corpus["both"].pk}
+
+
+def test_search_is_case_and_stem_insensitive(tenant, corpus):
+    assert corpus["deploy"].pk in ids(selectors.search_slices(tenant=tenant, query="DEPLOYING"))
+    assert ids(selectors.search_slices(tenant=tenant, query="Rollbacks")) == [corpus["deploy"].pk]
+
+
+def test_search_filters_by_user_and_agent(tenant, user, corpus):
+    assert ids(selectors.search_slices(tenant=tenant, query="deploy", agent="explore")) == [
+        corpus["both"].pk
+    ]
+    assert len(selectors.search_slices(tenant=tenant, query="deploy", user=user)) == 2
+    assert selectors.search_slices(tenant=tenant, query="deploy", agent="nobody") == []
+
+
+def test_search_never_crosses_tenants(tenant, other_tenant, other_user, user, corpus):
+    assert corpus["foreign"].pk not in ids(selectors.search_slices(tenant=tenant, query="rockets"))
+    assert ids(selectors.search_slices(tenant=other_tenant, query="deploy")) == [
+        corpus["foreign"].pk
+    ]
+    assert selectors.search_slices(tenant=other_tenant, query="deploy", user=user) == []
+    assert selectors.search_slices(tenant=tenant, query="deploy", user=other_user) == []
+
+
+def test_limit_is_honoured_and_checked(tenant, corpus):
+    assert len(selectors.search_slices(tenant=tenant, query="deploy coffee", limit=1)) == 1
+    for bad in (0, -1, 101, "5", True):
+        with pytest.raises(InvalidQuery) as info:
+            selectors.search_slices(tenant=tenant, query="deploy", limit=bad)  # type: ignore[arg-type]
+        assert info.value.code == "invalid_query"
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_hostile_queries_are_plain_text_never_a_database_error(tenant, corpus, query):
+    hits = selectors.search_slices(tenant=tenant, query=query)
+    words = search.terms(query)
+    if not words:
+        assert hits == []
+    if "deploy" in words:
+        assert corpus["deploy"].pk in ids(hits)
+    assert corpus["foreign"].pk not in ids(hits)
+
+
+def test_an_overlong_query_is_a_clear_error(tenant, corpus):
+    with pytest.raises(InvalidQuery, match="at most 1000 characters") as info:
+        selectors.search_slices(tenant=tenant, query="deploy " * 200)
+    assert info.value.status == 400
+    with pytest.raises(InvalidQuery):
+        selectors.search_slices(tenant=tenant, query=None)  # type: ignore[arg-type]
+
+
+def test_many_words_are_cut_to_the_first_few(tenant, corpus):
+    query = " ".join(f"w{i}" for i in range(200)) + " coffee"
+    assert len(query) <= 1000
+    assert selectors.search_slices(tenant=tenant, query=query) == []  # coffee is past the cut
+    assert len(search.terms(query)) == search.TERMS_MAX
+
+
+def test_unicode_words_match(tenant, user):
+    item = write_slice(tenant, user, "build", "用户 喜欢 咖啡; café crème")
+    assert ids(selectors.search_slices(tenant=tenant, query="咖啡")) == [item.pk]
+    assert ids(selectors.search_slices(tenant=tenant, query="CAFÉ")) == [item.pk]
+    if connection.vendor == "sqlite":  # FTS5 folds diacritics; PostgreSQL's english does not
+        assert ids(selectors.search_slices(tenant=tenant, query="cafe")) == [item.pk]
+
+
+def test_rolling_keeps_the_index_current_and_a_sweep_catches_up(tenant, user):
+    core = talk(tenant=tenant, user=user, turns=3)
+    outcome = roll_committed(core)
+    assert outcome.slice_id in ids(selectors.search_slices(tenant=tenant, query="topic1"))
+    # A slice a dead process left unindexed is found once pending slices are indexed.
+    core2 = talk(tenant=tenant, user=user, agent="late", turns=1)
+    _unit, late = services.update_memory_unit(
+        tenant=tenant, core=core2, messages=[{"role": "user", "text": "x"}], summary="zeppelin"
+    )
+    assert selectors.search_slices(tenant=tenant, query="zeppelin") == []
+    assert search.index_pending() == 1
+    assert search.index_pending() == 0
+    assert ids(selectors.search_slices(tenant=tenant, query="zeppelin")) == [late.pk]
+
+
+def test_deleting_a_core_removes_its_index_entries(tenant, user, corpus):
+    core = corpus["coffee"].unit.core  # the build core: the deploy and coffee slices
+    services.delete_core(tenant=tenant, core=core)
+    assert ids(selectors.search_slices(tenant=tenant, query="coffee deploy")) == [corpus["both"].pk]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {search.FTS_TABLE}")
+            assert cursor.fetchone()[0] == 2  # both, foreign
+
+
+def test_slices_written_by_services_are_indexed_on_commit(tenant, user):
+    core = talk(tenant=tenant, user=user, turns=1)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        _, item = services.update_memory_unit(
+            tenant=tenant, core=core, messages=[{"role": "user", "text": "x"}], summary="walrus"
+        )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        unit = services.restore_unit(
+            tenant=tenant,
+            core=core,
+            unit={
+                "conversation_messages": [{"role": "user", "text": "y"}],
+                "slices": [{"summary": "walrus again"}],
+            },
+        )
+    restored = MemorySlice.objects.get(unit=unit)
+    assert set(ids(selectors.search_slices(tenant=tenant, query="walrus"))) == {
+        item.pk,
+        restored.pk,
+    }
