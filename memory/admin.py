@@ -10,7 +10,7 @@ on memory cores.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Count, Model, QuerySet, Sum
@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from accounts.models import Tenant
+from accounts.admin import TenantScopedAdmin
 
 from . import services
 from .exceptions import MemoryStoreError
@@ -53,20 +53,6 @@ def _messages_table(rows: Iterable[MemoryMessage | DialogueMessage], number: str
         number,
         body,
     )
-
-
-class TenantScoped:
-    """Staff see only the rows of tenants they are members of; superusers see all."""
-
-    def scope(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        user = request.user
-        if user.is_superuser:
-            return queryset
-        tenants = Tenant.objects.filter(memberships__user_id=cast(int, user.pk))
-        return queryset.filter(tenant__in=tenants)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return self.scope(request, super().get_queryset(request))  # type: ignore[misc]
 
 
 class ReadOnly:
@@ -113,7 +99,7 @@ class SliceAgentFilter(AgentFilter):
 
 
 @admin.register(MemoryCore)
-class MemoryCoreAdmin(TenantScoped, admin.ModelAdmin):
+class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
     list_display = (
         "id",
         "tenant",
@@ -291,7 +277,7 @@ class SliceInline(ReadOnly, admin.TabularInline):
 
 
 @admin.register(MemoryUnit)
-class MemoryUnitAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
+class MemoryUnitAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
     list_display = (
         "id",
         "core_link",
@@ -358,7 +344,7 @@ class MemoryUnitAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(MemorySlice)
-class MemorySliceAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
+class MemorySliceAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
     list_display = ("id", "unit_link", "agent", "user", "range", "summary_brief", "created_at")
     list_filter = (
         ("tenant", admin.RelatedOnlyFieldListFilter),
@@ -412,7 +398,7 @@ class MemorySliceAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(MemoryMessage)
-class MemoryMessageAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
+class MemoryMessageAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
     list_display = ("unit", "index", "role", "text_brief", "at")
     list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
     search_fields = ("text", "=unit__id")
@@ -428,7 +414,7 @@ class MemoryMessageAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(DialogueMessage)
-class DialogueMessageAdmin(TenantScoped, ReadOnly, admin.ModelAdmin):
+class DialogueMessageAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
     list_display = ("core", "seq", "role", "text_brief", "at")
     list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
     search_fields = ("text", "=core__id")

@@ -1,15 +1,17 @@
 """Errors raised by the memory store. Each carries a stable ``code`` and an HTTP ``status``.
 
-``MemoryStoreError`` is the base; it will later be re-parented onto the
-project's error base. Bad input is a ``ValueError`` subclass, a missing (or
-another tenant's) object a ``LookupError`` subclass, so callers that know
-neither class still catch them sensibly.
+``MemoryStoreError`` is the base, itself a ``ForgeError`` (``accounts.exceptions``),
+so every face translates it like any other error. Bad input is a ``ValueError``
+subclass, a missing (or another tenant's) object a ``LookupError`` subclass, so
+callers that know neither class still catch them sensibly.
 """
 
 from __future__ import annotations
 
+from accounts.exceptions import ForgeError
 
-class MemoryStoreError(Exception):
+
+class MemoryStoreError(ForgeError):
     code = "memory_error"
     status = 500
 

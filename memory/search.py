@@ -104,7 +104,7 @@ def search(
         if connection.vendor == "postgresql":
             tsquery = " | ".join(f"'{w}'" for w in words)
             cursor.execute(
-                f"SELECT s.id, ts_rank_cd(s.search_document, q, 32) AS score "  # noqa: S608
+                f"SELECT s.id, ts_rank_cd(s.search_document, q, 32) AS score "
                 f"FROM {SLICE} s CROSS JOIN to_tsquery(%s::regconfig, %s) q{joins} "
                 f"WHERE s.search_document @@ q AND s.tenant_id = %s{extra} "
                 f"ORDER BY score DESC, s.created_at DESC, s.id DESC LIMIT %s",
@@ -112,7 +112,7 @@ def search(
             )
         else:
             cursor.execute(
-                f"SELECT s.id, -bm25({FTS_TABLE}, 1.0, 0.0) AS score "  # noqa: S608
+                f"SELECT s.id, -bm25({FTS_TABLE}, 1.0, 0.0) AS score "
                 f"FROM {FTS_TABLE} JOIN {SLICE} s ON s.search_rowid = {FTS_TABLE}.rowid{joins} "
                 f"WHERE {FTS_TABLE} MATCH %s AND s.tenant_id = %s{extra} "
                 f"ORDER BY score DESC, s.created_at DESC, s.id DESC LIMIT %s",
@@ -136,7 +136,7 @@ def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_B
                 return 0
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"UPDATE {SLICE} SET search_document = "  # noqa: S608
+                    f"UPDATE {SLICE} SET search_document = "
                     f"to_tsvector(%s::regconfig, summary), "
                     f"indexed = true WHERE id = ANY(%s) AND NOT indexed",
                     [search_config(), ids],
@@ -149,11 +149,11 @@ def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_B
         with connection.cursor() as cursor:
             for slice_id, tenant_id, summary in rows:
                 cursor.execute(
-                    f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",  # noqa: S608
+                    f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",
                     [summary, f"t{tenant_id}"],
                 )
                 cursor.execute(
-                    f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s",  # noqa: S608
+                    f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s",
                     [cursor.lastrowid, slice_id],
                 )
         return len(rows)
@@ -174,24 +174,24 @@ def index_slice(*, slice_id: str, tenant_id: int, summary: str) -> bool:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:  # one statement: its own transaction
             cursor.execute(
-                f"UPDATE {SLICE} SET search_document = to_tsvector(%s::regconfig, %s), "  # noqa: S608
+                f"UPDATE {SLICE} SET search_document = to_tsvector(%s::regconfig, %s), "
                 "indexed = true WHERE id = %s AND NOT indexed",
                 [search_config(), summary, slice_id],
             )
             return bool(cursor.rowcount)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",  # noqa: S608
+            f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",
             [summary, f"t{tenant_id}"],
         )
         rowid = cursor.lastrowid
         cursor.execute(
-            f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s AND NOT indexed",  # noqa: S608
+            f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s AND NOT indexed",
             [rowid, slice_id],
         )
         if cursor.rowcount:
             return True
-        cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = %s", [rowid])  # noqa: S608
+        cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = %s", [rowid])
         return False
 
 

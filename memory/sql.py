@@ -86,7 +86,7 @@ def _core_row(row: Sequence[Any]) -> CoreRow:
 
 
 def read_core(cursor: CursorWrapper, core_id: str) -> CoreRow | None:
-    cursor.execute(f"SELECT {_CORE_COLUMNS} FROM {CORE} c WHERE c.id = %s", [core_id])  # noqa: S608
+    cursor.execute(f"SELECT {_CORE_COLUMNS} FROM {CORE} c WHERE c.id = %s", [core_id])
     row = cursor.fetchone()
     return None if row is None else _core_row(row)
 
@@ -103,7 +103,7 @@ def claim_and_read(
     if not dialect.postgres:
         return True, read_core(cursor, core_id)
     cursor.execute(
-        f"SELECT pg_try_advisory_lock(%s, hashtext(%s)), {_CORE_COLUMNS} "  # noqa: S608
+        f"SELECT pg_try_advisory_lock(%s, hashtext(%s)), {_CORE_COLUMNS} "
         f"FROM (SELECT 1) x LEFT JOIN {CORE} c ON c.id = %s",
         [ADVISORY_CLASS, core_id, core_id],
     )
@@ -119,7 +119,7 @@ def release(cursor: CursorWrapper, dialect: Dialect, core_id: str) -> None:
 def read_window(cursor: CursorWrapper, core_id: str, start: int, end: int) -> list[Msg]:
     """Window messages with ``start <= seq < end``, oldest first."""
     cursor.execute(
-        f"SELECT role, text, at, session_id, message_id FROM {WINDOW} "  # noqa: S608
+        f"SELECT role, text, at, session_id, message_id FROM {WINDOW} "
         "WHERE core_id = %s AND seq >= %s AND seq < %s ORDER BY seq",
         [core_id, start, end],
     )
@@ -153,7 +153,7 @@ def lock_core(
     if dialect.postgres:
         lock = " FOR NO KEY UPDATE OF c" + (" SKIP LOCKED" if skip_locked else "")
     cursor.execute(
-        "SELECT c.tenant_id, c.rolled_seq, c.memory_session_id, c.window_next_seq, "  # noqa: S608
+        "SELECT c.tenant_id, c.rolled_seq, c.memory_session_id, c.window_next_seq, "
         f"c.window_count, u.id, u.message_count FROM {CORE} c LEFT JOIN {UNIT} u "
         "ON u.core_id = c.id AND u.memory_session_id = c.memory_session_id "
         f"WHERE c.id = %s{lock}",
@@ -194,7 +194,7 @@ def append_to_unit(
     if locked.unit_id is None:
         statements = [
             (
-                f"INSERT INTO {UNIT} (id, tenant_id, core_id, memory_session_id, created_at, "  # noqa: S608
+                f"INSERT INTO {UNIT} (id, tenant_id, core_id, memory_session_id, created_at, "
                 "updated_at, message_count, slice_count) VALUES (%s, %s, %s, %s, %s, %s, %s, 1)",
                 [unit_id, locked.tenant_id, core_id, locked.memory_session_id, at, at, count],
             )
@@ -203,7 +203,7 @@ def append_to_unit(
         unit_id = locked.unit_id
         statements = [
             (
-                f"UPDATE {UNIT} SET message_count = message_count + %s, "  # noqa: S608
+                f"UPDATE {UNIT} SET message_count = message_count + %s, "
                 "slice_count = slice_count + 1, updated_at = %s WHERE id = %s",
                 [count, at, unit_id],
             )
@@ -218,7 +218,7 @@ def append_to_unit(
             ]  # fmt: skip
         statements.append(
             (
-                f'INSERT INTO {MESSAGE} (tenant_id, unit_id, "index", role, text, at, '  # noqa: S608
+                f'INSERT INTO {MESSAGE} (tenant_id, unit_id, "index", role, text, at, '
                 "session_id, message_id) VALUES "
                 + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk)),
                 params,
@@ -226,7 +226,7 @@ def append_to_unit(
         )
     statements.append(
         (
-            f"INSERT INTO {SLICE} (id, tenant_id, unit_id, start_index, end_index, summary, "  # noqa: S608
+            f"INSERT INTO {SLICE} (id, tenant_id, unit_id, start_index, end_index, summary, "
             "created_at, indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             [slice_id, locked.tenant_id, unit_id, start, start + count, summary, at, False],
         )
@@ -246,9 +246,9 @@ def advance_window(
 ) -> list[Statement]:
     """Trim the window below ``cutoff`` (``trimmed`` rows) and record the rolling."""
     return [
-        (f"DELETE FROM {WINDOW} WHERE core_id = %s AND seq < %s", [core_id, cutoff]),  # noqa: S608
+        (f"DELETE FROM {WINDOW} WHERE core_id = %s AND seq < %s", [core_id, cutoff]),
         (
-            f"UPDATE {CORE} SET rolled_seq = %s, window_count = window_count - %s, "  # noqa: S608
+            f"UPDATE {CORE} SET rolled_seq = %s, window_count = window_count - %s, "
             "rolled_at = %s, memory_session_id = %s WHERE id = %s",
             [rolled_seq, trimmed, dialect.time(now), memory_session_id, core_id],
         ),
