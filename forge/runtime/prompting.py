@@ -31,6 +31,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
+from .dialogue import memory_blocks
 from .files import upload_path
 from .recovery import finalize_dead_turn
 from .turn import Turn
@@ -152,7 +153,7 @@ def _user_parts(
 
 
 def begin(
-    session: Session, text: Any, agent_name: Any, files: Sequence[Attachment]
+    session: Session, text: Any, agent_name: Any, files: Sequence[Attachment], depth: int = 0
 ) -> tuple[Turn, dict[str, Any]]:
     """Validate, take the lease, and log the prompt (one unit of work).
 
@@ -184,7 +185,9 @@ def begin(
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
-            set_blocks(session, agent_blocks(agent))
+            set_blocks(
+                session, [*agent_blocks(agent), *memory_blocks(session, agent.name, depth=depth)]
+            )
             model_info = {"provider": provider, "model": model_name}
             user_info = services.update_message(
                 session=session,
@@ -214,5 +217,6 @@ def begin(
         message_id=assistant_id,
         agent=agent,
         model=model,
+        depth=depth,
     )
     return turn, {"info": user_info, "parts": user_parts}

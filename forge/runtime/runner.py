@@ -105,8 +105,7 @@ async def start_turn(
     Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
-    turn, user_message = await db(begin)(session, text, agent, files)
-    turn.depth = depth
+    turn, user_message = await db(begin)(session, text, agent, files, depth)
     turn.run_subtask = subtask_runner(turn, start_turn)
     task = _spawn(_run(turn), name=f"forge-turn-{session.pk}")
     _runners[session.pk] = _Runner(turn=turn, task=task)

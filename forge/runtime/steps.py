@@ -14,6 +14,7 @@ from sessions import services
 from sessions.log import format_time, now_ms
 
 from .db import db
+from .dialogue import complete_reply
 from .finalize import ABORTED, finalize_open_messages
 from .processor import Processor, finish_then_cancel
 from .turn import Turn
@@ -66,9 +67,11 @@ async def run_turn(turn: Turn) -> None:
                 if result.finish_reason == "tool-calls":
                     info["finish"] = "step-limit"
                 info["completed_at"] = format_time(now_ms())
-            await finish_then_cancel(db(services.update_message)(session=session, info=info))
             if final:
+                # The reply's completion and its entry in long-term memory: one unit.
+                await finish_then_cancel(db(complete_reply)(turn, info))
                 return
+            await finish_then_cancel(db(services.update_message)(session=session, info=info))
     except asyncio.CancelledError:
         await asyncio.shield(
             db(finalize_open_messages)(

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
-
-from forge.providers import events as ev
-from forge.providers import resolve, split_model
-from forge.providers.base import ModelRequest
 from sessions import selectors, services
 from sessions.models import Session
 
 from .db import db
+from .small_model import SmallModelError, ask
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +56,11 @@ async def generate_title(session: Session) -> str | None:
     text = await db(_first_user_text)(session)
     if not text:
         return None
-    model = settings.FORGE_SMALL_MODEL
-    _, name = split_model(model)
-    request = ModelRequest(
-        model=name, system=[PROMPT], messages=[{"role": "user", "content": text}]
-    )
-    chunks: list[str] = []
-    async for event in resolve(model).stream(request):
-        if isinstance(event, ev.TextDelta):
-            chunks.append(event.delta)
-        elif isinstance(event, ev.ToolCall | ev.Error):
-            chunks.clear()
-            break
-    title = clean_title("".join(chunks), fallback=text)
+    try:
+        answer = await ask(PROMPT, text)
+    except SmallModelError:
+        answer = ""
+    title = clean_title(answer, fallback=text)
     await db(_set_title)(session, title)
     return title
 

@@ -278,7 +278,9 @@ LOGGING = {
 
 # Dotted path of the MessageSummarizer: a callable ``(messages) -> str`` where messages
 # are ``[{role, text, at}]``. The default is offline and extractive.
-FORGE_MEMORY_SUMMARIZER = env_str("FORGE_MEMORY_SUMMARIZER", "memory.summarizers.extractive")
+FORGE_MEMORY_SUMMARIZER = env_str(
+    "FORGE_MEMORY_SUMMARIZER", "forge.runtime.small_model.summarize_dialogue"
+)
 # Seconds a summarizer may take for one core before the core is skipped (0: no limit).
 FORGE_MEMORY_SUMMARIZER_TIMEOUT = env_float("FORGE_MEMORY_SUMMARIZER_TIMEOUT", 120.0)
 # DialogRolling: roll a core whose dialogue window holds this many messages, keeping the

@@ -1,0 +1,63 @@
+"""One question to ``FORGE_SMALL_MODEL``, one text answer: for titles, dialogue
+summaries for long-term memory, and (later) compaction summaries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from forge.providers import events as ev
+from forge.providers import resolve, split_model
+from forge.providers.base import ModelRequest
+from memory.summarizers import extractive
+
+
+class SmallModelError(Exception):
+    """The model answered with an error, or with a tool call instead of text."""
+
+
+async def ask(system: str, content: str, *, model: str | None = None) -> str:
+    """The text the small model answers to ``content`` under ``system``."""
+    model = model or settings.FORGE_SMALL_MODEL
+    _, name = split_model(model)
+    request = ModelRequest(
+        model=name, system=[system], messages=[{"role": "user", "content": content}]
+    )
+    provider = resolve(model)
+    chunks: list[str] = []
+    try:
+        async for event in provider.stream(request):
+            if isinstance(event, ev.TextDelta):
+                chunks.append(event.delta)
+            elif isinstance(event, ev.Error):
+                raise SmallModelError(f"{event.name}: {event.message}")
+            elif isinstance(event, ev.ToolCall):
+                raise SmallModelError("the model called a tool instead of answering")
+    finally:
+        close = getattr(provider, "aclose", None)
+        if close is not None:
+            await close()
+    return "".join(chunks).strip()
+
+
+SUMMARY_PROMPT = (
+    "You keep the long-term memory of a conversation between a user and an assistant. "
+    "Summarize the dialogue below for your future self in at most eight short sentences: "
+    "who the user is and what they want, facts and preferences they stated, decisions "
+    "made, open questions. Write plain sentences, no preamble."
+)
+
+
+def summarize_dialogue(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Memory's MessageSummarizer (``FORGE_MEMORY_SUMMARIZER``): a summary of compressed
+    dialogue messages by ``FORGE_SMALL_MODEL``; offline models give memory's
+    extractive summary. Runs on the roller's worker thread (no event loop there)."""
+    model = settings.FORGE_SMALL_MODEL
+    provider, _ = split_model(model)
+    if provider == "offline":
+        return extractive(messages)
+    transcript = "\n".join(f"{m.get('role', 'user')}: {m.get('text', '')}" for m in messages)
+    return asyncio.run(ask(SUMMARY_PROMPT, transcript, model=model))
