@@ -1,0 +1,1 @@
+from tests.api.conftest import token  # noqa: F401 - shared fixtures
