@@ -19,6 +19,7 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from accounts import tenancy
 from accounts.models import Tenant
 from accounts.selectors import tenant_for_user
 from forge.errors import NotAuthenticated
@@ -51,10 +52,16 @@ def user_for_authorization(authorization: bytes | str, *, fallback: Any = None) 
 
 
 def tenant_of(user: Any) -> Tenant:
-    """The caller's tenant; raises ``NotAuthenticated`` or ``NoTenant``."""
+    """The caller's tenant; raises ``NotAuthenticated`` or ``NoTenant``.
+
+    From here on the caller's work sees this tenant's rows only (row-level
+    security on PostgreSQL, ``accounts.tenancy``).
+    """
     if user is None or not user.is_authenticated:
         raise NotAuthenticated("log in or send a token")
-    return tenant_for_user(user)
+    tenant = tenant_for_user(user)
+    tenancy.activate([tenant.pk])
+    return tenant
 
 
 def session_of(user: Any, session_id: str, *, tenant: Tenant | None = None) -> Session:

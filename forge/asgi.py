@@ -12,13 +12,19 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from accounts import tenancy  # noqa: E402
+from forge.db import serve_as_app  # noqa: E402
+
+serve_as_app()  # PostgreSQL: act as FORGE_DB_APP_ROLE, under row-level security
+
 if settings.FORGE_RECOVER_ON_START:
     # Turns a crashed process left open are finalized before serving (sessions
     # another live process runs hold a live lease and are left alone).
     from forge.runtime import recover_sessions
 
     try:
-        recovered = recover_sessions()
+        with tenancy.scope(tenancy.ALL):
+            recovered = recover_sessions()
         if recovered:
             logging.getLogger("forge").info("recovered %d session(s) at start-up", len(recovered))
     except Exception:

@@ -1,4 +1,7 @@
-"""The Content-Security-Policy response header of Forge's own pages.
+"""Forge's middleware: the tenants a request may see, and the Content-Security-Policy
+response header of Forge's own pages.
+
+The header:
 
 The chat and login pages load only same-origin scripts, styles and sockets;
 the header says so to the browser (a ``<meta>`` tag alone is applied late and
@@ -10,9 +13,13 @@ left to their own defaults.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from accounts import tenancy
+from accounts.models import Membership
 
 
 def policy(request: HttpRequest) -> str:
@@ -37,3 +44,26 @@ class ContentSecurityPolicyMiddleware:
         ):
             response["Content-Security-Policy"] = policy(request)
         return response
+
+
+class TenancyMiddleware:
+    """What a request may see in the tenant-owned tables (``accounts.tenancy``): nothing
+    until it is known who asks; a logged-in user's tenants (the admin, the chat page);
+    every tenant for a superuser. The API narrows it to the caller's one tenant
+    (``forge.access.tenant_of``), token-authenticated requests included."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        user = getattr(request, "user", None)
+        with tenancy.scope(tenants_of(user)):
+            return self.get_response(request)
+
+
+def tenants_of(user: Any) -> list[int] | str:
+    if user is None or not user.is_authenticated:
+        return []
+    if user.is_superuser:
+        return tenancy.ALL
+    return list(Membership.objects.filter(user_id=user.pk).values_list("tenant_id", flat=True))

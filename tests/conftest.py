@@ -222,3 +222,18 @@ async def _runtime_settles() -> AsyncIterator[None]:
 def _let_async_tests_settle(request: pytest.FixtureRequest) -> None:
     if inspect.iscoroutinefunction(getattr(request.node, "function", None)):
         request.getfixturevalue("_runtime_settles")
+
+
+APP_ROLE = "forge_test_app"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _app_role(django_db_setup: Any, django_db_blocker: Any) -> None:
+    """On PostgreSQL, the role serving processes act as under row-level security
+    (``manage.py setup_app_role``): live servers in the suite run as it."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock():
+            call_command("setup_app_role", APP_ROLE, verbosity=0)

@@ -56,6 +56,9 @@ def server_env(**extra: str) -> dict[str, str]:
             "FORGE_WORKSPACE_ROOT": str(settings.FORGE_WORKSPACE_ROOT),
         }
     )
+    if connection.vendor == "postgresql":
+        # Live servers act as the application role, under row-level security.
+        env["FORGE_DB_APP_ROLE"] = "forge_test_app"
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
         env["FORGE_REDIS_PREFIX"] = settings.FORGE_INFLIGHT_PREFIX

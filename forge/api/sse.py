@@ -19,6 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
+from accounts import tenancy
 from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
@@ -82,6 +83,8 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
 
 
 async def _frames(session: Session, after: int) -> AsyncIterator[bytes]:
+    # Iterated by the server after the view returned, in a context of its own.
+    tenancy.activate([session.tenant_id])
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     # Subscribe before reading the backlog (the stream drops what it already covered).
     async with hub.subscribe(session.pk) as subscriber:

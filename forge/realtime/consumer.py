@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from accounts import tenancy
 from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of
@@ -67,6 +68,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except ForgeError:  # no tenant, or no such session in it
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        tenancy.activate([self.session.tenant_id])  # this socket's tasks see its tenant only
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             after = parse_seq(query.get("after", [""])[-1], name="after", default=0)

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from accounts import tenancy
 from sessions.models import Message, Session
 
 from . import lease
@@ -96,6 +97,7 @@ class Janitor(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        tenancy.activate(tenancy.ALL)  # its own thread and context: it watches every tenant
         while not self.stopping.wait(self.interval):
             try:
                 recovered = recover_sessions(open_replies=False)

@@ -20,6 +20,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from accounts import tenancy
 from forge.errors import NotRunning
 from forge.realtime.receiver import Receiver
 from sessions import services
@@ -64,11 +65,12 @@ def _track(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
     return task
 
 
-def _spawn(coro: Any, name: str | None = None) -> asyncio.Task[Any]:
+def _spawn(coro: Any, *, tenant_id: int, name: str | None = None) -> asyncio.Task[Any]:
     # A fresh context: the task must not inherit a request's thread-sensitive executor.
-    return _track(
-        asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
-    )
+    # It sees its session's tenant only (row-level security, accounts.tenancy).
+    context = contextvars.Context()
+    context.run(tenancy.activate, [tenant_id])
+    return _track(asyncio.get_running_loop().create_task(coro, name=name, context=context))
 
 
 async def settle(timeout: float = 10.0) -> None:
@@ -107,7 +109,7 @@ async def start_turn(
     """
     turn, user_message = await db(begin)(session, text, agent, files, depth)
     turn.run_subtask = subtask_runner(turn, start_turn)
-    task = _spawn(_run(turn), name=f"forge-turn-{session.pk}")
+    task = _spawn(_run(turn), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
     _runners[session.pk] = _Runner(turn=turn, task=task)
     return StartedTurn(
         session_id=session.pk,
@@ -148,13 +150,13 @@ async def _run(turn: Turn) -> None:
             await asyncio.gather(heartbeat, return_exceptions=True)
         if listener is not None:
             # Not awaited: the turn is over, and its end must not wait on the layer.
-            _spawn(listener.leave())
+            _spawn(listener.leave(), tenant_id=turn.session.tenant_id)
         await asyncio.shield(db(lease.release)(session_id=session_id))
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]
         await services.apublish_status(session_id=session_id, status="idle")
     if turn.depth == 0 and not turn.session.title:
-        _spawn(title_later(turn.session))
+        _spawn(title_later(turn.session), tenant_id=turn.session.tenant_id)
 
 
 async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:

@@ -6,6 +6,7 @@ The environment is read here, once (CONTRACT §1). ``dev``, ``production`` and
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "forge.middleware.TenancyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "forge.middleware.ContentSecurityPolicyMiddleware",
@@ -107,11 +109,19 @@ def database_config(url: str) -> dict[str, Any]:
         options.setdefault("transaction_mode", "IMMEDIATE")
         options.setdefault("timeout", 30)
     elif config["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend plus the application role of row-level security.
+        config["ENGINE"] = "forge.db.postgresql"
         config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
 DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
+# PostgreSQL only: the role serving processes act as (``SET ROLE``), one that owns
+# no table and cannot bypass row-level security; "" keeps the connecting role.
+# ``manage.py setup_app_role`` creates it. See README, "Tenancy in the database".
+FORGE_DB_APP_ROLE = env_str("FORGE_DB_APP_ROLE", "")
+if FORGE_DB_APP_ROLE and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", FORGE_DB_APP_ROLE):
+    raise ValueError(f"FORGE_DB_APP_ROLE must be a lower-case identifier: {FORGE_DB_APP_ROLE!r}")
 DATABASES = {"default": database_config(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

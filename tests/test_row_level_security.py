@@ -1,0 +1,95 @@
+"""Tenancy enforced by PostgreSQL itself (row-level security): as the application
+role, a query that forgets to filter by tenant still sees only the caller's rows,
+and a write into another tenant is refused by the database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.utils import ProgrammingError
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from accounts import tenancy
+from accounts.selectors import tenant_for_user
+from memory import services as memory_services
+from sessions.services import create_session
+
+from .conftest import APP_ROLE
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def two_tenants(user: Any, other_user: Any) -> tuple[Any, Any]:
+    for owner in (user, other_user):
+        create_session(user=owner, title=f"{owner.username}'s chat")
+        memory_services.append_dialogue(
+            tenant=tenant_for_user(owner),
+            user=owner,
+            agent="build",
+            messages=[{"role": "user", "text": "hello"}],
+        )
+    return tenant_for_user(user), tenant_for_user(other_user)
+
+
+@pytest.fixture
+def as_app_role() -> Iterator[None]:
+    backend: Any = connection  # forge.db.postgresql's DatabaseWrapper
+    backend.use_app_role(APP_ROLE)
+    try:
+        yield
+    finally:
+        backend.use_app_role("")
+
+
+@pytest.mark.urls("tests.rls_urls")
+def test_a_raw_read_inside_a_request_of_tenant_a_returns_nothing_of_tenant_b(
+    two_tenants, user, as_app_role
+):
+    mine, _ = two_tenants
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    seen = api.get("/everything/").json()
+    assert seen == {
+        "forge_sessions_session": [mine.pk],
+        "forge_sessions_message": [],
+        "memory_memorycore": [mine.pk],
+    }
+
+
+def test_without_a_tenant_nothing_is_visible_and_all_means_all(two_tenants, as_app_role):
+    def tenants_seen() -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT DISTINCT tenant_id FROM forge_sessions_session")
+            return sorted(row[0] for row in cursor.fetchall())
+
+    with tenancy.scope([]):
+        assert tenants_seen() == []
+    with tenancy.scope(tenancy.ALL):
+        assert tenants_seen() == sorted(t.pk for t in two_tenants)
+
+
+def test_a_write_into_another_tenant_is_refused_by_the_database(two_tenants, as_app_role):
+    mine, theirs = two_tenants
+    with (
+        tenancy.scope([mine.pk]),
+        pytest.raises(ProgrammingError, match="row-level security"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            "UPDATE forge_sessions_session SET tenant_id = %s WHERE tenant_id = %s",
+            [theirs.pk, mine.pk],
+        )
+
+
+def test_the_application_role_cannot_bypass_row_level_security():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s", [APP_ROLE])
+        assert cursor.fetchone() == (False, False)
+        cursor.execute("SELECT count(*) FROM pg_tables WHERE tableowner = %s", [APP_ROLE])
+        assert cursor.fetchone() == (0,)
