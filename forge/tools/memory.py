@@ -14,16 +14,15 @@ missing one (a tool error), never with its data.
   :data:`READ_MAX_MESSAGES` messages and :data:`READ_MAX_CHARS` characters per
   call; a cut answer ends with a note telling where to continue.
 
-The tools are async and run their database work through
-``channels.db.database_sync_to_async`` (never on the event loop).
+The tools are async and run their database work on the runtime's database thread
+(``forge.runtime.db``: one connection, closed at shutdown), never on the event loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from channels.db import database_sync_to_async
 
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
@@ -74,6 +73,18 @@ def scope_of(ctx: ToolContext) -> Scope:
     if session.user_id is None:
         raise ToolError("long-term memory is unavailable: this session has no owner")
     return Scope(tenant=tenant, user=session.user, agent=ctx.agent)
+
+
+async def off_the_loop(
+    function: Callable[[ToolContext, dict[str, Any]], ToolResult],
+    ctx: ToolContext,
+    args: dict[str, Any],
+) -> ToolResult:
+    """Run ``function`` on the runtime's database thread (as the runtime's own reads)."""
+    from forge.runtime.db import db  # forge.runtime imports this package: import on use
+
+    result: ToolResult = await db(function)(ctx, args)
+    return result
 
 
 def _cut(text: str, limit: int) -> str:
@@ -152,8 +163,7 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     },
 )
 async def memory_search(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    result: ToolResult = await database_sync_to_async(search_memory)(ctx, args)
-    return result
+    return await off_the_loop(search_memory, ctx, args)
 
 
 # --- memory_read --------------------------------------------------------------------------
@@ -268,5 +278,4 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     },
 )
 async def memory_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    result: ToolResult = await database_sync_to_async(read_memory)(ctx, args)
-    return result
+    return await off_the_loop(read_memory, ctx, args)
