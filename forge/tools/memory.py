@@ -218,10 +218,14 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         what = f"unit {unit.pk}"
     end = max(start, min(end, unit.message_count))
     stop = min(end, start + READ_MAX_MESSAGES)
-    try:
-        messages = memory.unit_messages(tenant=scope.tenant, unit_id=unit.pk, start=start, end=stop)
-    except ForgeError as exc:
-        raise ToolError(str(exc)) from None
+    messages: list[dict[str, Any]] = []
+    if start < stop:
+        try:
+            messages = memory.unit_messages(
+                tenant=scope.tenant, unit_id=unit.pk, start=start, end=stop
+            )
+        except ForgeError as exc:
+            raise ToolError(str(exc)) from None
 
     header = f"Messages [{start}, {end}) of {what} ({unit.message_count} messages in the unit):"
     lines = [header]
@@ -232,6 +236,7 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         if len(line) + 1 > budget:
             if shown_end == start:  # the first message alone is too long: show its start
                 lines.append(_cut(line, max(budget - 1, 200)))
+                lines.append(f"[message {message['index']} is cut: {len(line)} characters]")
                 shown_end = message["index"] + 1
             break
         budget -= len(line) + 1

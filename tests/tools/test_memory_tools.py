@@ -181,8 +181,9 @@ async def test_read_a_units_range(ctx, memories):
     assert [line[:3] for line in part.output.splitlines()[1:]] == ["[1]", "[2]"]
     tail = await call("memory_read", {"unit_id": item.unit_id, "start": 2}, ctx)
     assert tail.output.splitlines()[0].startswith("Messages [2, 4) of unit")
-    beyond = await call("memory_read", {"unit_id": item.unit_id, "start": 50, "end": 60}, ctx)
-    assert "(no messages in this range)" in beyond.output
+    for start in (50, 10**30):
+        beyond = await call("memory_read", {"unit_id": item.unit_id, "start": start}, ctx)
+        assert "(no messages in this range)" in beyond.output
     assert "must not be below" in await refused(
         "memory_read", {"unit_id": item.unit_id, "start": 3, "end": 1}, ctx
     )
@@ -245,6 +246,7 @@ async def test_one_huge_message_is_shown_cut_and_the_read_moves_on(ctx, tenant, 
     result = await call("memory_read", {"unit_id": unit.pk}, ctx)
     assert len(result.output) < memory_tools.READ_MAX_CHARS + 300
     assert result.metadata["end"] == 1
+    assert "[message 0 is cut:" in result.output
     assert '"start": 1, "end": 2' in result.output
 
 
