@@ -1,31 +1,247 @@
-"""Long-term memory, read-only (CONTRACT §3): ``/api/memory/…``. Not built yet: the
-memory issue fills it."""
+"""Long-term memory, read-only (CONTRACT §2, §3): ``/api/memory/…``.
+
+* ``GET /api/memory/cores/?agent=&limit=&cursor=``: the caller's tenant's cores,
+  newest first, paged with a cursor (``limit`` 1..200, default 50).
+* ``GET /api/memory/cores/{id}/``: one core.
+* ``GET /api/memory/units/{id}/?offset=&limit=``: the unit with its slices and
+  its ``conversation_messages`` from ``offset`` (default 0), at most ``limit``
+  (1..1000, default 500) of them; ``message_count``, ``offset`` and ``next`` (the
+  URL of the following messages, or null) say where the page sits. Slice
+  indexes are always over the whole unit.
+* ``GET /api/memory/search/?q=&agent=&limit=``: the best ``limit`` (1..100,
+  default 10) slices whose summary matches ``q``, each ``{slice, unit_id,
+  core_id, agent, score}``. One page (``next`` is always null). ``q`` missing is
+  a 400; a ``q`` with no words (empty, only punctuation) gives no results.
+
+Thin: parse, call a ``memory.selectors`` read, shape the answer. Everything is
+scoped to the caller's tenant; another tenant's core or unit is a 404 with the
+same body as a missing one. Errors are ``ForgeError``s, translated by
+``forge.api.errors``.
+"""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import action
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound as DRFNotFound
+from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
-from forge.errors import NotImplementedYet
+from accounts.models import Tenant
+from forge.access import tenant_of
+from forge.params import parse_limit, parse_seq
+from memory import selectors
+from memory.exceptions import InvalidQuery
+from memory.models import AGENT_MAX, MemoryCore, MemoryUnit
+from memory.wire import core_wire, unit_wire
+from sessions.exceptions import InvalidCursor
+
+from .serializers import page_body
+
+CORES_PAGE_DEFAULT = 50
+CORES_PAGE_MAX = 200
+MESSAGES_PAGE_DEFAULT = 500
+MESSAGES_PAGE_MAX = 1000
+SEARCH_DEFAULT = selectors.SEARCH_LIMIT
+SEARCH_MAX = 100
+
+
+# --- parameters ---------------------------------------------------------------------------
+
+
+def agent_param(raw: str | None) -> str | None:
+    """The ``agent`` filter: None when missing or empty; 400 for what no agent is called."""
+    if raw is None or raw.strip() == "":
+        return None
+    name = raw.strip()
+    if len(name) > AGENT_MAX or not name.isprintable():
+        raise InvalidQuery(f"agent must be a name of at most {AGENT_MAX} printable characters")
+    return name
+
+
+# --- documentation-only shapes (CONTRACT §2) ------------------------------------------------
+
+
+class MemoryCoreSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    user = serializers.CharField(help_text="the username")
+    agent = serializers.CharField()
+    memory_session_id = serializers.CharField()
+    units = serializers.ListField(child=serializers.CharField(), help_text="oldest first")
+
+
+class MemoryMessageSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    text = serializers.CharField()
+    at = serializers.CharField()
+
+
+class MemorySliceSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    start_index = serializers.IntegerField(help_text="inclusive, over the whole unit")
+    end_index = serializers.IntegerField(help_text="exclusive")
+    summary = serializers.CharField()
+    created_at = serializers.CharField()
+
+
+class MemoryUnitSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    memory_session_id = serializers.CharField()
+    updated_at = serializers.CharField()
+    conversation_messages = MemoryMessageSerializer(
+        many=True, help_text="messages offset .. offset + limit - 1 of the unit"
+    )
+    slices = MemorySliceSerializer(many=True)
+    message_count = serializers.IntegerField(help_text="messages in the whole unit")
+    offset = serializers.IntegerField(help_text="index of the first message given")
+    next = serializers.CharField(allow_null=True, help_text="URL of the following messages")
+
+
+class MemoryHitSerializer(serializers.Serializer):
+    slice = MemorySliceSerializer()
+    unit_id = serializers.CharField()
+    core_id = serializers.CharField()
+    agent = serializers.CharField()
+    score = serializers.FloatField(help_text="higher is better; comparable within one answer")
+
+
+class MemorySearchSerializer(serializers.Serializer):
+    results = MemoryHitSerializer(many=True)
+    next = serializers.CharField(allow_null=True, help_text="always null: one ranked page")
+    previous = serializers.CharField(allow_null=True, help_text="always null")
+
+
+# --- paging ---------------------------------------------------------------------------------
+
+
+class CorePagination(CursorPagination):
+    """Newest core first (ids sort by creation); ``limit`` checked like every other limit."""
+
+    ordering = ("-id",)
+    page_size = CORES_PAGE_DEFAULT
+    page_size_query_param = "limit"
+    max_page_size = CORES_PAGE_MAX
+
+    def get_page_size(self, request: Request) -> int:
+        return parse_limit(
+            request.query_params.get("limit"), default=CORES_PAGE_DEFAULT, maximum=CORES_PAGE_MAX
+        )
+
+    def decode_cursor(self, request: Request) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except DRFNotFound:
+            raise InvalidCursor("cursor is not a position of this list") from None
+
+
+def _url(request: Request, **params: Any) -> str:
+    query = {k: v for k, v in {**request.query_params.dict(), **params}.items() if v is not None}
+    return request.build_absolute_uri(request.path) + "?" + urlencode(query)
+
+
+# --- the views ------------------------------------------------------------------------------
 
 
 class MemoryViewSet(GenericViewSet):
-    """Long-term memory (read-only). Not built yet: its issue fills it."""
+    """Long-term memory of the caller's tenant (read-only): cores, units, search."""
 
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"])
+    serializer_class = MemoryCoreSerializer
+    pagination_class = CorePagination
+
+    @cached_property
+    def tenant(self) -> Tenant:
+        return tenant_of(self.request.user)
+
+    def get_queryset(self) -> QuerySet[MemoryCore]:
+        agent = agent_param(self.request.query_params.get("agent"))
+        return selectors.list_cores(tenant=self.tenant, agent=agent)
+
+    def _cores_wire(self, cores: list[MemoryCore]) -> list[dict[str, Any]]:
+        """The cores' wire shapes, with every core's unit ids read in one query."""
+        units: dict[str, list[str]] = {core.pk: [] for core in cores}
+        rows = (
+            MemoryUnit.objects.filter(tenant=self.tenant, core_id__in=list(units))
+            .order_by("id")
+            .values_list("core_id", "id")
+        )
+        for core_id, unit_id in rows:
+            units[core_id].append(unit_id)
+        return [core_wire(core, units[core.pk]) for core in cores]
+
+    @extend_schema(
+        operation_id="memory_cores_list",
+        parameters=[
+            OpenApiParameter("agent", str, description="only this agent's cores"),
+            OpenApiParameter("limit", int, description=f"cores per page, at most {CORES_PAGE_MAX}"),
+            OpenApiParameter("cursor", str, description="the next or previous page's cursor"),
+        ],
+        responses=MemoryCoreSerializer(many=True),
+    )
     def cores(self, request: Request) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None  # pagination_class is set
+        return self.get_paginated_response(self._cores_wire(list(page)))
 
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
-    @action(detail=False, methods=["get"])
-    def search(self, request: Request) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")
+    @extend_schema(operation_id="memory_core_retrieve", responses=MemoryCoreSerializer)
+    def core(self, request: Request, pk: str) -> Response:
+        return Response(selectors.core_data(tenant=self.tenant, core_id=pk))
 
-    @extend_schema(responses={501: OpenApiTypes.OBJECT})
+    @extend_schema(
+        operation_id="memory_unit_retrieve",
+        parameters=[
+            OpenApiParameter("offset", int, description="index of the first message (default 0)"),
+            OpenApiParameter(
+                "limit", int, description=f"messages to give, at most {MESSAGES_PAGE_MAX}"
+            ),
+        ],
+        responses=MemoryUnitSerializer,
+    )
     def unit(self, request: Request, pk: str) -> Response:
-        raise NotImplementedYet("long-term memory is not built yet")
+        offset = parse_seq(request.query_params.get("offset"), name="offset", default=0)
+        limit = parse_limit(
+            request.query_params.get("limit"),
+            default=MESSAGES_PAGE_DEFAULT,
+            maximum=MESSAGES_PAGE_MAX,
+        )
+        unit = selectors.get_unit(tenant=self.tenant, unit_id=pk)
+        messages = selectors.unit_messages(
+            tenant=self.tenant, unit_id=unit.pk, start=offset, end=offset + limit
+        )
+        body = unit_wire(unit, [], selectors.unit_slices(tenant=self.tenant, unit=unit))
+        body["conversation_messages"] = [
+            {"role": m["role"], "text": m["text"], "at": m["at"]} for m in messages
+        ]
+        more = offset + limit < unit.message_count
+        body["message_count"] = unit.message_count
+        body["offset"] = offset
+        body["next"] = _url(request, offset=offset + limit, limit=limit) if more else None
+        return Response(body)
+
+    @extend_schema(
+        operation_id="memory_search",
+        parameters=[
+            OpenApiParameter(
+                "q", str, required=True, description="words to look for in slice summaries"
+            ),
+            OpenApiParameter("agent", str, description="only this agent's memory"),
+            OpenApiParameter("limit", int, description=f"hits to give, at most {SEARCH_MAX}"),
+        ],
+        responses=MemorySearchSerializer,
+    )
+    def search(self, request: Request) -> Response:
+        query = request.query_params.get("q")
+        if query is None:
+            raise InvalidQuery("give the words to look for: ?q=…")
+        agent = agent_param(request.query_params.get("agent"))
+        limit = parse_limit(
+            request.query_params.get("limit"), default=SEARCH_DEFAULT, maximum=SEARCH_MAX
+        )
+        hits = selectors.search_slices(tenant=self.tenant, query=query, agent=agent, limit=limit)
+        return Response(page_body([hit.wire() for hit in hits], None))

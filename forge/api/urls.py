@@ -9,12 +9,16 @@ router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("sessions", SessionViewSet, basename="session")
 
+memory_cores = MemoryViewSet.as_view({"get": "cores"})
+memory_core = MemoryViewSet.as_view({"get": "core"})
 memory_unit = MemoryViewSet.as_view({"get": "unit"})
+memory_search = MemoryViewSet.as_view({"get": "search"})
 
 urlpatterns = [
     path("sessions/<str:session_id>/stream/", stream_view, name="session-stream"),
-    path("memory/cores/", MemoryViewSet.as_view({"get": "cores"}), name="memory-cores"),
+    path("memory/cores/", memory_cores, name="memory-cores"),
+    path("memory/cores/<str:pk>/", memory_core, name="memory-core"),
     path("memory/units/<str:pk>/", memory_unit, name="memory-unit"),
-    path("memory/search/", MemoryViewSet.as_view({"get": "search"}), name="memory-search"),
+    path("memory/search/", memory_search, name="memory-search"),
     *router.urls,
 ]

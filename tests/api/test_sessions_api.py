@@ -354,15 +354,7 @@ def test_a_tampered_log_is_refused(api, session, tamper, message):
     assert garbage.status_code == 400
 
 
-# --- memory and docs ----------------------------------------------------------------------
-
-
-def test_memory_routes_exist_but_are_not_built_yet(api):
-    for url in ("/api/memory/cores/", "/api/memory/units/u1/", "/api/memory/search/?q=x"):
-        response = api.get(url)
-        assert response.status_code == 501
-        assert error(response)["code"] == "not_implemented"
-    assert APIClient().get("/api/memory/cores/").status_code == 401
+# --- docs (memory: test_memory_api.py) ----------------------------------------------------
 
 
 def test_openapi_schema_and_offline_docs(api):

@@ -1,0 +1,299 @@
+"""The model's memory tools, ``memory_search`` and ``memory_read``, against the real
+database: called the way the runtime calls them (prepare, then execute, DB work on
+another thread, hence transactional tests), and once through a whole scripted turn."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from forge.runtime import start_turn
+from forge.tools import ToolContext, ToolError
+from forge.tools import memory as memory_tools
+from memory import search, services
+from memory.models import MemoryCore, MemorySlice, MemoryUnit
+
+from . import call, make_context
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def remember(tenant: Any, user: Any, agent: str, *texts: str) -> MemoryCore:
+    """One exchange per text, then a rolling: a unit and a slice summarizing them."""
+    core = None
+    for text in texts:
+        core = services.append_dialogue(
+            tenant=tenant,
+            user=user,
+            agent=agent,
+            messages=[
+                {"role": "user", "text": f"{text}."},
+                {"role": "assistant", "text": f"Noted about {text}."},
+            ],
+        )
+    assert core is not None
+    services.roll_core(tenant=tenant, core=core)
+    search.index_pending()
+    core.refresh_from_db()
+    return core
+
+
+def slice_of(core: MemoryCore) -> MemorySlice:
+    return MemorySlice.objects.get(unit__core=core)
+
+
+@pytest.fixture
+def carol(tenant: Any) -> Any:
+    """Another user of alice's tenant."""
+    from accounts.models import Membership, User
+
+    carol = User.objects.create_user(username="carol", password="pw-carol-123")
+    Membership.objects.create(tenant=tenant, user=carol)
+    return carol
+
+
+@pytest.fixture
+def memories(tenant: Any, user: Any, carol: Any, other_user: Any) -> dict[str, MemoryCore]:
+    """Rocket talk everywhere; only ``mine`` is the session owner's with ``build``."""
+    return {
+        "mine": remember(tenant, user, "build", "We deployed the rocket service", "Coffee"),
+        "my_explore": remember(tenant, user, "explore", "Rocket engines in the repository"),
+        "carols": remember(tenant, carol, "build", "Carol's secret rocket launch codes"),
+        "foreign": remember(
+            other_user.tenants.get(), other_user, "build", "Another tenant's rocket plans"
+        ),
+    }
+
+
+@pytest.fixture
+def ctx(session: Any, tmp_path: Path) -> ToolContext:
+    return make_context(tmp_path, session_id=session.pk, tenant_id=session.tenant_id)
+
+
+def indexes(output: str) -> list[int]:
+    """The message indexes a ``memory_read`` answer shows."""
+    return [int(m) for m in re.findall(r"^\[(\d+)\] ", output, re.MULTILINE)]
+
+
+async def refused(name: str, args: dict[str, Any], ctx: ToolContext) -> str:
+    with pytest.raises(ToolError) as info:
+        await call(name, args, ctx)
+    return info.value.message
+
+
+# --- memory_search --------------------------------------------------------------------------
+
+
+async def test_search_gives_the_owners_slices_for_this_agent_only(ctx, memories):
+    mine = memories["mine"]
+    item = await database_sync_to_async(slice_of)(mine)
+    result = await call("memory_search", {"query": "rocket"}, ctx)
+    assert result.metadata == {"count": 1, "slice_ids": [item.pk]}
+    assert f"slice {item.pk}" in result.output
+    assert f"unit {item.unit_id}" in result.output
+    assert f"messages [{item.start_index}, {item.end_index})" in result.output
+    assert "score " in result.output
+    assert "We deployed the rocket service" in result.output
+    for other in ("Carol", "engines", "Another tenant"):
+        assert other not in result.output
+    as_explore = dataclasses.replace(ctx, agent="explore")
+    explore = await call("memory_search", {"query": "rocket"}, as_explore)
+    assert "Rocket engines" in explore.output
+    assert "deployed" not in explore.output
+
+
+async def test_search_ranks_and_limits(ctx, tenant, user, memories):
+    await database_sync_to_async(remember)(tenant, user, "build", "Rocket rocket rocket fuel")
+    both = await call("memory_search", {"query": "rocket fuel"}, ctx)
+    assert both.metadata["count"] == 2
+    assert both.output.index("Rocket rocket rocket fuel") < both.output.index("We deployed")
+    one = await call("memory_search", {"query": "rocket", "limit": 1}, ctx)
+    assert one.metadata["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "query", ['"', "rocket*", "NEAR(rocket coffee)", "rocket OR", "((rocket", "\x00", "---"]
+)
+async def test_search_takes_any_text_as_plain_words(ctx, memories, query):
+    result = await call("memory_search", {"query": query}, ctx)
+    assert result.metadata["count"] == (1 if "rocket" in query else 0)
+    if "rocket" not in query:
+        assert result.output.startswith("No memory matches")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({}, "'query' is a required property"),
+        ({"query": ""}, "should be non-empty"),
+        ({"query": "x" * 1001}, "is too long"),
+        ({"query": "x", "limit": 0}, "less than the minimum"),
+        ({"query": "x", "limit": 21}, "greater than the maximum"),
+        ({"query": "x", "limit": "5"}, "is not of type 'integer'"),
+        ({"query": "x", "user": "carol"}, "Additional properties"),
+    ],
+)
+async def test_bad_search_input_is_a_tool_error(ctx, memories, args, message):
+    assert message in await refused("memory_search", args, ctx)
+
+
+async def test_a_session_without_an_owner_or_of_another_tenant_has_no_memory(
+    ctx, session, other_user, memories
+):
+    other_tenant = await database_sync_to_async(lambda: other_user.tenants.get())()
+    wrong_tenant = make_context(ctx.workspace, session_id=session.pk, tenant_id=other_tenant.pk)
+    assert "no session" in await refused("memory_search", {"query": "rocket"}, wrong_tenant)
+    missing = make_context(ctx.workspace, session_id="ses_missing", tenant_id=ctx.tenant_id)
+    assert "no session" in await refused("memory_read", {"unit_id": "mun_x"}, missing)
+
+    def orphan() -> None:
+        type(session).objects.filter(pk=session.pk).update(user=None)
+
+    await database_sync_to_async(orphan)()
+    assert "no owner" in await refused("memory_search", {"query": "rocket"}, ctx)
+
+
+# --- memory_read ----------------------------------------------------------------------------
+
+
+async def test_read_a_slice_gives_the_raw_messages_of_its_range(ctx, memories):
+    item = await database_sync_to_async(slice_of)(memories["mine"])
+    result = await call("memory_read", {"slice_id": item.pk}, ctx)
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"Messages [0, 4) of slice {item.pk} of unit {item.unit_id}")
+    assert lines[1].startswith("[0] user (")
+    assert lines[1].endswith("): We deployed the rocket service.")
+    assert lines[4].startswith("[3] assistant (")
+    assert len(lines) == 5
+    assert result.metadata["truncated"] is False
+
+
+async def test_read_a_units_range(ctx, memories):
+    item = await database_sync_to_async(slice_of)(memories["mine"])
+    part = await call("memory_read", {"unit_id": item.unit_id, "start": 1, "end": 3}, ctx)
+    assert [line[:3] for line in part.output.splitlines()[1:]] == ["[1]", "[2]"]
+    tail = await call("memory_read", {"unit_id": item.unit_id, "start": 2}, ctx)
+    assert tail.output.splitlines()[0].startswith("Messages [2, 4) of unit")
+    for start in (50, 10**30):
+        beyond = await call("memory_read", {"unit_id": item.unit_id, "start": start}, ctx)
+        assert "(no messages in this range)" in beyond.output
+    assert "must not be below" in await refused(
+        "memory_read", {"unit_id": item.unit_id, "start": 3, "end": 1}, ctx
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({}, 'give either "slice_id", or "unit_id"'),
+        ({"slice_id": "msl_x", "unit_id": "mun_x"}, 'give either "slice_id", or "unit_id"'),
+        ({"slice_id": "msl_x", "start": 1}, '"start" and "end" go with "unit_id"'),
+        ({"unit_id": "mun_x", "start": -1}, "less than the minimum"),
+        ({"unit_id": "mun_x", "end": 1.5}, "is not of type 'integer'"),
+        ({"slice_id": ""}, "should be non-empty"),
+        ({"slice_id": "msl_missing"}, "no memory slice 'msl_missing'"),
+        ({"unit_id": "not an id"}, "no memory unit 'not an id'"),
+    ],
+)
+async def test_bad_read_input_is_a_tool_error(ctx, memories, args, message):
+    assert message in await refused("memory_read", args, ctx)
+
+
+@pytest.mark.parametrize("whose", ["carols", "foreign", "my_explore"])
+async def test_another_users_agents_or_tenants_memory_reads_like_a_missing_one(
+    ctx, memories, whose
+):
+    item = await database_sync_to_async(slice_of)(memories[whose])
+    message = await refused("memory_read", {"slice_id": item.pk}, ctx)
+    assert message == f"no memory slice {item.pk!r}"
+    message = await refused("memory_read", {"unit_id": item.unit_id, "start": 0, "end": 4}, ctx)
+    assert message == f"no memory unit {item.unit_id!r}"
+
+
+async def test_a_long_read_is_cut_with_a_note_telling_where_to_continue(ctx, tenant, user):
+    def big() -> MemoryUnit:
+        core = remember(tenant, user, "build", *[f"Paragraph {i} " + "x" * 6000 for i in range(5)])
+        return MemoryUnit.objects.get(core=core)
+
+    unit = await database_sync_to_async(big)()
+    first = await call("memory_read", {"unit_id": unit.pk, "start": 0, "end": 10}, ctx)
+    assert len(first.output) <= memory_tools.READ_MAX_CHARS + 300
+    assert first.metadata["truncated"] is True
+    resume = first.metadata["end"]
+    assert 0 < resume < 10
+    assert f'"start": {resume}, "end": 10' in first.output.splitlines()[-1]
+    seen = indexes(first.output)
+    while resume < 10:
+        more = await call("memory_read", {"unit_id": unit.pk, "start": resume, "end": 10}, ctx)
+        seen += indexes(more.output)
+        resume = more.metadata["end"]
+    assert seen == list(range(10))  # every message once, in order
+
+
+async def test_one_huge_message_is_shown_cut_and_the_read_moves_on(ctx, tenant, user):
+    def huge() -> MemoryUnit:
+        core = remember(tenant, user, "build", "Log dump " + "y" * 50_000)
+        return MemoryUnit.objects.get(core=core)
+
+    unit = await database_sync_to_async(huge)()
+    result = await call("memory_read", {"unit_id": unit.pk}, ctx)
+    assert len(result.output) < memory_tools.READ_MAX_CHARS + 300
+    assert result.metadata["end"] == 1
+    assert "[message 0 is cut:" in result.output
+    assert '"start": 1, "end": 2' in result.output
+
+
+# --- through a whole turn -------------------------------------------------------------------
+
+
+def tool_reply(tool: str, arguments: str, call_id: str = "call_1") -> list[dict[str, Any]]:
+    return [
+        {"type": "tool-call", "call_id": call_id, "tool": tool, "input": arguments},
+        {"type": "finish-step", "finish_reason": "tool-calls", "usage": {"input": 5, "output": 3}},
+    ]
+
+
+def text_reply(text: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "text-start", "id": "t"},
+        {"type": "text-delta", "id": "t", "delta": text},
+        {"type": "text-end", "id": "t"},
+        {"type": "finish-step", "finish_reason": "stop", "usage": {"input": 10, "output": 2}},
+    ]
+
+
+async def test_a_scripted_turn_calls_memory_search_and_logs_its_output(
+    session, agents, memories, settings, tmp_path
+):
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps([tool_reply("memory_search", '{"query": "rocket deploy"}'), text_reply("ok")])
+    )
+    settings.FORGE_MODEL = "offline/script"
+    settings.FORGE_SCRIPT = str(script)
+    item = await database_sync_to_async(slice_of)(memories["mine"])
+
+    started = await start_turn(session=session, text="what did we deploy?")
+    await asyncio.wait_for(started.task, timeout=30)
+
+    from tests.runtime.conftest import ahistory
+
+    reply = next(m for m in reversed(await ahistory(session)) if m["info"]["role"] == "assistant")
+    part = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert part["tool"] == "memory_search"
+    assert part["state"]["status"] == "completed", part["state"]
+    assert part["state"]["input"] == {"query": "rocket deploy"}
+    output = part["state"]["output"]
+    assert f"slice {item.pk}" in output
+    assert "We deployed the rocket service" in output
+    assert "Carol" not in output
+    assert "Another tenant" not in output
+    assert part["state"]["metadata"] == {"count": 1, "slice_ids": [item.pk]}
+    assert reply["parts"][-2]["text"] == "ok"
