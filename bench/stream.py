@@ -149,7 +149,7 @@ def worker(engine: str, repeat: int, postgres_url: str) -> dict[str, Any]:
     if engine == "postgres":
         from django.db import connections
 
-        from forge.runtime.db import close_connections
+        from forge.db.worker import close_connections
 
         close_connections()
         connections.close_all()

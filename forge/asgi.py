@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from accounts import tenancy  # noqa: E402
-from forge.db import serve_as_app  # noqa: E402
+from forge.db.postgresql.base import serve_as_app  # noqa: E402
 
 serve_as_app()  # PostgreSQL: act as FORGE_DB_APP_ROLE, under row-level security
 

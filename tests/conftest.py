@@ -180,7 +180,7 @@ def _close_runtime_connections(request: pytest.FixtureRequest) -> Iterator[None]
         from asgiref.sync import SyncToAsync
         from django.db import connections
 
-        from forge.runtime.db import close_connections
+        from forge.db.worker import close_connections
 
         close_connections()
         # Django's AsyncClient runs sync views on asgiref's shared thread and, like the
@@ -193,7 +193,7 @@ def _close_runtime_connections_at_the_end(django_db_setup: Any) -> Iterator[None
     """Background work (titles) may reopen the runtime's connection after a test; close it
     before the test database is dropped."""
     yield
-    from forge.runtime.db import close_connections
+    from forge.db.worker import close_connections
 
     close_connections()
 

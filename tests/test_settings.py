@@ -71,7 +71,8 @@ def test_sqlite_urls_get_wal_a_busy_timeout_and_immediate_transactions():
     assert "journal_mode=WAL" in config["OPTIONS"]["init_command"]
     assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert config["OPTIONS"]["timeout"] >= 5
-    assert database_config("postgres://u@h:5432/d")["ENGINE"] == "django.db.backends.postgresql"
+    # Django's backend plus the application role of row-level security:
+    assert database_config("postgres://u@h:5432/d")["ENGINE"] == "forge.db.postgresql"
 
 
 def test_redis_url_switches_the_channel_layer():

@@ -1,5 +1,2 @@
-"""Forge's database backends (``forge.db.postgresql``: row-level security)."""
-
-from .postgresql.base import serve_as_app
-
-__all__ = ["serve_as_app"]
+"""Forge's database plumbing: ``postgresql`` (the backend with row-level security) and
+``worker`` (the one thread that does async code's database work)."""

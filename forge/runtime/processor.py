@@ -26,13 +26,13 @@ from typing import Any
 from django.conf import settings
 
 from forge import hooks, tools
+from forge.db.worker import db
 from forge.providers import events as ev
 from forge.tools import ToolContext, ToolError
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
-from .db import db
 from .inflight import buffer, mirror
 from .turn import Turn
 

@@ -21,13 +21,13 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from accounts import tenancy
+from forge.db.worker import db
 from forge.errors import NotRunning
 from forge.realtime.receiver import Receiver
 from sessions import services
 from sessions.models import Session
 
 from . import lease
-from .db import db
 from .finalize import finalize_open_messages
 from .prompting import Attachment, begin
 from .recovery import recover_session

@@ -7,13 +7,13 @@ import logging
 from typing import Any
 
 from forge.context import request_for
+from forge.db.worker import db
 from forge.errors import UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
 from sessions import services
 from sessions.log import format_time, now_ms
 
-from .db import db
 from .dialogue import complete_reply
 from .finalize import ABORTED, finalize_open_messages
 from .processor import Processor, finish_then_cancel

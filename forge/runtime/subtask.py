@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from forge.db.worker import db
 from forge.errors import UnknownAgent
 from forge.tools import ToolContext, ToolError, ToolResult, tool
 from sessions import selectors, services
@@ -14,7 +15,6 @@ from sessions.exceptions import NotFound
 from sessions.models import Session
 
 from .agents import get_agent
-from .db import db
 from .turn import Turn
 
 MAX_SUBTASK_DEPTH = 2

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from forge.db.worker import db
 from sessions import selectors, services
 from sessions.models import Session
 
-from .db import db
 from .small_model import SmallModelError, ask
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ missing one (a tool error), never with its data.
   call; a cut answer ends with a note telling where to continue.
 
 The tools are async and run their database work on the runtime's database thread
-(``forge.runtime.db``: one connection, closed at shutdown), never on the event loop.
+(``forge.db.worker``: one connection, closed at shutdown), never on the event loop.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
+from forge.db.worker import db
 from memory import selectors as memory
 from memory.models import MemorySlice, MemoryUnit
 from memory.search import QUERY_MAX
@@ -81,7 +82,6 @@ async def off_the_loop(
     args: dict[str, Any],
 ) -> ToolResult:
     """Run ``function`` on the runtime's database thread (as the runtime's own reads)."""
-    from forge.runtime.db import db  # forge.runtime imports this package: import on use
 
     result: ToolResult = await db(function)(ctx, args)
     return result
