@@ -107,15 +107,18 @@ def _with_parts(
 
 
 def iter_history(
-    *, tenant: Tenant, session_id: str, batch: int = PAGE_MAX
+    *, tenant: Tenant, session_id: str, batch: int = PAGE_MAX, since: str | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The whole history, oldest first, ``{"info", "parts"}`` each, read in batches."""
+    """The whole history, oldest first, ``{"info", "parts"}`` each, read in batches
+    (only the messages from id ``since`` on, when given: an indexed range read)."""
     session = get_session(tenant=tenant, session_id=session_id)
     after: str | None = None
     while True:
         messages = Message.objects.filter(tenant=tenant, session=session).order_by("id")
         if after is not None:
             messages = messages.filter(id__gt=after)
+        elif since is not None:
+            messages = messages.filter(id__gte=since)
         rows = list(messages.values_list("id", "data")[:batch])
         yield from _with_parts(tenant, session, rows)
         if len(rows) < batch:
@@ -197,6 +200,19 @@ def context_updates(
     if upto_seq is not None:
         events = events.filter(seq__lte=upto_seq)
     return list(events.order_by("seq").values_list("data", flat=True))
+
+
+def last_compaction(
+    *, tenant: Tenant, session: Session, upto_seq: int | None = None
+) -> dict[str, Any] | None:
+    """The data of the session's newest ``session.compacted`` event (up to a seq): the
+    marker a finished compaction logs, ``{message_id, parent_id, tail_start_id, …}``.
+    One indexed read (the ``sessionevent_context`` index), whatever the log's length."""
+    events = SessionEvent.objects.filter(tenant=tenant, session=session, type="session.compacted")
+    if upto_seq is not None:
+        events = events.filter(seq__lte=upto_seq)
+    data = events.order_by("-seq").values_list("data", flat=True).first()
+    return data if isinstance(data, dict) else None
 
 
 def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
