@@ -21,10 +21,10 @@ Nothing is removed from the log: what is hidden here stays readable through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-Item = Mapping[str, Any]  # {"info": message, "parts": [part, ...]}
+Item = TypeVar("Item", bound=Mapping[str, Any])  # {"info": message, "parts": [part, ...]}
 
 
 def is_finished_summary(info: Mapping[str, Any]) -> bool:
@@ -41,7 +41,7 @@ def compaction_part(parts: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return next((p for p in parts if p.get("type") == "compaction"), None)
 
 
-def find_boundary(history: list[Item]) -> tuple[int, int] | None:
+def find_boundary(history: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
     """``(index of the compaction user message, index of its summary)`` of the newest
     boundary in ``history`` (oldest first), or None."""
     summaries: dict[str, int] = {}  # parent id -> index of its newest finished summary
