@@ -215,6 +215,28 @@ def last_compaction(
     return data if isinstance(data, dict) else None
 
 
+def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
+    """Whether the conversation moved on since the newest ``session.compacted`` marker:
+    a new prompt, or a model step that finished (outside the summary). True when
+    the session was never compacted. Reads only the events after the marker."""
+    marker = (
+        SessionEvent.objects.filter(tenant=tenant, session=session, type="session.compacted")
+        .order_by("-seq")
+        .values_list("seq", "data")
+        .first()
+    )
+    if marker is None:
+        return True
+    seq, data = marker
+    summary_id = data.get("message_id") if isinstance(data, dict) else None
+    after = SessionEvent.objects.filter(tenant=tenant, session=session, seq__gt=seq)
+    steps = after.filter(type="part.updated", data__type="step-finish").exclude(
+        data__message_id=summary_id
+    )
+    prompts = after.filter(type="message.updated", data__role="user")
+    return steps.exists() or prompts.exists()
+
+
 def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
     """Assistant messages not finished yet (``completed_at`` null), each ``{info, parts}``."""
     rows = list(

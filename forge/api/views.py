@@ -30,7 +30,7 @@ from accounts.models import Tenant
 from forge import runtime
 from forge.access import session_of, tenant_of
 from forge.context import request_for
-from forge.errors import NotImplementedYet, SessionBusy
+from forge.errors import SessionBusy
 from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
 from sessions import selectors, services
@@ -236,11 +236,18 @@ class SessionViewSet(GenericViewSet):
         runtime.abort(session=session)
         return Response({"aborted": True, "session": self._session_body(session)})
 
-    @extend_schema(request=None, responses={501: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def compact(self, request: Request, pk: str) -> Response:
-        self.get_object()
-        raise NotImplementedYet("compaction is not built yet")
+        """Start compacting now: 202, then the boundary's frames on the session's stream
+        (400 on an empty session or with nothing new since the last compaction, 409
+        while busy)."""
+        session = self.get_object()
+        runtime.compact(session=session)
+        return Response(
+            {"compacting": True, "session": self._session_body(session)},
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     @extend_schema(request=ForkSerializer, responses={201: SessionSerializer})
     @action(detail=True, methods=["post"])

@@ -85,6 +85,8 @@ def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for step in steps:
         text = "".join(p["text"] for p in step if p["type"] == "text")
         tools = [p for p in step if p["type"] == "tool"]
+        if not text and not tools:
+            continue  # a step that produced nothing the model is sent (failed, reasoning only)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if tools:
             message["tool_calls"] = [

@@ -15,8 +15,15 @@ from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment
 from .recovery import ensure_janitor, recover_session, recover_sessions
-from .runner import StartedTurn, abort_turn, running_turn, settle, start_turn
-from .sync import PromptResult, abort, prompt
+from .runner import (
+    StartedTurn,
+    abort_turn,
+    running_turn,
+    settle,
+    start_compaction,
+    start_turn,
+)
+from .sync import PromptResult, abort, compact, prompt
 
 __all__ = [
     "Attachment",
@@ -29,6 +36,7 @@ __all__ = [
     "UnknownAgent",
     "abort",
     "abort_turn",
+    "compact",
     "ensure_janitor",
     "is_busy",
     "prompt",
@@ -37,6 +45,7 @@ __all__ = [
     "running_turn",
     "settle",
     "snapshots",
+    "start_compaction",
     "start_turn",
     "with_busy",
 ]

@@ -7,12 +7,14 @@ import logging
 from typing import Any
 
 from forge.context import request_for
-from forge.errors import UnknownModel
+from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
+from forge.providers.events import Usage
 from sessions import services
 from sessions.log import format_time, now_ms
 
+from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .db import db
 from .finalize import ABORTED, finalize_open_messages
 from .processor import Processor, finish_then_cancel
@@ -47,14 +49,38 @@ async def run_turn(turn: Turn) -> None:
             return
         total_cost = 0.0
         limit = max(1, turn.agent.step_limit)
-        for step in range(1, limit + 1):
+        usage: Usage | None = None  # the last step's, this turn
+        step = 1
+        retried_overflow = False
+        while step <= limit:
             turn.raise_if_aborted()
             _, request = await finish_then_cancel(db(request_for)(session))
+            if over_limit(request, model=turn.model, agent=turn.agent, usage=usage):
+                outcome = await _compact_or_fail(turn, "the context is over the model's limit")
+                if outcome is None:
+                    return
+                if outcome:
+                    usage = None
+                    _, request = await finish_then_cancel(db(request_for)(session))
             result = await processor.run_step(provider.stream(request))
             total_cost += result.cost
             if result.error is not None:
+                if is_provider_overflow(result.error):
+                    message = f"the model's context window overflowed: {result.error.message}"
+                    outcome = False
+                    if not retried_overflow:
+                        outcome = await _compact_or_fail(turn, message)
+                        if outcome is None:
+                            return
+                    if outcome:
+                        retried_overflow = True
+                        usage = None
+                        continue  # the same step again, from the compacted context
+                    await _fail(turn, overflow_error(message))
+                    return
                 await _fail(turn, _error_info(result.error))
                 return
+            usage = result.usage
             final = result.finish_reason != "tool-calls" or step == limit
             info: dict[str, Any] = {
                 "id": turn.message_id,
@@ -69,6 +95,7 @@ async def run_turn(turn: Turn) -> None:
             await finish_then_cancel(db(services.update_message)(session=session, info=info))
             if final:
                 return
+            step += 1
     except asyncio.CancelledError:
         await asyncio.shield(
             db(finalize_open_messages)(
@@ -100,6 +127,33 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+async def _compact_or_fail(turn: Turn, why: str) -> bool | None:
+    """Compact in the middle of the turn (its prompt stays in the kept tail).
+
+    True: compacted; False: nothing to compact (no progress since the last
+    boundary, or nothing older than this turn), go on; None: the reply was
+    ended with a ``ContextOverflowError`` (automatic compaction off, or the
+    summary failed)."""
+    if not auto_enabled(turn.agent):
+        await _fail(turn, overflow_error(f"{why}, and automatic compaction is off"))
+        return None
+    try:
+        await compact(
+            turn.session,
+            auto=True,
+            overflow=True,
+            agent=turn.agent.name,
+            keep_from=turn.user_message_id,
+        )
+    except NothingToCompact as exc:
+        logger.info("session %s: not compacted: %s", turn.session.pk, exc)
+        return False
+    except CompactionFailed as exc:
+        await _fail(turn, overflow_error(f"{why}, and compacting it failed: {exc}"))
+        return None
+    return True
 
 
 async def _fail(turn: Turn, error: dict[str, Any]) -> None:

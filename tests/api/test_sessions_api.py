@@ -238,10 +238,6 @@ def test_abort_when_nothing_runs_is_409(api, session):
     assert error(response)["code"] == "not_running"
 
 
-def test_compact_is_not_built_yet(api, session):
-    assert api.post(f"/api/sessions/{session.pk}/compact/").status_code == 501
-
-
 # --- fork, context, export and import ------------------------------------------------------
 
 
