@@ -215,6 +215,26 @@ def last_compaction(
     return data if isinstance(data, dict) else None
 
 
+def last_step_tokens(*, tenant: Tenant, session: Session) -> dict[str, Any] | None:
+    """The tokens the newest finished model step reported (its ``step-finish`` part),
+    unless a compaction was logged after it (that usage no longer describes the
+    context). Reads back from the newest part (index ``part_session_id``)."""
+    row = (
+        Part.objects.filter(tenant=tenant, session=session, type="step-finish")
+        .order_by("-id")
+        .values_list("seq", "data")
+        .first()
+    )
+    if row is None:
+        return None
+    seq, data = row
+    compacted_after = SessionEvent.objects.filter(
+        tenant=tenant, session=session, type="session.compacted", seq__gt=seq
+    ).exists()
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    return None if compacted_after or not isinstance(tokens, dict) else tokens
+
+
 def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
     """Whether the conversation moved on since the newest ``session.compacted`` marker:
     a new prompt, or a model step that finished (outside the summary). True when

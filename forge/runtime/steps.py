@@ -11,7 +11,7 @@ from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
 from forge.providers.events import Usage
-from sessions import services
+from sessions import selectors, services
 from sessions.log import format_time, now_ms
 
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
@@ -49,7 +49,7 @@ async def run_turn(turn: Turn) -> None:
             return
         total_cost = 0.0
         limit = max(1, turn.agent.step_limit)
-        usage: Usage | None = None  # the last step's, this turn
+        usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
         step = 1
         retried_overflow = False
         while step <= limit:
@@ -127,6 +127,13 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+def _last_usage(session: Any) -> Usage | None:
+    tokens = selectors.last_step_tokens(tenant=session.tenant, session=session)
+    if not tokens:
+        return None
+    return Usage(input=int(tokens.get("input", 0)), output=int(tokens.get("output", 0)))
 
 
 async def _compact_or_fail(turn: Turn, why: str) -> bool | None:
