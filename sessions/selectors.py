@@ -6,6 +6,7 @@ raise ``NotFound``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from accounts.models import Tenant
 
 from .exceptions import InvalidCursor, NotFound
 from .ids import is_valid_id
-from .log import ChainProblem, event_body, format_time, verify_chain
+from .log import ChainProblem, event_body, format_time, log_header, verify_chain
 from .models import Message, Part, Session, SessionEvent
 from .projector import Projection, fold
 
@@ -147,6 +148,24 @@ def iter_log(*, session: Session, with_hash: bool = True) -> Iterator[dict[str, 
     )
     for event in events.iterator(chunk_size=2000):
         yield event_wire(event, with_hash=with_hash)
+
+
+def export_lines(*, session: Session) -> Iterator[str]:
+    """The session's export file, line by line: the header, then every event with its
+    hash (JSON Lines)."""
+    head = (
+        SessionEvent.objects.filter(tenant_id=session.tenant_id, session=session)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    seq, head_hash = head or (0, "")
+    header = log_header(session_id=session.pk, events=seq, head_hash=head_hash)
+    yield json.dumps(header, separators=(",", ":")) + "\n"
+    for event in iter_log(session=session):
+        if event["seq"] > seq:  # written after the header was: the next export has it
+            return
+        yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def stored_projection(*, tenant: Tenant, session: Session) -> Projection:

@@ -5,8 +5,6 @@ in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
@@ -277,11 +275,9 @@ class SessionViewSet(GenericViewSet):
     def export(self, request: Request, pk: str) -> StreamingHttpResponse:
         session = self.get_object()
 
-        def lines() -> Iterator[str]:
-            for event in selectors.iter_log(session=session):
-                yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        response = StreamingHttpResponse(
+            selectors.export_lines(session=session), content_type="application/x-ndjson"
+        )
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'
         return response
 
@@ -292,5 +288,6 @@ class SessionViewSet(GenericViewSet):
     def import_(self, request: Request) -> Response:
         events = services.parse_log(request.body.splitlines())
         self.tenant  # noqa: B018 - the caller must belong to a tenant
-        session = services.import_log(user=self.user, events=events)
+        copy = request.query_params.get("copy") in ("1", "true", "yes")
+        session = services.import_log(user=self.user, events=events, copy=copy)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)
