@@ -67,7 +67,7 @@ def test_export_then_import_a_copy_in_the_same_tenant(compacted, user, tmp_path,
     assert copy.pk != compacted.pk
     assert copy.tenant == compacted.tenant
     first = SessionEvent.objects.get(session=copy, seq=1)
-    head = SessionEvent.objects.filter(session=compacted).order_by("-seq").first()
+    head = SessionEvent.objects.filter(session=compacted).latest("seq")
     assert first.data["copied_from"] == {
         "session_id": compacted.pk,
         "head_seq": head.seq,
@@ -157,7 +157,7 @@ def test_a_bad_export_file_is_refused_and_nothing_is_written(
 
 
 def test_replay_prints_the_request_at_a_seq(compacted, capsys):
-    step = SessionEvent.objects.filter(session=compacted).order_by("-seq").first().seq
+    step = SessionEvent.objects.filter(session=compacted).latest("seq").seq
     call_command("replay_session", compacted.pk, "--at", str(step), "--json")
     body = json.loads(capsys.readouterr().out)
     assert body["at"] == step
