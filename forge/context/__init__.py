@@ -36,6 +36,7 @@ from sessions.models import Session
 from sessions.projector import fold_context
 
 from .compacted import filter_compacted, find_boundary
+from .pruning import is_pruned, placeholder
 
 # What a compaction user message says to the model (its ``compaction`` part has no text).
 COMPACTION_PROMPT = "What did we do so far? Summarize the conversation for continuing it."
@@ -108,6 +109,8 @@ def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _tool_result(part: Mapping[str, Any]) -> str:
     state = part["state"]
+    if is_pruned(part):
+        return placeholder(part)
     if state["status"] == "completed":
         return str(state["output"])
     if state["status"] == "error":

@@ -6,7 +6,8 @@ import asyncio
 import logging
 from typing import Any
 
-from forge.context import request_for
+from forge.context import request_for, visible_history
+from forge.context.pruning import prune
 from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
@@ -49,6 +50,7 @@ async def run_turn(turn: Turn) -> None:
             return
         total_cost = 0.0
         limit = max(1, turn.agent.step_limit)
+        await finish_then_cancel(db(_prune)(session))
         usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
         step = 1
         retried_overflow = False
@@ -127,6 +129,10 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+def _prune(session: Any) -> None:
+    prune(session, visible_history(session))
 
 
 def _last_usage(session: Any) -> Usage | None:

@@ -260,6 +260,11 @@ FORGE_CONTEXT_LIMIT_DEFAULT = env_int("FORGE_CONTEXT_LIMIT_DEFAULT", 128_000)
 FORGE_OUTPUT_RESERVE = env_int("FORGE_OUTPUT_RESERVE", 8_192)
 FORGE_AUTO_COMPACT = env_bool("FORGE_AUTO_COMPACT", True)
 FORGE_COMPACT_TAIL_TOKENS = env_int("FORGE_COMPACT_TAIL_TOKENS", 4_000)
+# Pruning: completed tool outputs older than the newest FORGE_PRUNE_PROTECT_TOKENS
+# (and than the last two prompts) reach the model as a placeholder, once at least
+# FORGE_PRUNE_MINIMUM_TOKENS would be saved. The log keeps every output.
+FORGE_PRUNE_PROTECT_TOKENS = env_int("FORGE_PRUNE_PROTECT_TOKENS", 40_000)
+FORGE_PRUNE_MINIMUM_TOKENS = env_int("FORGE_PRUNE_MINIMUM_TOKENS", 20_000)
 
 # Price per million tokens, by "provider/model", for step and message cost.
 FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {

@@ -159,3 +159,70 @@ def test_the_read_starts_at_the_boundary(session):
     assert len(visible) == 4
     # marker + session + one batch of messages + its parts: not growing with the 300 older
     assert len(queries) <= 5
+
+
+# --- pruning ----------------------------------------------------------------------------
+
+
+def _tool_turn(session, n, output):
+    uid = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=session, part={"message_id": uid, "type": "text", "text": f"read {n}"}
+    )
+    aid = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": uid, "completed_at": DONE}
+    ).data["id"]
+    services.update_part(session=session, part={"message_id": aid, "type": "step-start"})
+    return services.update_part(
+        session=session,
+        part={
+            "message_id": aid,
+            "type": "tool",
+            "call_id": f"c{n}",
+            "tool": "read_file",
+            "state": {
+                "status": "completed",
+                "input": {"path": f"f{n}.txt"},
+                "output": output,
+                "title": "",
+                "metadata": {},
+                "time": {"start": DONE, "end": DONE},
+            },
+        },
+    ).data
+
+
+@pytest.mark.django_db
+def test_old_tool_outputs_are_pruned_by_a_logged_update_and_the_log_keeps_them(session, settings):
+    from forge.context.pruning import prune
+
+    settings.FORGE_PRUNE_PROTECT_TOKENS = 100
+    settings.FORGE_PRUNE_MINIMUM_TOKENS = 100
+    big = "x" * 1000  # 250 tokens
+    parts = [_tool_turn(session, n, f"OUTPUT{n} {big}") for n in range(5)]
+    pruned = prune(session, visible_history(session))
+    # the last two turns are protected; older outputs count against the 100-token budget
+    # (each is 250), so every completed output older than the last two turns is pruned
+    assert pruned == [parts[2]["id"], parts[1]["id"], parts[0]["id"]]
+    tool_messages = [m for m in request_for(session)[1].messages if m["role"] == "tool"]
+    assert tool_messages[0]["content"].startswith("[the output of the read_file call")
+    assert parts[0]["id"] in tool_messages[0]["content"]
+    assert tool_messages[-1]["content"].startswith("OUTPUT4")
+    # the stored output is unchanged; the log has the marking update
+    stored = selectors.get_message(
+        tenant=session.tenant, session_id=session.pk, message_id=parts[0]["message_id"]
+    )["parts"][-1]
+    assert stored["state"]["output"].startswith("OUTPUT0")
+    assert stored["state"]["time"]["compacted"]
+    assert prune(session, visible_history(session)) == []  # nothing new to prune
+
+
+@pytest.mark.django_db
+def test_nothing_is_pruned_below_the_minimum(session, settings):
+    from forge.context.pruning import prune
+
+    settings.FORGE_PRUNE_PROTECT_TOKENS = 10
+    settings.FORGE_PRUNE_MINIMUM_TOKENS = 10_000
+    for n in range(5):
+        _tool_turn(session, n, "y" * 400)
+    assert prune(session, visible_history(session)) == []
