@@ -11,6 +11,7 @@
 
 from forge.errors import InvalidPrompt, NotRunning, PromptTooLarge, SessionBusy, UnknownAgent
 
+from . import recall  # noqa: F401 - registers history_search and history_read
 from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sessions.models import SessionEvent
-from tests.providers.fake_openai import FakeOpenAI, reply, usage_chunk
+from tests.providers.fake_openai import FakeOpenAI, ToolCallScript, reply, usage_chunk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -62,3 +62,20 @@ def test_after_a_compaction_the_request_carries_the_summary_not_the_oldest_turn(
     assert OLDEST in texts
     assert "Continuing from the summary." in texts
     assert sum(1 for item in messages if item["info"]["role"] == "user") == 4
+
+    # the model recalls what the summary hid: history_search over the whole log
+    openai_server.push(
+        reply(
+            tool_calls=[ToolCallScript("call_s", "history_search", ['{"query": "zebra quartz"}'])],
+            finish_reason="tool_calls",
+            usage=usage_chunk(400, 5),
+        ),
+        reply(text=["Found it."], usage=usage_chunk(500, 3)),
+    )
+    answer = say(api, session, "what did the oldest turn name?")
+    found = openai_server.requests[-1]["messages"][-1]
+    assert found["role"] == "tool"
+    assert "zebra-quartz ledger" in found["content"]
+    oldest_id = next(item for item in messages if item["info"]["role"] == "user")["info"]["id"]
+    assert oldest_id in found["content"]
+    assert answer["reply"]["info"]["error"] is None
