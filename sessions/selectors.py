@@ -211,13 +211,25 @@ def verify_log(*, tenant: Tenant, session: Session) -> list[ChainProblem]:
 
 
 CONTEXT_TYPES = ("context.updated",)
+# The condition of the partial index ``sessionevent_context``, as literal SQL: SQLite
+# uses a partial index only when the query repeats its condition (a bound
+# parameter does not prove it), so reads of those events say it this way.
+_CONTEXT_INDEX_CONDITION = "\"type\" IN ('context.updated', 'session.compacted')"
+
+
+def _indexed_context_events(*, tenant: Tenant, session: Session) -> QuerySet[SessionEvent]:
+    """The session's ``context.updated`` and ``session.compacted`` events, read through
+    their partial index (a handful of rows, whatever the log's length)."""
+    return SessionEvent.objects.filter(tenant=tenant, session=session).extra(  # noqa: S610
+        where=[_CONTEXT_INDEX_CONDITION]
+    )
 
 
 def context_updates(
     *, tenant: Tenant, session: Session, upto_seq: int | None = None
 ) -> list[dict[str, Any]]:
     """The data of the session's ``context.updated`` events, oldest first (up to a seq)."""
-    events = SessionEvent.objects.filter(tenant=tenant, session=session, type__in=CONTEXT_TYPES)
+    events = _indexed_context_events(tenant=tenant, session=session).filter(type__in=CONTEXT_TYPES)
     if upto_seq is not None:
         events = events.filter(seq__lte=upto_seq)
     return list(events.order_by("seq").values_list("data", flat=True))
@@ -229,7 +241,9 @@ def last_compaction(
     """The data of the session's newest ``session.compacted`` event (up to a seq): the
     marker a finished compaction logs, ``{message_id, parent_id, tail_start_id, …}``.
     One indexed read (the ``sessionevent_context`` index), whatever the log's length."""
-    events = SessionEvent.objects.filter(tenant=tenant, session=session, type="session.compacted")
+    events = _indexed_context_events(tenant=tenant, session=session).filter(
+        type="session.compacted"
+    )
     if upto_seq is not None:
         events = events.filter(seq__lte=upto_seq)
     data = events.order_by("-seq").values_list("data", flat=True).first()
@@ -249,9 +263,11 @@ def last_step_tokens(*, tenant: Tenant, session: Session) -> dict[str, Any] | No
     if row is None:
         return None
     seq, data = row
-    compacted_after = SessionEvent.objects.filter(
-        tenant=tenant, session=session, type="session.compacted", seq__gt=seq
-    ).exists()
+    compacted_after = (
+        _indexed_context_events(tenant=tenant, session=session)
+        .filter(type="session.compacted", seq__gt=seq)
+        .exists()
+    )
     tokens = data.get("tokens") if isinstance(data, dict) else None
     return None if compacted_after or not isinstance(tokens, dict) else tokens
 
@@ -261,7 +277,8 @@ def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
     a new prompt, or a model step that finished (outside the summary). True when
     the session was never compacted. Reads only the events after the marker."""
     marker = (
-        SessionEvent.objects.filter(tenant=tenant, session=session, type="session.compacted")
+        _indexed_context_events(tenant=tenant, session=session)
+        .filter(type="session.compacted")
         .order_by("-seq")
         .values_list("seq", "data")
         .first()
