@@ -99,8 +99,11 @@ def _with_parts(
     """``[{"info", "parts"}]`` for message rows ``(id, data)``, in one query for all parts."""
     parts_by_message: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id, _ in rows}
     if rows:
+        # By message only: the messages are this session's already, and a session
+        # filter would let SQLite's planner scan the session's every part instead of
+        # seeking these messages' (index ``part_message_id``).
         part_rows = (
-            Part.objects.filter(tenant=tenant, session=session, message_id__in=parts_by_message)
+            Part.objects.filter(tenant=tenant, message_id__in=parts_by_message)
             .order_by("message_id", "id")
             .values_list("message_id", "data")
         )
