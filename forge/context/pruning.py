@@ -25,9 +25,12 @@ from sessions.models import Session
 PROTECTED_TURNS = 2
 
 
+PLACEHOLDER_START = "[the output of the "
+
+
 def placeholder(part: Mapping[str, Any]) -> str:
     return (
-        f"[the output of the {part.get('tool')} call was pruned from the context to save "
+        f"{PLACEHOLDER_START}{part.get('tool')} call was pruned from the context to save "
         f"space; history_read with part_id {part.get('id')} shows it]"
     )
 
