@@ -613,6 +613,7 @@ class SessionView {
     const assistant = info.role === "assistant";
     const open = assistant && !info.completed_at;
     rec.el.dataset.state = info.error ? "error" : open ? "streaming" : "done";
+    rec.el.classList.toggle("message-summary", Boolean(info.summary));
     rec.el.setAttribute("aria-busy", open ? "true" : "false");
     const head = [el("span", { className: "role", text: assistant ? "Assistant" : info.role === "user" ? "You" : info.role })];
     if (info.agent) head.push(el("span", { className: "agent", text: info.agent }));
@@ -728,8 +729,14 @@ class SessionView {
       case "subtask":
         return this.renderSubtask(rec);
       case "compaction":
+        // A divider: what lies above was summarized for the model (it stays here, readable).
+        rec.message.el.classList.add("message-compaction");
         return rec.el.replaceChildren(
-          el("span", { text: part.auto ? "The conversation was compacted automatically." : "The conversation was compacted." }),
+          el(
+            "div",
+            { className: "compaction-divider", role: "separator" },
+            el("span", { text: part.auto ? "Earlier messages summarized (automatically)" : "Earlier messages summarized" }),
+          ),
         );
       default:
         return rec.el.replaceChildren(el("span", { className: "muted", text: `[${part.type}]` }));
@@ -748,7 +755,14 @@ class SessionView {
     if (role === "assistant") {
       if (!rec.body) {
         rec.body = el("div", { className: "markdown" });
-        rec.el.replaceChildren(rec.body);
+        if (rec.message.info.summary) {
+          // The summary the model continues from: folded, expandable.
+          rec.el.replaceChildren(
+            el("details", { className: "compaction-summary" }, el("summary", { text: "Summary of the earlier messages" }), rec.body),
+          );
+        } else {
+          rec.el.replaceChildren(rec.body);
+        }
       }
       rec.body.innerHTML = renderMarkdown(text); // escaped first, by construction
       return;
