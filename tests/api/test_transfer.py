@@ -167,3 +167,24 @@ def test_replay_prints_the_request_at_a_seq(compacted, capsys):
     for bad in ("-1", str(step + 1)):
         with pytest.raises(CommandError, match="invalid_cursor"):
             call_command("replay_session", compacted.pk, "--at", bad)
+
+
+def test_the_api_refuses_a_file_without_a_header(api, compacted):
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    headless = b"\n".join(body.splitlines()[1:])
+    count = SessionEvent.objects.count()
+    response = api.generic(
+        "POST", "/api/sessions/import/?copy=1", headless, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "log_integrity"
+    assert "no header" in response.json()["error"]["message"]
+    assert SessionEvent.objects.count() == count
+
+
+def test_context_at_beyond_the_log_is_400(api, compacted):
+    head = selectors.head_seq(tenant=compacted.tenant, session_id=compacted.pk)
+    response = api.get(f"/api/sessions/{compacted.pk}/context/?at={head + 1}")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_cursor"
+    assert api.get(f"/api/sessions/{compacted.pk}/context/?at=-1").status_code == 400
