@@ -4,12 +4,26 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
+from forge.context import COMPACTION_PROMPT, request_for
+from forge.context.compacted import filter_compacted
+from forge.context.pruning import PLACEHOLDER_START, is_pruned
+from forge.params import parse_seq
 from forge.tools import all_tools
+from sessions import selectors
+from sessions.admin import SessionAdmin
+from sessions.exceptions import InvalidCursor
+from sessions.models import Session
 
 from .models import Agent, SessionLease
+
+CONTENT_SHOWN = 4000  # characters of one message shown on the page
 
 
 class AgentForm(forms.ModelForm):
@@ -29,6 +43,8 @@ class AgentForm(forms.ModelForm):
             "tools",
             "step_limit",
             "temperature",
+            "context_limit",
+            "auto_compact",
             "is_default",
         ]
 
@@ -71,3 +87,98 @@ class SessionLeaseAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ContextSessionAdmin(SessionAdmin):
+    """The session's admin page, with "what the model sees": the derived request at the
+    head or at a seq the operator picks, hidden and pruned items marked."""
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [*super().get_fields(request, obj), "model_view"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "model_view"]
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.context_view)
+        extra = [path("<str:object_id>/context/", view, name="forge_sessions_session_context")]
+        return extra + super().get_urls()
+
+    @admin.display(description="what the model sees")
+    def model_view(self, obj: Session) -> SafeString:
+        url = reverse("admin:forge_sessions_session_context", args=[obj.pk])
+        return format_html(
+            '<a href="{}">The request the model is sent now, or as of any seq</a>', url
+        )
+
+    def context_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        session = self.get_object(request, object_id)
+        if session is None or not self.has_view_permission(request, session):
+            raise Http404("no such session")
+        head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "session": session,
+            "head": head,
+            "title": "What the model sees",
+        }
+        try:
+            at = request.GET.get("at")
+            seq = None if at in (None, "") else parse_seq(at, name="at", default=0)
+            model, model_request = request_for(session, at=seq)
+        except InvalidCursor as exc:
+            context["error"] = str(exc)
+            return TemplateResponse(request, "admin/forge_sessions/session/context.html", context)
+        if seq is None:
+            history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+        else:
+            history = selectors.history_at(tenant=session.tenant, session=session, seq=seq)
+        visible = filter_compacted(history)
+        pruned = [
+            {"tool": p.get("tool"), "id": p.get("id")}
+            for item in visible
+            for p in item["parts"]
+            if p.get("type") == "tool" and is_pruned(p)
+        ]
+        messages = []
+        for message in model_request.messages:
+            content = str(message.get("content") or "")
+            mark = ""
+            if content == COMPACTION_PROMPT:
+                mark = "compaction"
+            elif content.startswith(PLACEHOLDER_START):
+                mark = "pruned"
+            messages.append(
+                {
+                    "role": message["role"],
+                    "mark": mark,
+                    "content": content[:CONTENT_SHOWN]
+                    + (" …" if len(content) > CONTENT_SHOWN else ""),
+                    "calls": [
+                        f"{c['function']['name']}({c['function']['arguments'][:300]})"
+                        for c in message.get("tool_calls", [])
+                    ],
+                }
+            )
+        if messages and messages[0]["mark"] == "compaction" and len(messages) > 1:
+            messages[1]["mark"] = "summary"
+        context.update(
+            model=model,
+            at=seq,
+            shown_at=head if seq is None else seq,
+            system=model_request.system,
+            messages=messages,
+            tools=[tool.name for tool in model_request.tools],
+            total_count=len(history),
+            visible_count=len(visible),
+            hidden_count=len(history) - len(visible),
+            pruned=pruned,
+            boundary=selectors.last_compaction(tenant=session.tenant, session=session, upto_seq=seq)
+            if len(visible) < len(history)
+            else None,
+        )
+        return TemplateResponse(request, "admin/forge_sessions/session/context.html", context)
+
+
+admin.site.unregister(Session)
+admin.site.register(Session, ContextSessionAdmin)

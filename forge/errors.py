@@ -8,11 +8,13 @@ from __future__ import annotations
 from accounts.exceptions import ForgeError
 
 __all__ = [
+    "CompactionFailed",
     "ForgeError",
     "InvalidPrompt",
     "NotAuthenticated",
     "NotImplementedYet",
     "NotRunning",
+    "NothingToCompact",
     "PromptTooLarge",
     "SessionBusy",
     "UnknownAgent",
@@ -61,3 +63,16 @@ class NotAuthenticated(ForgeError):
 class NotImplementedYet(ForgeError):
     code = "not_implemented"
     status = 501
+
+
+class NothingToCompact(ForgeError, ValueError):
+    """Compaction asked for on an empty session, or with nothing new since the last one."""
+
+    code = "nothing_to_compact"
+
+
+class CompactionFailed(ForgeError):
+    """The summary model failed or returned nothing: nothing was written."""
+
+    code = "compaction_failed"
+    status = 502

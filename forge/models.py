@@ -30,6 +30,15 @@ class Agent(models.Model):
     temperature = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
     )
+    context_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1024)],
+        help_text="tokens the model's window holds; blank: FORGE_CONTEXT_LIMITS",
+    )
+    auto_compact = models.BooleanField(
+        null=True, blank=True, help_text="compact automatically on overflow; blank: the setting"
+    )
     is_default = models.BooleanField(
         default=False, help_text="used when a prompt names no agent and the session has none"
     )

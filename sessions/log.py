@@ -125,3 +125,18 @@ def verify_chain(
         prev_hash = expected_hash
         expected_seq += 1
     return problems
+
+
+LOG_FORMAT = "forge.session-log"  # the header line of an export file
+LOG_VERSION = 1
+
+
+def log_header(*, session_id: str, events: int, head_hash: str) -> dict[str, Any]:
+    """The first line of an export file: what follows, and the hash it ends with."""
+    return {
+        "format": LOG_FORMAT,
+        "version": LOG_VERSION,
+        "session_id": session_id,
+        "events": events,
+        "head_hash": head_hash,
+    }

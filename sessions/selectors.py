@@ -6,17 +6,20 @@ raise ``NotFound``.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from accounts.models import Tenant
 
 from .exceptions import InvalidCursor, NotFound
 from .ids import is_valid_id
-from .log import ChainProblem, event_body, format_time, verify_chain
+from .log import ChainProblem, event_body, format_time, log_header, verify_chain
 from .models import Message, Part, Session, SessionEvent
 from .projector import Projection, fold
 
@@ -96,8 +99,11 @@ def _with_parts(
     """``[{"info", "parts"}]`` for message rows ``(id, data)``, in one query for all parts."""
     parts_by_message: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id, _ in rows}
     if rows:
+        # By message only: the messages are this session's already, and a session
+        # filter would let SQLite's planner scan the session's every part instead of
+        # seeking these messages' (index ``part_message_id``).
         part_rows = (
-            Part.objects.filter(tenant=tenant, session=session, message_id__in=parts_by_message)
+            Part.objects.filter(tenant=tenant, message_id__in=parts_by_message)
             .order_by("message_id", "id")
             .values_list("message_id", "data")
         )
@@ -107,15 +113,18 @@ def _with_parts(
 
 
 def iter_history(
-    *, tenant: Tenant, session_id: str, batch: int = PAGE_MAX
+    *, tenant: Tenant, session_id: str, batch: int = PAGE_MAX, since: str | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The whole history, oldest first, ``{"info", "parts"}`` each, read in batches."""
+    """The whole history, oldest first, ``{"info", "parts"}`` each, read in batches
+    (only the messages from id ``since`` on, when given: an indexed range read)."""
     session = get_session(tenant=tenant, session_id=session_id)
     after: str | None = None
     while True:
         messages = Message.objects.filter(tenant=tenant, session=session).order_by("id")
         if after is not None:
             messages = messages.filter(id__gt=after)
+        elif since is not None:
+            messages = messages.filter(id__gte=since)
         rows = list(messages.values_list("id", "data")[:batch])
         yield from _with_parts(tenant, session, rows)
         if len(rows) < batch:
@@ -144,6 +153,24 @@ def iter_log(*, session: Session, with_hash: bool = True) -> Iterator[dict[str, 
     )
     for event in events.iterator(chunk_size=2000):
         yield event_wire(event, with_hash=with_hash)
+
+
+def export_lines(*, session: Session) -> Iterator[str]:
+    """The session's export file, line by line: the header, then every event with its
+    hash (JSON Lines)."""
+    head = (
+        SessionEvent.objects.filter(tenant_id=session.tenant_id, session=session)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    seq, head_hash = head or (0, "")
+    header = log_header(session_id=session.pk, events=seq, head_hash=head_hash)
+    yield json.dumps(header, separators=(",", ":")) + "\n"
+    for event in iter_log(session=session):
+        if event["seq"] > seq:  # written after the header was: the next export has it
+            return
+        yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def stored_projection(*, tenant: Tenant, session: Session) -> Projection:
@@ -187,16 +214,88 @@ def verify_log(*, tenant: Tenant, session: Session) -> list[ChainProblem]:
 
 
 CONTEXT_TYPES = ("context.updated",)
+# The condition of the partial index ``sessionevent_context``, as literal SQL: SQLite
+# uses a partial index only when the query repeats its condition (a bound
+# parameter does not prove it), so reads of those events say it this way.
+_CONTEXT_INDEX_CONDITION = "\"type\" IN ('context.updated', 'session.compacted')"
+
+
+def _indexed_context_events(*, tenant: Tenant, session: Session) -> QuerySet[SessionEvent]:
+    """The session's ``context.updated`` and ``session.compacted`` events, read through
+    their partial index (a handful of rows, whatever the log's length)."""
+    return SessionEvent.objects.filter(tenant=tenant, session=session).extra(  # noqa: S610
+        where=[_CONTEXT_INDEX_CONDITION]
+    )
 
 
 def context_updates(
     *, tenant: Tenant, session: Session, upto_seq: int | None = None
 ) -> list[dict[str, Any]]:
     """The data of the session's ``context.updated`` events, oldest first (up to a seq)."""
-    events = SessionEvent.objects.filter(tenant=tenant, session=session, type__in=CONTEXT_TYPES)
+    events = _indexed_context_events(tenant=tenant, session=session).filter(type__in=CONTEXT_TYPES)
     if upto_seq is not None:
         events = events.filter(seq__lte=upto_seq)
     return list(events.order_by("seq").values_list("data", flat=True))
+
+
+def last_compaction(
+    *, tenant: Tenant, session: Session, upto_seq: int | None = None
+) -> dict[str, Any] | None:
+    """The data of the session's newest ``session.compacted`` event (up to a seq): the
+    marker a finished compaction logs, ``{message_id, parent_id, tail_start_id, …}``.
+    One indexed read (the ``sessionevent_context`` index), whatever the log's length."""
+    events = _indexed_context_events(tenant=tenant, session=session).filter(
+        type="session.compacted"
+    )
+    if upto_seq is not None:
+        events = events.filter(seq__lte=upto_seq)
+    data = events.order_by("-seq").values_list("data", flat=True).first()
+    return data if isinstance(data, dict) else None
+
+
+def last_step_tokens(*, tenant: Tenant, session: Session) -> dict[str, Any] | None:
+    """The tokens the newest finished model step reported (its ``step-finish`` part),
+    unless a compaction was logged after it (that usage no longer describes the
+    context). Reads back from the newest part (index ``part_session_id``)."""
+    row = (
+        Part.objects.filter(tenant=tenant, session=session, type="step-finish")
+        .order_by("-id")
+        .values_list("seq", "data")
+        .first()
+    )
+    if row is None:
+        return None
+    seq, data = row
+    compacted_after = (
+        _indexed_context_events(tenant=tenant, session=session)
+        .filter(type="session.compacted", seq__gt=seq)
+        .exists()
+    )
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    return None if compacted_after or not isinstance(tokens, dict) else tokens
+
+
+def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
+    """Whether the conversation moved on since the newest ``session.compacted`` marker:
+    a new prompt, or a model step that finished (outside the summary). True when
+    the session was never compacted. Reads only the events after the marker."""
+    marker = (
+        _indexed_context_events(tenant=tenant, session=session)
+        .filter(type="session.compacted")
+        .order_by("-seq")
+        .values_list("seq", "data")
+        .first()
+    )
+    if marker is None:
+        return True
+    seq, data = marker
+    summary_id = data.get("message_id") if isinstance(data, dict) else None
+    after = SessionEvent.objects.filter(tenant=tenant, session=session, seq__gt=seq)
+    steps = after.filter(type="part.updated", data__type="step-finish").exclude(
+        data__message_id=summary_id
+    )
+    prompts = after.filter(type="message.updated", data__role="user")
+    return steps.exists() or prompts.exists()
 
 
 def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
@@ -240,6 +339,130 @@ def history_at(*, tenant: Tenant, session: Session, seq: int) -> list[dict[str, 
         {"info": state.messages[message_id]["data"], "parts": parts.get(message_id, [])}
         for message_id in sorted(state.messages)
     ]
+
+
+# --- recall: full-text search and reads by id over the whole history -------------------
+
+SEARCH_MAX = 50
+_PART_TABLE = Part._meta.db_table
+_FTS_TABLE = f"{_PART_TABLE}_fts"
+# The indexed expression of migration 0004 (PostgreSQL's GIN index): keep both in step.
+_POSTGRES_BODY = (
+    "to_tsvector('simple'::regconfig, "
+    "coalesce(data->>'text', '') || ' ' || coalesce(data->>'tool', '') || ' ' || "
+    "coalesce(data#>>'{state,input}', '') || ' ' || coalesce(data#>>'{state,output}', '') "
+    "|| ' ' || coalesce(data#>>'{state,error}', '') || ' ' || "
+    "coalesce(data->>'filename', '') || ' ' || coalesce(data->>'prompt', ''))"
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    message_id: str
+    part_id: str
+    role: str
+    snippet: str
+    rank: float
+
+
+def search_history(
+    *, tenant: Tenant, session: Session, query: str, limit: int = 10
+) -> list[SearchHit]:
+    """Full-text search over every part of the session (whatever compaction or pruning
+    hid from the model), best first: SQLite FTS5 (bm25) or PostgreSQL full text
+    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match."""
+    _check_limit(limit, SEARCH_MAX)
+    words = _WORD.findall(query or "")[:20]
+    if not words:
+        raise InvalidCursor("query: give at least one word to search for")
+    # Table names come from the models; every value is a bound parameter.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"SELECT message_id, id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
+                "left(coalesce(data->>'text', data#>>'{state,output}', data->>'tool', ''), 2000)"
+                f" FROM {_PART_TABLE}, plainto_tsquery('simple'::regconfig, %s) q "
+                f"WHERE tenant_id = %s AND session_id = %s AND {_POSTGRES_BODY} @@ q "
+                "ORDER BY rank DESC, id DESC LIMIT %s",
+                [" ".join(words), tenant.pk, session.pk, limit],
+            )
+        else:
+            match = " ".join('"' + word.replace('"', "") + '"' for word in words)
+            cursor.execute(
+                f"SELECT message_id, part_id, bm25({_FTS_TABLE}) AS rank, body "  # noqa: S608
+                f"FROM {_FTS_TABLE} WHERE {_FTS_TABLE} MATCH %s AND session_id = %s "
+                "ORDER BY rank, part_id DESC LIMIT %s",
+                [match, session.pk, limit],
+            )
+        rows = cursor.fetchall()
+    roles = dict(
+        Message.objects.filter(
+            tenant=tenant, session=session, id__in={row[0] for row in rows}
+        ).values_list("id", "role")
+    )
+    return [
+        SearchHit(
+            message_id=message_id,
+            part_id=part_id,
+            role=roles.get(message_id, ""),
+            snippet=_focus(str(text or ""), words),
+            rank=abs(float(rank or 0)),
+        )
+        for message_id, part_id, rank, text in rows
+        if message_id in roles
+    ]
+
+
+def _focus(text: str, words: list[str], width: int = 300) -> str:
+    """About ``width`` characters of ``text`` around the first matching word."""
+    text = " ".join(text.split())
+    lowered = text.lower()
+    at = min((i for w in words if (i := lowered.find(w.lower())) >= 0), default=0)
+    start = max(at - width // 3, 0)
+    piece = text[start : start + width]
+    return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def read_messages(
+    *,
+    tenant: Tenant,
+    session: Session,
+    ids: list[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    limit: int = 20,
+) -> list[dict[str, Any]]:
+    """Messages of the session with their parts, oldest first: by id, or the id range
+    ``start``..``end`` (inclusive), at most ``limit``."""
+    _check_limit(limit, PAGE_MAX)
+    messages = Message.objects.filter(tenant=tenant, session=session)
+    if ids is not None:
+        bad = [i for i in ids if not is_valid_id(i)]
+        if bad:
+            raise InvalidCursor(f"ids: {bad[0]!r} is not a message id")
+        messages = messages.filter(id__in=ids)
+    else:
+        if start is None:
+            raise InvalidCursor("give message ids, or a start id (and an end id)")
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and not is_valid_id(value):
+                raise InvalidCursor(f"{name}: {value!r} is not a message id")
+        messages = messages.filter(id__gte=start)
+        if end is not None:
+            messages = messages.filter(id__lte=end)
+    rows = list(messages.order_by("id").values_list("id", "data")[:limit])
+    return _with_parts(tenant, session, rows)
+
+
+def message_of_part(*, tenant: Tenant, session: Session, part_id: str) -> str | None:
+    if not is_valid_id(part_id):
+        return None
+    return (
+        Part.objects.filter(tenant=tenant, session=session, pk=part_id)
+        .values_list("message_id", flat=True)
+        .first()
+    )
 
 
 def head_seq(*, tenant: Tenant, session_id: str) -> int:

@@ -5,8 +5,6 @@ in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
@@ -29,7 +27,7 @@ from accounts.models import Tenant
 from forge import runtime
 from forge.access import session_of, tenant_of
 from forge.context import request_for
-from forge.errors import NotImplementedYet, SessionBusy
+from forge.errors import SessionBusy
 from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
 from forge.throttling import PromptRateThrottle
@@ -236,11 +234,18 @@ class SessionViewSet(GenericViewSet):
         runtime.abort(session=session)
         return Response({"aborted": True, "session": self._session_body(session)})
 
-    @extend_schema(request=None, responses={501: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def compact(self, request: Request, pk: str) -> Response:
-        self.get_object()
-        raise NotImplementedYet("compaction is not built yet")
+        """Start compacting now: 202, then the boundary's frames on the session's stream
+        (400 on an empty session or with nothing new since the last compaction, 409
+        while busy)."""
+        session = self.get_object()
+        runtime.compact(session=session)
+        return Response(
+            {"compacting": True, "session": self._session_body(session)},
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     @extend_schema(request=ForkSerializer, responses={201: SessionSerializer})
     @action(detail=True, methods=["post"])
@@ -270,11 +275,9 @@ class SessionViewSet(GenericViewSet):
     def export(self, request: Request, pk: str) -> StreamingHttpResponse:
         session = self.get_object()
 
-        def lines() -> Iterator[str]:
-            for event in selectors.iter_log(session=session):
-                yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        response = StreamingHttpResponse(
+            selectors.export_lines(session=session), content_type="application/x-ndjson"
+        )
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'
         return response
 
@@ -286,5 +289,6 @@ class SessionViewSet(GenericViewSet):
         body = request.data if isinstance(request.data, bytes) else b""
         events = services.parse_log(body.splitlines())
         self.tenant  # noqa: B018 - the caller must belong to a tenant
-        session = services.import_log(user=self.user, events=events)
+        copy = request.query_params.get("copy") in ("1", "true", "yes")
+        session = services.import_log(user=self.user, events=events, copy=copy)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)

@@ -31,8 +31,15 @@ from django.conf import settings
 
 from forge.providers.base import ModelRequest, ToolSpec
 from sessions import selectors
+from sessions.exceptions import InvalidCursor
 from sessions.models import Session
 from sessions.projector import fold_context
+
+from .compacted import filter_compacted, find_boundary
+from .pruning import is_pruned, placeholder
+
+# What a compaction user message says to the model (its ``compaction`` part has no text).
+COMPACTION_PROMPT = "What did we do so far? Summarize the conversation for continuing it."
 
 
 def derive_messages(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -60,6 +67,8 @@ def _user_content(parts: list[Mapping[str, Any]]) -> str:
     for part in parts:
         if part["type"] == "text" and part["text"]:
             pieces.append(part["text"])
+        elif part["type"] == "compaction":
+            pieces.append(COMPACTION_PROMPT)
         elif part["type"] == "file":
             name = part.get("filename") or part["url"]
             if not any(f'name="{name}"' in text for text in inlined):
@@ -77,6 +86,8 @@ def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for step in steps:
         text = "".join(p["text"] for p in step if p["type"] == "text")
         tools = [p for p in step if p["type"] == "tool"]
+        if not text and not tools:
+            continue  # a step that produced nothing the model is sent (failed, reasoning only)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if tools:
             message["tool_calls"] = [
@@ -98,6 +109,8 @@ def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _tool_result(part: Mapping[str, Any]) -> str:
     state = part["state"]
+    if is_pruned(part):
+        return placeholder(part)
     if state["status"] == "completed":
         return str(state["output"])
     if state["status"] == "error":
@@ -143,14 +156,36 @@ def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelR
     """
     tenant = session.tenant
     if at is None:
-        history: Iterable[Mapping[str, Any]] = selectors.iter_history(
-            tenant=tenant, session_id=session.pk
-        )
+        history = visible_history(session)
         updates = selectors.context_updates(tenant=tenant, session=session)
     else:
-        history = selectors.history_at(tenant=tenant, session=session, seq=at)
+        head = selectors.head_seq(tenant=tenant, session_id=session.pk)
+        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= head:
+            raise InvalidCursor(f"at must be a seq from 0 to {head} (the log's head), not {at!r}")
+        history = filter_compacted(selectors.history_at(tenant=tenant, session=session, seq=at))
         updates = selectors.context_updates(tenant=tenant, session=session, upto_seq=at)
     blocks = fold_context(updates)
     model = blocks.get("settings:agent", {}).get("model") or settings.FORGE_MODEL
     _, _, name = model.partition("/")
     return model, build_request(blocks=blocks, history=history, model=name)
+
+
+def visible_history(session: Session) -> list[dict[str, Any]]:
+    """The history the model sees at the log's end (:func:`filter_compacted`).
+
+    The read starts at the newest boundary that a ``session.compacted`` marker
+    names (its kept tail, else its compaction message): what is older is never
+    read, so the cost does not grow with the history behind the boundary. A
+    marker whose boundary is gone (its messages removed) falls back to the
+    whole history.
+    """
+    tenant = session.tenant
+    marker = selectors.last_compaction(tenant=tenant, session=session)
+    start = None
+    if marker is not None:
+        ids = [marker.get("tail_start_id"), marker.get("parent_id")]
+        start = min((str(i) for i in ids if i), default=None)
+    history = list(selectors.iter_history(tenant=tenant, session_id=session.pk, since=start))
+    if start is not None and find_boundary(history) is None:
+        history = list(selectors.iter_history(tenant=tenant, session_id=session.pk))
+    return filter_compacted(history)

@@ -11,12 +11,20 @@
 
 from forge.errors import InvalidPrompt, NotRunning, PromptTooLarge, SessionBusy, UnknownAgent
 
+from . import recall  # noqa: F401 - registers history_search and history_read
 from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment
 from .recovery import recover_session, recover_sessions, start_janitor
-from .runner import StartedTurn, abort_turn, running_turn, settle, start_turn
-from .sync import PromptResult, abort, prompt
+from .runner import (
+    StartedTurn,
+    abort_turn,
+    running_turn,
+    settle,
+    start_compaction,
+    start_turn,
+)
+from .sync import PromptResult, abort, compact, prompt
 
 __all__ = [
     "Attachment",
@@ -29,6 +37,7 @@ __all__ = [
     "UnknownAgent",
     "abort",
     "abort_turn",
+    "compact",
     "is_busy",
     "prompt",
     "recover_session",
@@ -36,6 +45,7 @@ __all__ = [
     "running_turn",
     "settle",
     "snapshots",
+    "start_compaction",
     "start_janitor",
     "start_turn",
     "with_busy",

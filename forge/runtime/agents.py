@@ -21,6 +21,8 @@ class AgentConfig:
     tools: list[str] = field(default_factory=list)  # allowed tools; empty: all
     step_limit: int = 10
     temperature: float | None = None
+    context_limit: int | None = None  # None: FORGE_CONTEXT_LIMITS
+    auto_compact: bool | None = None  # None: FORGE_AUTO_COMPACT
 
     @property
     def resolved_model(self) -> str:
@@ -38,6 +40,8 @@ def _config(agent: Agent) -> AgentConfig:
         tools=list(agent.tools or []),
         step_limit=agent.step_limit,
         temperature=agent.temperature,
+        context_limit=agent.context_limit,
+        auto_compact=agent.auto_compact,
     )
 
 

@@ -28,6 +28,7 @@ from sessions import services
 from sessions.models import Session
 
 from . import lease
+from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages
 from .prompting import Attachment, begin
 from .recovery import recover_session
@@ -186,6 +187,31 @@ async def _abort_listener(turn: Turn, task: asyncio.Task[Any]) -> Receiver | Non
     return await Receiver.join(
         runner_group(turn.session.pk), handle, name=f"the abort group of {turn.session.pk}"
     )
+
+
+# --- compacting on demand ------------------------------------------------------------
+
+
+async def start_compaction(*, session: Session) -> asyncio.Task[dict[str, Any]]:
+    """Check, take the session's lease, and start compacting it as a task of the running
+    loop (the manual entry: the ``compact/`` route and ``compact_session``).
+
+    Raises ``NothingToCompact`` (an empty session, no progress since the last
+    boundary) and ``SessionBusy`` before anything is written. The task's result
+    is the boundary's marker; a failed summary writes nothing and is published
+    as an error frame.
+    """
+    await db(prepare_manual)(session)
+    task: asyncio.Task[dict[str, Any]] = _spawn(
+        run_manual(session), tenant_id=session.tenant_id, name=f"forge-compact-{session.pk}"
+    )
+
+    def retrieved(done: asyncio.Task[dict[str, Any]]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            logger.warning("compacting session %s failed: %s", session.pk, done.exception())
+
+    task.add_done_callback(retrieved)
+    return task
 
 
 # --- asking and aborting ----------------------------------------------------------

@@ -6,14 +6,17 @@ import asyncio
 import logging
 from typing import Any
 
-from forge.context import request_for
+from forge.context import request_for, visible_history
+from forge.context.pruning import prune
 from forge.db.worker import db
-from forge.errors import UnknownModel
+from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
-from sessions import services
+from forge.providers.events import Usage
+from sessions import selectors, services
 from sessions.log import format_time, now_ms
 
+from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
 from .finalize import ABORTED, finalize_open_messages
 from .processor import Processor, finish_then_cancel
@@ -48,14 +51,39 @@ async def run_turn(turn: Turn) -> None:
             return
         total_cost = 0.0
         limit = max(1, turn.agent.step_limit)
-        for step in range(1, limit + 1):
+        await finish_then_cancel(db(_prune)(session))
+        usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
+        step = 1
+        retried_overflow = False
+        while step <= limit:
             turn.raise_if_aborted()
             _, request = await finish_then_cancel(db(request_for)(session))
+            if over_limit(request, model=turn.model, agent=turn.agent, usage=usage):
+                outcome = await _compact_or_fail(turn, "the context is over the model's limit")
+                if outcome is None:
+                    return
+                if outcome:
+                    usage = None
+                    _, request = await finish_then_cancel(db(request_for)(session))
             result = await processor.run_step(provider.stream(request))
             total_cost += result.cost
             if result.error is not None:
+                if is_provider_overflow(result.error):
+                    message = f"the model's context window overflowed: {result.error.message}"
+                    outcome = False
+                    if not retried_overflow:
+                        outcome = await _compact_or_fail(turn, message)
+                        if outcome is None:
+                            return
+                    if outcome:
+                        retried_overflow = True
+                        usage = None
+                        continue  # the same step again, from the compacted context
+                    await _fail(turn, overflow_error(message))
+                    return
                 await _fail(turn, _error_info(result.error))
                 return
+            usage = result.usage
             final = result.finish_reason != "tool-calls" or step == limit
             info: dict[str, Any] = {
                 "id": turn.message_id,
@@ -72,6 +100,7 @@ async def run_turn(turn: Turn) -> None:
                 await finish_then_cancel(db(complete_reply)(turn, info))
                 return
             await finish_then_cancel(db(services.update_message)(session=session, info=info))
+            step += 1
     except asyncio.CancelledError:
         await asyncio.shield(
             db(finalize_open_messages)(
@@ -106,6 +135,44 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+def _prune(session: Any) -> None:
+    prune(session, visible_history(session))
+
+
+def _last_usage(session: Any) -> Usage | None:
+    tokens = selectors.last_step_tokens(tenant=session.tenant, session=session)
+    if not tokens:
+        return None
+    return Usage(input=int(tokens.get("input", 0)), output=int(tokens.get("output", 0)))
+
+
+async def _compact_or_fail(turn: Turn, why: str) -> bool | None:
+    """Compact in the middle of the turn (its prompt stays in the kept tail).
+
+    True: compacted; False: nothing to compact (no progress since the last
+    boundary, or nothing older than this turn), go on; None: the reply was
+    ended with a ``ContextOverflowError`` (automatic compaction off, or the
+    summary failed)."""
+    if not auto_enabled(turn.agent):
+        await _fail(turn, overflow_error(f"{why}, and automatic compaction is off"))
+        return None
+    try:
+        await compact(
+            turn.session,
+            auto=True,
+            overflow=True,
+            agent=turn.agent.name,
+            keep_from=turn.user_message_id,
+        )
+    except NothingToCompact as exc:
+        logger.info("session %s: not compacted: %s", turn.session.pk, exc)
+        return False
+    except CompactionFailed as exc:
+        await _fail(turn, overflow_error(f"{why}, and compacting it failed: {exc}"))
+        return None
+    return True
 
 
 async def _fail(turn: Turn, error: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from sessions import bus, selectors
 from sessions.models import Session
 
 from .prompting import Attachment
-from .runner import StartedTurn, abort_turn, start_turn
+from .runner import StartedTurn, abort_turn, start_compaction, start_turn
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,24 @@ def prompt(
 def abort(*, session: Session) -> None:
     """:func:`~forge.runtime.runner.abort_turn` for synchronous callers."""
     async_to_sync(abort_turn)(session=session)
+
+
+def compact(*, session: Session, wait: bool = False) -> dict[str, Any] | None:
+    """:func:`~forge.runtime.runner.start_compaction` from synchronous code. Returns the
+    boundary's marker when it waited for the summary (always where no server loop
+    runs); raises ``CompactionFailed`` then if the summary failed."""
+    loop = bus.server_loop()
+    if loop is not None and not wait:
+        async_to_sync(start_compaction)(session=session)
+        return None
+
+    async def whole() -> dict[str, Any]:
+        task = await start_compaction(session=session)
+        try:
+            return await task
+        finally:
+            await bus.flush()
+
+    if loop is not None:
+        return async_to_sync(whole)()
+    return asyncio.run(whole())

@@ -264,6 +264,28 @@ FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)
 FORGE_RECOVER_ON_START = env_bool("FORGE_RECOVER_ON_START", True)
 FORGE_LEASE_JANITOR = env_bool("FORGE_LEASE_JANITOR", True)
 
+# Context windows and compaction (issue 9). A model's context limit, in tokens, by
+# "provider/model" (an agent may override it); compaction starts when a step's
+# reported usage, or an estimate of the request (characters / 4), reaches the
+# limit minus the output reserve. FORGE_AUTO_COMPACT=0 turns automatic
+# compaction off (an agent may override it): the reply then ends with a
+# ContextOverflowError. The summary keeps the most recent turns verbatim, up to
+# FORGE_COMPACT_TAIL_TOKENS; FORGE_SMALL_MODEL writes the summary.
+FORGE_CONTEXT_LIMITS: dict[str, int] = {
+    "openai/gpt-4o": 128_000,
+    "openai/gpt-4o-mini": 128_000,
+    "openai/gpt-4.1-mini": 1_047_576,
+}
+FORGE_CONTEXT_LIMIT_DEFAULT = env_int("FORGE_CONTEXT_LIMIT_DEFAULT", 128_000)
+FORGE_OUTPUT_RESERVE = env_int("FORGE_OUTPUT_RESERVE", 8_192)
+FORGE_AUTO_COMPACT = env_bool("FORGE_AUTO_COMPACT", True)
+FORGE_COMPACT_TAIL_TOKENS = env_int("FORGE_COMPACT_TAIL_TOKENS", 4_000)
+# Pruning: completed tool outputs older than the newest FORGE_PRUNE_PROTECT_TOKENS
+# (and than the last two prompts) reach the model as a placeholder, once at least
+# FORGE_PRUNE_MINIMUM_TOKENS would be saved. The log keeps every output.
+FORGE_PRUNE_PROTECT_TOKENS = env_int("FORGE_PRUNE_PROTECT_TOKENS", 40_000)
+FORGE_PRUNE_MINIMUM_TOKENS = env_int("FORGE_PRUNE_MINIMUM_TOKENS", 20_000)
+
 # Price per million tokens, by "provider/model", for step and message cost.
 FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {
     # The offline model has a nominal price so cost shows up in development.

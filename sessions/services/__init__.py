@@ -12,6 +12,7 @@ is written: no event, no row, no publish.
 * ``transfer``: rebuild a projection, fork, import a log.
 """
 
+from ..log import LOG_FORMAT, LOG_VERSION, log_header
 from .append import OPTIMISTIC_ATTEMPTS
 from .messages import (
     FREE_EVENT_TYPES,
@@ -29,6 +30,8 @@ from .transfer import fork_session, import_log, parse_log, rebuild_projection
 
 __all__ = [
     "FREE_EVENT_TYPES",
+    "LOG_FORMAT",
+    "LOG_VERSION",
     "OPTIMISTIC_ATTEMPTS",
     "append_event",
     "apublish_delta",
@@ -37,6 +40,7 @@ __all__ = [
     "delete_session",
     "fork_session",
     "import_log",
+    "log_header",
     "parse_log",
     "publish_delta",
     "rebuild_projection",

@@ -59,8 +59,12 @@ def create_session(
     title: str = "",
     agent: str | None = None,
     parent: Session | None = None,
+    copied_from: dict[str, Any] | None = None,
 ) -> Session:
-    """A new session owned by ``user`` in ``tenant`` (default: the user's own tenant)."""
+    """A new session owned by ``user`` in ``tenant`` (default: the user's own tenant).
+
+    ``copied_from`` (``{session_id, head_seq, head_hash}``, an imported copy) is
+    recorded in the ``session.created`` event, the first of the new chain."""
     if tenant is None:
         try:
             tenant = tenant_for_user(user)
@@ -82,7 +86,10 @@ def create_session(
     def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
         if head.seq:
             raise InvalidEvent(f"session {session_id!r} already has a log")
-        return "session.created", session_info(session)
+        info = session_info(session)
+        if copied_from is not None:
+            info["copied_from"] = dict(copied_from)
+        return "session.created", info
 
     commit(session, build)
     return session

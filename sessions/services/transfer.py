@@ -14,11 +14,17 @@ from accounts.selectors import tenant_for_user
 from .. import selectors, sql
 from ..exceptions import ImportConflict, LogIntegrityError, NotFound, SessionMismatch
 from ..ids import is_valid_id, new_message_id, new_part_id
-from ..log import parse_time, verify_chain
+from ..log import LOG_FORMAT, LOG_VERSION, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context
-from .messages import append_event, update_message, update_part
-from .session import TITLE_MAX, clean_agent, clean_title, create_session
+from .messages import (
+    append_event,
+    remove_message,
+    remove_part,
+    update_message,
+    update_part,
+)
+from .session import TITLE_MAX, clean_agent, clean_title, create_session, update_session
 
 
 @transaction.atomic
@@ -90,34 +96,80 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
     return fork
 
 
-def parse_log(lines: Any) -> list[dict[str, Any]]:
-    """Events from JSON Lines (an exported log); raises ``LogIntegrityError``."""
-    events = []
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
+
+
+def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str, Any]]:
+    """The events of an export file (JSON Lines: a header, then the events in order).
+
+    Raises ``LogIntegrityError`` for a broken line, a line over ``max_line_bytes``,
+    a missing header or an unknown format version, events out of order, or a
+    header that does not match the events (count, head hash). The hash chain is
+    verified by :func:`import_log`.
+    """
+    max_line_bytes = max_line_bytes or MAX_LINE_BYTES
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
-        try:
-            if isinstance(line, bytes):
+        size = len(line) if isinstance(line, bytes) else len(str(line).encode())
+        if size > max_line_bytes:
+            raise LogIntegrityError(f"line {number} is over the limit of {max_line_bytes} bytes")
+        if isinstance(line, bytes):
+            try:
                 line = line.decode("utf-8")
-            if not line.strip():
-                continue
+            except UnicodeDecodeError:
+                raise LogIntegrityError(f"line {number} is not UTF-8") from None
+        if not line.strip():
+            continue
+        try:
             event = json.loads(line)
-        except UnicodeDecodeError:
-            raise LogIntegrityError(f"line {number} is not UTF-8") from None
         except RecursionError:
             raise LogIntegrityError(f"line {number} is nested too deeply") from None
         except ValueError as exc:
             raise LogIntegrityError(f"line {number} is not JSON: {exc}") from None
         if not isinstance(event, dict):
             raise LogIntegrityError(f"line {number} is not an event object")
+        if header is None:
+            if event.get("format") != LOG_FORMAT:
+                raise LogIntegrityError(
+                    f"line {number}: the file has no header (a first line with "
+                    f'"format": "{LOG_FORMAT}")'
+                )
+            if event.get("version") != LOG_VERSION:
+                raise LogIntegrityError(
+                    f"unknown format version {event.get('version')!r}; this server reads "
+                    f"version {LOG_VERSION}"
+                )
+            header = event
+            continue
+        if events and event.get("seq") != events[-1].get("seq", 0) + 1:
+            raise LogIntegrityError(
+                f"line {number}: events out of order (seq {event.get('seq')!r} after "
+                f"{events[-1].get('seq')!r})"
+            )
         events.append(event)
+    if header is None:
+        raise LogIntegrityError("the file is empty: no header, no events")
+    if header.get("events") != len(events):
+        raise LogIntegrityError(
+            f"the header announces {header.get('events')!r} events; the file holds {len(events)}"
+        )
+    if events and header.get("head_hash") != events[-1].get("hash"):
+        raise LogIntegrityError("the header's head_hash is not the hash of the last event")
+    if events and header.get("session_id") != events[0].get("session_id"):
+        raise LogIntegrityError("the header names another session than its events")
     return events
 
 
 @transaction.atomic
-def import_log(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
+def import_log(
+    *, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool = False
+) -> Session:
     """Recreate a session from its exported log, after verifying it, in the user's tenant.
 
     The session keeps its id and its events stay byte for byte what they were (so
     the hash chain still verifies); messages and parts are rebuilt from them.
+    With ``copy``, see :func:`_import_copy`: new ids and a new chain.
     """
     if not events:
         raise LogIntegrityError("the log is empty")
@@ -132,6 +184,8 @@ def import_log(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Sessi
     first = events[0]
     if first["type"] != "session.created" or first["data"].get("id") != session_id:
         raise LogIntegrityError("a log starts with its session.created event")
+    if copy:
+        return _import_copy(user=user, events=events)
     if Session.objects.filter(pk=session_id).exists():
         raise ImportConflict(f"session {session_id} already exists here")
     message_ids = {e["data"]["id"] for e in events if e["type"] == "message.updated"}
@@ -177,4 +231,56 @@ def import_log(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Sessi
         batch_size=500,
     )
     rebuild_projection(session=session)
+    return session
+
+
+def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
+    """A copy of a verified log: the session, its messages and parts get new ids (in the
+    same order as the originals, so every id comparison still holds) and the events
+    are appended anew, so the copy has its own chain; its ``session.created`` records
+    the source's id, head seq and head hash."""
+    source = events[0]["data"]
+    message_ids = sorted(
+        {e["data"]["id"] for e in events if e["type"] == "message.updated"}
+        | {e["data"]["message_id"] for e in events if e["type"] == "message.removed"}
+    )
+    part_ids = sorted(
+        {e["data"]["id"] for e in events if e["type"] == "part.updated"}
+        | {e["data"]["part_id"] for e in events if e["type"] == "part.removed"}
+    )
+    new_ids = {old: new_message_id() for old in message_ids}
+    new_ids.update({old: new_part_id() for old in part_ids})
+    session = create_session(
+        user=user,
+        title=clean_title(source.get("title") or ""),
+        agent=clean_agent(source.get("agent")) or None,
+        copied_from={
+            "session_id": events[0]["session_id"],
+            "head_seq": events[-1]["seq"],
+            "head_hash": events[-1]["hash"],
+        },
+    )
+
+    def remap(value: Any) -> Any:
+        return new_ids.get(value, value) if isinstance(value, str) else value
+
+    for event in events[1:]:
+        kind, data = event["type"], dict(event["data"])
+        for key in ("id", "message_id", "parent_id", "tail_start_id", "part_id"):
+            if key in data:
+                data[key] = remap(data[key])
+        data["session_id"] = session.pk
+        if kind == "session.updated":
+            update_session(session=session, title=data.get("title") or "", agent=data.get("agent"))
+        elif kind == "message.updated":
+            update_message(session=session, info=data)
+        elif kind == "part.updated":
+            update_part(session=session, part=data)
+        elif kind == "message.removed":
+            remove_message(session=session, message_id=data["message_id"])
+        elif kind == "part.removed":
+            remove_part(session=session, part_id=data["part_id"])
+        else:  # session.compacted, context.updated
+            data.pop("session_id")
+            append_event(session=session, type=kind, data=data)
     return session

@@ -92,7 +92,7 @@ export class MessageList {
       for (const id of dirty) {
         const rec = this.log.parts.get(id);
         const view = this.partViews.get(id);
-        if (rec && view) renderPart(view, rec.part, rec.message.info.role, this.actions);
+        if (rec && view) renderPart(view, rec.part, rec.message.info.role, this.actions, Boolean(rec.message.info.summary));
       }
     });
   }

@@ -24,6 +24,7 @@ export function renderMessage(view, info) {
   const assistant = info.role === "assistant";
   const open = assistant && !info.completed_at;
   view.el.dataset.state = info.error ? "error" : open ? "streaming" : "done";
+  view.el.classList.toggle("message-summary", Boolean(info.summary));
   view.el.setAttribute("aria-busy", open ? "true" : "false");
   const head = [el("span", { className: "role", text: assistant ? "Assistant" : info.role === "user" ? "You" : info.role })];
   if (info.agent) head.push(el("span", { className: "agent", text: info.agent }));
@@ -66,12 +67,12 @@ export function partView(part) {
 }
 
 // Draw `part` of a message by `role` into its view. actions.openSession(id) opens
-// another session (a subtask's).
-export function renderPart(view, part, role, actions) {
+// another session (a subtask's). `summary`: the message is a compaction's summary.
+export function renderPart(view, part, role, actions, summary = false) {
   view.el.dataset.streaming = isStreaming(part) ? "true" : "false";
   switch (part.type) {
     case "text":
-      return renderText(view, part, role);
+      return renderText(view, part, role, summary);
     case "reasoning":
       return renderReasoning(view, part);
     case "tool":
@@ -95,15 +96,20 @@ export function renderPart(view, part, role, actions) {
     case "subtask":
       return renderSubtask(view, part, actions);
     case "compaction":
+      // A divider: what lies above was summarized for the model (it stays here, readable).
       return view.el.replaceChildren(
-        el("span", { text: part.auto ? "The conversation was compacted automatically." : "The conversation was compacted." }),
+        el(
+          "div",
+          { className: "compaction-divider", role: "separator" },
+          el("span", { text: part.auto ? "Earlier messages summarized (automatically)" : "Earlier messages summarized" }),
+        ),
       );
     default:
       return view.el.replaceChildren(el("span", { className: "muted", text: `[${part.type}]` }));
   }
 }
 
-function renderText(view, part, role) {
+function renderText(view, part, role, summary) {
   const text = part.text ?? "";
   if (part.synthetic) {
     // Text the runtime added (e.g. an attached file's content): shown folded, as text.
@@ -115,7 +121,12 @@ function renderText(view, part, role) {
   if (role === "assistant") {
     if (!view.body) {
       view.body = el("div", { className: "markdown" });
-      view.el.replaceChildren(view.body);
+      view.el.replaceChildren(
+        summary
+          ? // The summary the model continues from: folded, expandable.
+            el("details", { className: "compaction-summary" }, el("summary", { text: "Summary of the earlier messages" }), view.body)
+          : view.body,
+      );
     }
     view.body.innerHTML = renderMarkdown(text); // escaped first, by construction
     return;

@@ -435,3 +435,43 @@ def test_a_prompt_sent_over_http_keeps_its_line_breaks(
     chat.wait_reply_done()
     assert page.locator(".message-user .plain-text").inner_text() == "first line\nsecond line"
     chat.assert_clean()
+
+
+def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    from forge.context.boundary import record_compaction
+    from sessions import services
+    from sessions.models import Session
+
+    chat = chat_page()
+    chat.login()
+    session = Session.objects.get(pk=chat.new_session())
+    done = "2026-11-30T00:00:01.000Z"
+    for n in range(2):
+        user = services.update_message(session=session, info={"role": "user"}).data["id"]
+        services.update_part(
+            session=session, part={"message_id": user, "type": "text", "text": f"question {n}"}
+        )
+        reply = services.update_message(
+            session=session, info={"role": "assistant", "parent_id": user, "completed_at": done}
+        ).data["id"]
+        services.update_part(
+            session=session, part={"message_id": reply, "type": "text", "text": f"answer {n}"}
+        )
+    record_compaction(
+        session, summary="## Goal\nTHE SUMMARY", auto=True, overflow=True,
+        tail_start_id=None, model="offline/echo",
+    )  # fmt: skip
+    chat.page.reload()
+    page = chat.page
+    divider = page.locator(".compaction-divider")
+    divider.wait_for()
+    assert "Earlier messages summarized" in divider.inner_text()
+    # the history above stays readable
+    assert page.locator(".message-user .plain-text").first.inner_text() == "question 0"
+    summary = page.locator(".compaction-summary")
+    assert not summary.locator(".markdown").is_visible()
+    summary.locator("summary").click()
+    assert "THE SUMMARY" in summary.locator(".markdown").inner_text()
+    chat.assert_clean()

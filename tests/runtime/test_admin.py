@@ -46,3 +46,57 @@ def test_an_agent_name_must_be_a_slug(admin_client):
     assert response.status_code == 200
     assert "lower-case letters" in response.text
     assert not Agent.objects.filter(name="Bad Name").exists()
+
+
+def test_the_session_page_shows_what_the_model_sees_with_hidden_and_pruned_items(
+    admin_client, session
+):
+    from forge.context.boundary import record_compaction
+    from sessions import selectors, services
+
+    done = "2026-11-30T00:00:01.000Z"
+    for n in range(3):
+        user = services.update_message(session=session, info={"role": "user"}).data["id"]
+        services.update_part(
+            session=session, part={"message_id": user, "type": "text", "text": f"question {n}"}
+        )
+        reply = services.update_message(
+            session=session, info={"role": "assistant", "parent_id": user, "completed_at": done}
+        ).data["id"]
+        services.update_part(
+            session=session,
+            part={
+                "message_id": reply,
+                "type": "tool",
+                "call_id": f"c{n}",
+                "tool": "read_file",
+                "state": {
+                    "status": "completed",
+                    "input": {"path": "a"},
+                    "output": f"output {n}",
+                    "title": "",
+                    "metadata": {},
+                    "time": {"start": done, "end": done, "compacted": done if n == 2 else None},
+                },
+            },
+        )
+        if n == 1:
+            before = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+            record_compaction(
+                session, summary="THE SUMMARY", auto=False, overflow=False,
+                tail_start_id=None, model="x/y",
+            )  # fmt: skip
+    change = admin_client.get(reverse("admin:forge_sessions_session_change", args=[session.pk]))
+    url = reverse("admin:forge_sessions_session_context", args=[session.pk])
+    assert url in change.text
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert "THE SUMMARY" in page.text
+    assert "question 0" not in page.text
+    assert "4 hidden" in page.text
+    assert "1 tool output(s) pruned" in page.text
+    then = admin_client.get(url + f"?at={before}")
+    assert "question 0" in then.text
+    assert "0 hidden" in then.text
+    bad = admin_client.get(url + "?at=999999")
+    assert "at must be a seq" in bad.text

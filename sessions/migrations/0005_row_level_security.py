@@ -6,7 +6,7 @@ from accounts.rowsecurity import tenant_owned
 class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0002_tenant_visibility"),
-        ("forge_sessions", "0003_context_index"),
+        ("forge_sessions", "0004_part_search"),
     ]
     operations = [
         tenant_owned(

@@ -1,0 +1,92 @@
+"""Pruning: completed tool outputs older than a protected recent budget stop reaching
+the model. Each is marked ``state.time.compacted`` by a logged part update; the
+model then sees a short placeholder naming the tool and the part id
+(:func:`placeholder`), and ``history_read`` brings the output back. The stored
+output is never changed or removed.
+
+The newest outputs, up to ``FORGE_PRUNE_PROTECT_TOKENS``, and everything of the
+last ``PROTECTED_TURNS`` prompts stay; nothing is marked unless at least
+``FORGE_PRUNE_MINIMUM_TOKENS`` would be saved (so a turn does not log a few
+small updates every time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from sessions import services
+from sessions.log import format_time, now_ms
+from sessions.models import Session
+
+PROTECTED_TURNS = 2
+
+
+PLACEHOLDER_START = "[the output of the "
+
+
+def placeholder(part: Mapping[str, Any]) -> str:
+    return (
+        f"{PLACEHOLDER_START}{part.get('tool')} call was pruned from the context to save "
+        f"space; history_read with part_id {part.get('id')} shows it]"
+    )
+
+
+def is_pruned(part: Mapping[str, Any]) -> bool:
+    state = part.get("state") or {}
+    return bool(state.get("status") == "completed" and (state.get("time") or {}).get("compacted"))
+
+
+def _tokens(part: Mapping[str, Any]) -> int:
+    return len(str((part.get("state") or {}).get("output", ""))) // 4
+
+
+def to_prune(
+    history: Sequence[Mapping[str, Any]], *, protect: int, minimum: int
+) -> list[Mapping[str, Any]]:
+    """The completed, not yet pruned tool parts of ``history`` (what the model sees,
+    oldest first) to mark: older than the last turns and than ``protect`` tokens of
+    newer outputs; none unless they add up to ``minimum`` tokens."""
+    turns = 0
+    seen = 0
+    chosen: list[Mapping[str, Any]] = []
+    for item in reversed(history):
+        if item["info"]["role"] == "user":
+            turns += 1
+            continue
+        if turns < PROTECTED_TURNS:
+            continue
+        for part in reversed(item["parts"]):
+            if part.get("type") != "tool" or (part.get("state") or {}).get("status") != "completed":
+                continue
+            if is_pruned(part):
+                continue
+            size = _tokens(part)
+            seen += size
+            if seen > protect:
+                chosen.append(part)
+    if sum(_tokens(part) for part in chosen) < minimum:
+        return []
+    return chosen
+
+
+def prune(session: Session, history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Mark what :func:`to_prune` chose (one unit of work); returns the part ids."""
+    chosen = to_prune(
+        history,
+        protect=int(settings.FORGE_PRUNE_PROTECT_TOKENS),
+        minimum=int(settings.FORGE_PRUNE_MINIMUM_TOKENS),
+    )
+    now = format_time(now_ms())
+    with transaction.atomic():
+        for part in chosen:
+            state = dict(part["state"])
+            state["time"] = {**state["time"], "compacted": now}
+            services.update_part(
+                session=session,
+                part={"id": part["id"], "message_id": part["message_id"], "state": state},
+            )
+    return [str(part["id"]) for part in chosen]

@@ -1,0 +1,153 @@
+"""The recall tools: the model gets back what the projection dropped.
+
+* ``history_search``: full-text search over this session's whole history
+  (including everything compaction and pruning hid), ranked, with message ids;
+* ``history_read``: messages by id or id range, with their parts (output capped).
+
+Both read the store (``sessions.selectors``) on the runtime's database thread.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from forge.db.worker import db
+from forge.tools import ToolContext, ToolError, ToolResult, tool
+from sessions import selectors
+from sessions.exceptions import InvalidCursor
+from sessions.models import Session
+
+READ_MAX_CHARS = 20_000  # the whole output of one history_read
+PART_MAX_CHARS = 4_000  # one part's text or output within it
+
+
+def _session(ctx: ToolContext) -> Session:
+    return Session.objects.select_related("tenant").get(pk=ctx.session_id, tenant_id=ctx.tenant_id)
+
+
+@tool(
+    name="history_search",
+    description=(
+        "Search this conversation's whole history, including earlier turns that were "
+        "summarized or whose tool outputs were pruned from your context. Returns the best "
+        "matches with their message ids; read them in full with history_read."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "words to look for (all must match)"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+async def history_search(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    def search() -> list[selectors.SearchHit]:
+        session = _session(ctx)
+        return selectors.search_history(
+            tenant=session.tenant,
+            session=session,
+            query=str(args["query"]),
+            limit=int(args.get("limit") or 10),
+        )
+
+    try:
+        hits = await db(search)()
+    except InvalidCursor as exc:
+        raise ToolError(str(exc)) from None
+    if not hits:
+        return ToolResult(output="no match", title="history_search: no match")
+    lines = [
+        f"{n}. message {hit.message_id} ({hit.role}), part {hit.part_id}: {hit.snippet}"
+        for n, hit in enumerate(hits, start=1)
+    ]
+    return ToolResult(
+        output="\n".join(lines),
+        title=f"history_search: {len(hits)} match(es)",
+        metadata={"message_ids": [hit.message_id for hit in hits]},
+    )
+
+
+def _clip(text: str, cap: int = PART_MAX_CHARS) -> str:
+    return text if len(text) <= cap else text[:cap] + f" … [{len(text) - cap} more characters]"
+
+
+def _render_part(part: dict[str, Any]) -> str | None:
+    kind = part.get("type")
+    if kind in ("text", "reasoning"):
+        return f"[{kind}] {_clip(str(part.get('text', '')))}"
+    if kind == "tool":
+        state = part.get("state") or {}
+        arguments = json.dumps(state.get("input", {}), ensure_ascii=False)
+        head = f"[tool {part.get('tool')} {_clip(arguments, 500)}] ({state.get('status')})"
+        if state.get("status") == "completed":
+            return f"{head}\n{_clip(str(state.get('output', '')))}"
+        if state.get("status") == "error":
+            return f"{head}\nError: {_clip(str(state.get('error', '')))}"
+        return head
+    if kind == "file":
+        return f"[file {part.get('filename')} ({part.get('mime')})]"
+    if kind == "compaction":
+        return "[compaction: the history before this point was summarized]"
+    if kind == "subtask":
+        return f"[subtask {part.get('agent')}] {_clip(str(part.get('prompt', '')), 500)}"
+    return None
+
+
+@tool(
+    name="history_read",
+    description=(
+        "Read messages of this conversation in full, with their parts: by message id "
+        "(ids), or a range of message ids (start, and optionally end). history_search "
+        "gives the ids; a pruned tool output names its part id (part_id reads its message)."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+            "start": {"type": "string"},
+            "end": {"type": "string"},
+            "part_id": {"type": "string"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+        },
+        "additionalProperties": False,
+    },
+)
+async def history_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    def read() -> list[dict[str, Any]]:
+        session = _session(ctx)
+        ids = args.get("ids")
+        if args.get("part_id"):
+            owner = selectors.message_of_part(
+                tenant=session.tenant, session=session, part_id=str(args["part_id"])
+            )
+            if owner is None:
+                raise InvalidCursor(f"no part {args['part_id']!r} in this conversation")
+            ids = [owner]
+        return selectors.read_messages(
+            tenant=session.tenant,
+            session=session,
+            ids=[str(i) for i in ids] if ids is not None else None,
+            start=args.get("start"),
+            end=args.get("end"),
+            limit=int(args.get("limit") or 10),
+        )
+
+    try:
+        items = await db(read)()
+    except InvalidCursor as exc:
+        raise ToolError(str(exc)) from None
+    if not items:
+        return ToolResult(output="no such messages", title="history_read: nothing")
+    blocks: list[str] = []
+    for item in items:
+        info = item["info"]
+        label = " (summary)" if info.get("summary") else ""
+        rendered = [r for p in item["parts"] if (r := _render_part(p)) is not None]
+        blocks.append(f"## message {info['id']} ({info['role']}{label})\n" + "\n".join(rendered))
+    output = "\n\n".join(blocks)
+    if len(output) > READ_MAX_CHARS:
+        output = output[:READ_MAX_CHARS] + "\n… [output capped; read fewer messages at once]"
+    return ToolResult(output=output, title=f"history_read: {len(items)} message(s)")

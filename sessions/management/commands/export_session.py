@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions import selectors
+from sessions.models import Session
+
+
+class Command(BaseCommand):
+    help = (
+        "Write a session's log as an export file (JSON Lines: a header, then every event "
+        "with its hash), to FILE or to standard output. import_session reads it back."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("session_id", metavar="ID")
+        parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        session = Session.objects.select_related("tenant").filter(pk=options["session_id"]).first()
+        if session is None:
+            raise CommandError(f"no session {options['session_id']!r}")
+        lines = selectors.export_lines(session=session)
+        if options["output"]:
+            path = Path(options["output"])
+            try:
+                with path.open("w", encoding="utf-8") as out:
+                    out.writelines(lines)
+            except OSError as exc:
+                raise CommandError(f"cannot write {path}: {exc}") from None
+            self.stderr.write(f"exported {session.pk} to {path}")
+        else:
+            for line in lines:
+                self.stdout.write(line, ending="")

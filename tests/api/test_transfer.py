@@ -1,0 +1,190 @@
+"""export_session / import_session / replay_session, ?copy=1, and bad export files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from forge.context import request_for
+from forge.context.boundary import record_compaction
+from sessions import selectors, services
+from sessions.models import Message, Session, SessionEvent
+
+pytestmark = pytest.mark.django_db
+
+DONE = "2026-11-30T00:00:01.000Z"
+
+
+def _exchange(session: Any, n: int) -> None:
+    user = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=session, part={"message_id": user, "type": "text", "text": f"question {n}"}
+    )
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user, "completed_at": DONE}
+    ).data["id"]
+    services.update_part(
+        session=session, part={"message_id": reply, "type": "text", "text": f"answer {n}"}
+    )
+
+
+@pytest.fixture
+def compacted(session: Any) -> Any:
+    for n in range(3):
+        _exchange(session, n)
+    tail = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))[4]
+    record_compaction(
+        session,
+        summary="SUMMARY",
+        auto=False,
+        overflow=False,
+        tail_start_id=tail["info"]["id"],
+        model="x/y",
+    )
+    _exchange(session, 3)
+    return session
+
+
+def export(session: Any, tmp_path: Path) -> Path:
+    path = tmp_path / "log.jsonl"
+    call_command("export_session", session.pk, "-o", str(path))
+    return path
+
+
+def contents(session: Any, at: int | None = None) -> list[str]:
+    return [str(m["content"]) for m in request_for(session, at=at)[1].messages]
+
+
+def test_export_then_import_a_copy_in_the_same_tenant(compacted, user, tmp_path, capsys):
+    path = export(compacted, tmp_path)
+    call_command("import_session", str(path), "--user", user.username, "--copy")
+    copy_id = capsys.readouterr().out.strip()
+    copy = Session.objects.get(pk=copy_id)
+    assert copy.pk != compacted.pk
+    assert copy.tenant == compacted.tenant
+    first = SessionEvent.objects.get(session=copy, seq=1)
+    head = SessionEvent.objects.filter(session=compacted).latest("seq")
+    assert first.data["copied_from"] == {
+        "session_id": compacted.pk,
+        "head_seq": head.seq,
+        "head_hash": head.hash,
+    }
+    assert not selectors.verify_log(tenant=copy.tenant, session=copy)
+    assert not set(Message.objects.filter(session=copy).values_list("id", flat=True)) & set(
+        Message.objects.filter(session=compacted).values_list("id", flat=True)
+    )
+    assert contents(copy) == contents(compacted)
+    assert "question 0" not in contents(copy)
+    assert "question 2" in contents(copy)  # the kept tail, remapped
+
+
+def test_import_keeping_ids_is_refused_while_they_are_taken(compacted, user, tmp_path):
+    path = export(compacted, tmp_path)
+    with pytest.raises(CommandError, match="conflict"):
+        call_command("import_session", str(path), "--user", user.username)
+
+
+def test_api_import_with_copy(api, compacted):
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    response = api.generic(
+        "POST", "/api/sessions/import/?copy=1", body, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["id"] != compacted.pk
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _write(path: Path, lines: list[Any]) -> None:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+
+
+def _broken_line(lines: list[Any]) -> list[Any]:
+    return [*lines[:2], "{not json", *lines[2:]]
+
+
+def _wrong_hash(lines: list[Any]) -> list[Any]:
+    lines[2]["hash"] = "0" * 64
+    return lines
+
+
+def _version(lines: list[Any]) -> list[Any]:
+    lines[0]["version"] = 99
+    return lines
+
+
+def _out_of_order(lines: list[Any]) -> list[Any]:
+    lines[2], lines[3] = lines[3], lines[2]
+    return lines
+
+
+def _huge(lines: list[Any]) -> list[Any]:
+    lines[2]["data"]["pad"] = "x" * 2048
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (_broken_line, "not JSON"),
+        (_wrong_hash, "does not verify"),
+        (lambda lines: lines[1:], "no header"),
+        (_version, "unknown format version"),
+        (_out_of_order, "out of order"),
+        (_huge, "over the limit"),
+        (lambda lines: lines[:-1], "announces"),
+    ],
+    ids=["broken-line", "wrong-hash", "no-header", "version", "order", "too-long", "truncated"],
+)
+def test_a_bad_export_file_is_refused_and_nothing_is_written(
+    compacted, user, tmp_path, tamper, message, monkeypatch
+):
+    from sessions.services import transfer
+
+    monkeypatch.setattr(transfer, "MAX_LINE_BYTES", 2000)
+    path = export(compacted, tmp_path)
+    _write(path, tamper(_lines(path)))
+    sessions, events = Session.objects.count(), SessionEvent.objects.count()
+    with pytest.raises(CommandError, match=message):
+        call_command("import_session", str(path), "--user", user.username, "--copy")
+    assert (Session.objects.count(), SessionEvent.objects.count()) == (sessions, events)
+
+
+def test_replay_prints_the_request_at_a_seq(compacted, capsys):
+    step = SessionEvent.objects.filter(session=compacted).latest("seq").seq
+    call_command("replay_session", compacted.pk, "--at", str(step), "--json")
+    body = json.loads(capsys.readouterr().out)
+    assert body["at"] == step
+    assert [m["content"] for m in body["messages"]] == contents(compacted)
+    call_command("replay_session", compacted.pk, "--at", "3")
+    assert "[user]\nquestion 0" in capsys.readouterr().out
+    for bad in ("-1", str(step + 1)):
+        with pytest.raises(CommandError, match="invalid_cursor"):
+            call_command("replay_session", compacted.pk, "--at", bad)
+
+
+def test_the_api_refuses_a_file_without_a_header(api, compacted):
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    headless = b"\n".join(body.splitlines()[1:])
+    count = SessionEvent.objects.count()
+    response = api.generic(
+        "POST", "/api/sessions/import/?copy=1", headless, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "log_integrity"
+    assert "no header" in response.json()["error"]["message"]
+    assert SessionEvent.objects.count() == count
+
+
+def test_context_at_beyond_the_log_is_400(api, compacted):
+    head = selectors.head_seq(tenant=compacted.tenant, session_id=compacted.pk)
+    response = api.get(f"/api/sessions/{compacted.pk}/context/?at={head + 1}")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_cursor"
+    assert api.get(f"/api/sessions/{compacted.pk}/context/?at=-1").status_code == 400

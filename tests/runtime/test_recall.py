@@ -1,0 +1,115 @@
+"""The recall tools: history_search (FTS5 / PostgreSQL full text) and history_read."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge.context.boundary import record_compaction
+from forge.runtime.recall import history_read, history_search
+from forge.tools import ToolContext, ToolError
+from sessions import selectors, services
+from sessions.exceptions import InvalidCursor
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+DONE = "2026-11-30T00:00:01.000Z"
+
+
+def _exchange(session: Any, question: str, answer: str) -> str:
+    user = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=session, part={"message_id": user, "type": "text", "text": question}
+    )
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user, "completed_at": DONE}
+    ).data["id"]
+    services.update_part(
+        session=session, part={"message_id": reply, "type": "text", "text": answer}
+    )
+    services.update_part(
+        session=session,
+        part={
+            "message_id": reply,
+            "type": "tool",
+            "call_id": f"c{user}",
+            "tool": "read_file",
+            "state": {
+                "status": "completed",
+                "input": {"path": "notes.txt"},
+                "output": f"the file says {answer} " + "z" * 6000,
+                "title": "",
+                "metadata": {},
+                "time": {"start": DONE, "end": DONE},
+            },
+        },
+    )
+    return user
+
+
+def ctx(session: Any) -> ToolContext:
+    return ToolContext(
+        session_id=session.pk,
+        tenant_id=session.tenant_id,
+        message_id="msg_x",
+        call_id="c",
+        agent="build",
+        workspace=Path("/nonexistent"),
+        abort=asyncio.Event(),
+    )
+
+
+@pytest.fixture
+def history(session: Any, other_user: Any) -> dict[str, str]:
+    ids = {
+        "oldest": _exchange(session, "Where is the marmalade archive?", "in the cellar"),
+        "middle": _exchange(session, "And the kiwi ledger?", "upstairs"),
+    }
+    record_compaction(
+        session, summary="S", auto=False, overflow=False, tail_start_id=None, model="x/y"
+    )
+    ids["newest"] = _exchange(session, "Marmalade again: which shelf?", "the top shelf")
+    # another session (another tenant) with the same words is never found
+    stranger = services.create_session(user=other_user)
+    _exchange(stranger, "marmalade archive elsewhere", "nope")
+    return ids
+
+
+def test_search_finds_hidden_turns_ranked_with_message_ids(session, history):
+    hits = selectors.search_history(tenant=session.tenant, session=session, query="marmalade")
+    found = {hit.message_id for hit in hits}
+    assert history["oldest"] in found
+    assert history["newest"] in found
+    assert all(hit.role == "user" for hit in hits)
+    both = selectors.search_history(
+        tenant=session.tenant, session=session, query="marmalade archive"
+    )
+    assert [hit.message_id for hit in both] == [history["oldest"]]
+    assert "archive" in both[0].snippet
+    # tool outputs are searchable too
+    tools = selectors.search_history(tenant=session.tenant, session=session, query="cellar file")
+    assert tools
+    assert tools[0].role == "assistant"
+
+
+def test_search_refuses_an_empty_query(session, history):
+    with pytest.raises(InvalidCursor):
+        selectors.search_history(tenant=session.tenant, session=session, query=" ?! ")
+
+
+async def test_the_tools(session, history):
+    found = await history_search(ctx(session), {"query": "kiwi ledger"})
+    assert history["middle"] in found.output
+    read = await history_read(ctx(session), {"ids": [history["middle"]]})
+    assert "And the kiwi ledger?" in read.output
+    ranged = await history_read(ctx(session), {"start": history["oldest"], "limit": 4})
+    assert "marmalade archive" in ranged.output
+    assert "more characters]" in ranged.output  # each output is capped
+    assert len(ranged.output) < 20_100
+    with pytest.raises(ToolError):
+        await history_read(ctx(session), {})
+    with pytest.raises(ToolError):
+        await history_search(ctx(session), {"query": ""})
