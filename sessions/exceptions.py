@@ -8,7 +8,6 @@ from accounts.exceptions import ForgeError
 __all__ = [
     "AppendOnlyError",
     "ForgeError",
-    "ImportConflict",
     "InvalidCursor",
     "InvalidEvent",
     "InvalidMessage",
@@ -61,10 +60,3 @@ class LogIntegrityError(ForgeError):
     """A log whose sequence or hash chain does not verify."""
 
     code = "log_integrity"
-
-
-class ImportConflict(ForgeError):
-    """What an imported log would create exists already."""
-
-    code = "conflict"
-    status = 409

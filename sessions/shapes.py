@@ -55,6 +55,17 @@ def v_str(path: str, value: Any) -> str:
     return value
 
 
+def v_url(path: str, value: Any) -> str:
+    """A file's address: a path on this server (``/…``) or an ``http(s)`` URL; nothing a
+    browser would run (``javascript:``, ``data:``) and no other scheme."""
+    value = v_str(path, value)
+    if not (value.startswith("/") and not value.startswith("//")) and not value.startswith(
+        ("http://", "https://")
+    ):
+        raise ShapeError(f"{path}: expected a path (/…) or an http(s) URL, got {value[:60]!r}")
+    return value
+
+
 def v_opt_str(path: str, value: Any) -> str | None:
     return None if value is None else v_str(path, value)
 
@@ -241,7 +252,7 @@ PART_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
         "tool": (v_str, _REQUIRED),
         "state": (v_tool_state, _REQUIRED),
     },
-    "file": {"mime": (v_str, _REQUIRED), "filename": (v_opt_str, None), "url": (v_str, _REQUIRED)},
+    "file": {"mime": (v_str, _REQUIRED), "filename": (v_opt_str, None), "url": (v_url, _REQUIRED)},
     "agent": {"name": (v_str, _REQUIRED)},
     "compaction": {
         "auto": (v_bool, _REQUIRED),

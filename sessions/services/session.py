@@ -40,6 +40,8 @@ def clean_title(title: Any) -> str:
     title = title.strip()
     if len(title) > TITLE_MAX:
         raise InvalidEvent(f"title is longer than {TITLE_MAX} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in title):
+        raise InvalidEvent("title must not contain control characters")
     return title
 
 
@@ -48,6 +50,8 @@ def clean_agent(agent: Any) -> str:
         return ""
     if not isinstance(agent, str) or len(agent) > AGENT_MAX:
         raise InvalidEvent(f"agent must be a name of at most {AGENT_MAX} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in agent):
+        raise InvalidEvent("agent must not contain control characters")
     return agent
 
 

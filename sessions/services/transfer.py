@@ -6,17 +6,18 @@ import json
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from accounts.exceptions import NoTenant
+from accounts.exceptions import ForgeError, NoTenant
 from accounts.selectors import tenant_for_user
 
 from .. import selectors, sql
-from ..exceptions import ImportConflict, LogIntegrityError, NotFound, SessionMismatch
+from ..exceptions import LogIntegrityError, NotFound, SessionMismatch
 from ..ids import is_valid_id, new_message_id, new_part_id
-from ..log import LOG_FORMAT, LOG_VERSION, parse_time, verify_chain
+from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context
+from ..shapes import ShapeError, normalize_message, normalize_part
 from .messages import (
     append_event,
     remove_message,
@@ -167,9 +168,12 @@ def import_log(
 ) -> Session:
     """Recreate a session from its exported log, after verifying it, in the user's tenant.
 
-    The session keeps its id and its events stay byte for byte what they were (so
-    the hash chain still verifies); messages and parts are rebuilt from them.
-    With ``copy``, see :func:`_import_copy`: new ids and a new chain.
+    The log must verify (sequence, hash chain) and be canonical
+    (:func:`check_canonical`). When its ids are all free in the whole database
+    the session keeps them and its events stay byte for byte what they were;
+    otherwise, and always with ``copy``, it is imported as a copy
+    (:func:`_import_copy`: new ids and a new chain). Whether an id exists in
+    another tenant is never told.
     """
     if not events:
         raise LogIntegrityError("the log is empty")
@@ -184,35 +188,36 @@ def import_log(
     first = events[0]
     if first["type"] != "session.created" or first["data"].get("id") != session_id:
         raise LogIntegrityError("a log starts with its session.created event")
+    check_canonical(events)
     if copy:
         return _import_copy(user=user, events=events)
-    if Session.objects.filter(pk=session_id).exists():
-        raise ImportConflict(f"session {session_id} already exists here")
-    message_ids = {e["data"]["id"] for e in events if e["type"] == "message.updated"}
-    part_ids = {e["data"]["id"] for e in events if e["type"] == "part.updated"}
-    if (
-        Message.objects.filter(pk__in=message_ids).exists()
-        or Part.objects.filter(pk__in=part_ids).exists()
-    ):
-        raise ImportConflict("messages or parts of this log already exist here")
+    try:
+        with transaction.atomic():  # a savepoint: a taken id undoes only this attempt
+            return _import_keeping_ids(user=user, events=events)
+    except IntegrityError:
+        # An id of this log is taken, perhaps in another tenant: import a copy with
+        # new ids rather than say so (ids are kept only when free in the database).
+        return _import_copy(user=user, events=events)
+
+
+def _import_keeping_ids(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
+    """The log as it is: the session keeps its id and its events stay byte for byte what
+    they were (the chain still verifies); messages and parts are rebuilt from them.
+    Raises ``IntegrityError`` when any of its ids is taken."""
     try:
         tenant = tenant_for_user(user)
     except NoTenant as exc:
         raise SessionMismatch(str(exc)) from exc
+    first, session_id = events[0], events[0]["session_id"]
     info = first["data"]
-    try:
-        created = parse_time(info["created_at"])
-        last = parse_time(events[-1]["at"])
-    except (KeyError, ValueError) as exc:
-        raise LogIntegrityError(f"a time does not parse: {exc}") from None
     session = Session.objects.create(
         id=session_id,
         tenant=tenant,
         user_id=user.pk,
         title=clean_title(info.get("title") or ""),
         agent=clean_agent(info.get("agent")),
-        created_at=created,
-        updated_at=last,
+        created_at=parse_time(info["created_at"]),
+        updated_at=parse_time(events[-1]["at"]),
     )
     SessionEvent.objects.bulk_create(
         [
@@ -232,6 +237,79 @@ def import_log(
     )
     rebuild_projection(session=session)
     return session
+
+
+EVENT_KEYS = frozenset({"seq", "id", "session_id", "type", "at", "data", "hash"})
+
+
+def check_canonical(events: list[dict[str, Any]]) -> None:
+    """Every event exactly as this server's write entries would have written it, or
+    ``LogIntegrityError`` naming the first that is not.
+
+    A log whose hashes verify can still hold what no write entry accepts (``seq:
+    true``, a time in another format, an unknown role, a ``javascript:`` file URL,
+    a control character in a title); imported as it is, its projection would differ
+    from its events. So each event's data is normalized again, as the services do,
+    against the state the log built so far, and must come out unchanged.
+    """
+    session_id = events[0]["session_id"]
+    messages: dict[str, dict[str, Any]] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for event in events:
+        seq = event.get("seq")
+        where = f"seq {seq!r}"
+        try:
+            if set(event) != EVENT_KEYS:
+                raise ValueError(f"an event has exactly the keys {sorted(EVENT_KEYS)}")
+            if type(seq) is not int or not is_valid_id(event["id"]):
+                raise ValueError("seq must be an integer and id an id")
+            at = event["at"]
+            if not isinstance(at, str) or format_time(parse_time(at)) != at:
+                raise ValueError(f"at must be a time as this server writes it, not {at!r:.40}")
+            data = event["data"]
+            if not isinstance(data, dict):
+                raise ValueError("data must be an object")
+            canonical = _canonical(event["type"], data, session_id, messages, parts)
+        except (ValueError, KeyError, TypeError, ShapeError, ForgeError) as exc:
+            raise LogIntegrityError(f"{where}: not as this server writes it: {exc}") from None
+        if canonical != data:
+            raise LogIntegrityError(f"{where}: the event's data is not in its canonical form")
+
+
+def _canonical(
+    kind: str,
+    data: dict[str, Any],
+    session_id: str,
+    messages: dict[str, dict[str, Any]],
+    parts: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    if kind in ("session.created", "session.updated"):
+        if data.get("id") != session_id:
+            raise ValueError("the session's own id")
+        clean_title(data.get("title") or "")
+        clean_agent(data.get("agent"))
+        parse_time(data["created_at"])
+        return data
+    if kind == "message.updated":
+        message = normalize_message(data, session_id=session_id, existing=messages.get(data["id"]))
+        parent = message.get("parent_id")
+        if parent is not None and parent not in messages:
+            raise ValueError(f"no message {parent!r} before it")
+        messages[message["id"]] = message
+        return message
+    if kind == "part.updated":
+        part = normalize_part(data, session_id=session_id, existing=parts.get(data["id"]))
+        if part["message_id"] not in messages:
+            raise ValueError(f"no message {part['message_id']!r} before it")
+        parts[part["id"]] = part
+        return part
+    if kind == "message.removed":
+        messages.pop(data["message_id"])
+        return data
+    if kind == "part.removed":
+        parts.pop(data["part_id"])
+        return data
+    return data  # session.compacted, context.updated: free-form objects
 
 
 def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:

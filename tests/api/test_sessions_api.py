@@ -309,10 +309,15 @@ def test_export_then_import_recreates_the_session_after_verifying_it(api, sessio
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
     assert all(len(e["hash"]) == 64 for e in lines)
     history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
-    conflict = api.generic(
-        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
-    )
-    assert conflict.status_code == 409
+    # Its ids are taken (here by the session itself): imported as a copy with new ids,
+    # never a 409 that would tell an importer an id exists.
+    copied = api.generic("POST", "/api/sessions/import/", body, content_type="application/x-ndjson")
+    assert copied.status_code == 201
+    assert copied.json()["id"] != session.pk
+    copy_history = api.get(f"/api/sessions/{copied.json()['id']}/messages/").json()["results"]
+    assert [p["text"] for m in copy_history for p in m["parts"] if p["type"] == "text"] == [
+        p["text"] for m in history for p in m["parts"] if p["type"] == "text"
+    ]
     services.delete_session(session=session)
     imported = api.generic(
         "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"

@@ -82,10 +82,80 @@ def test_export_then_import_a_copy_in_the_same_tenant(compacted, user, tmp_path,
     assert "question 2" in contents(copy)  # the kept tail, remapped
 
 
-def test_import_keeping_ids_is_refused_while_they_are_taken(compacted, user, tmp_path):
+def test_an_import_whose_ids_are_taken_becomes_a_copy(compacted, user, tmp_path, capsys):
     path = export(compacted, tmp_path)
-    with pytest.raises(CommandError, match="conflict"):
+    capsys.readouterr()
+    call_command("import_session", str(path), "--user", user.username)
+    copy = Session.objects.get(pk=capsys.readouterr().out.strip())
+    assert copy.pk != compacted.pk
+    assert contents(copy) == contents(compacted)
+
+
+def test_an_import_never_tells_that_an_id_exists_in_another_tenant(
+    compacted, other_user, tmp_path, capsys
+):
+    """Finding 8 of the reliability issue: a 409 told the importer the id existed."""
+    path = export(compacted, tmp_path)
+    capsys.readouterr()
+    call_command("import_session", str(path), "--user", other_user.username)
+    imported = Session.objects.get(pk=capsys.readouterr().out.strip())
+    assert imported.pk != compacted.pk
+    assert imported.tenant_id != compacted.tenant_id
+    assert Session.objects.get(pk=compacted.pk).tenant_id == compacted.tenant_id
+
+
+def _rehash(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recompute the chain and the header after tampering, so the file still verifies."""
+    from sessions.log import GENESIS_HASH, chain_hash, event_body
+
+    previous = GENESIS_HASH
+    for event in lines[1:]:
+        fields = ("seq", "id", "session_id", "type", "at", "data")
+        event["hash"] = previous = chain_hash(previous, event_body(**{k: event[k] for k in fields}))
+    lines[0]["head_hash"] = previous
+    return lines
+
+
+def _data_of(kind: str, **change: Any) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        event = next(e for e in lines[1:] if e["type"] == kind)
+        event["data"] = {**event["data"], **change}
+        return lines
+
+    return tamper
+
+
+def _first(**change: Any) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[1].update(change)
+        return lines
+
+    return tamper
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        _first(seq=True),
+        _first(seq=1.0),
+        _first(at="2026-11-30T10:00:00Z"),
+        _first(id="evt_" + "x" * 70),
+        _data_of("message.updated", role="wizard"),
+        _data_of("session.created", title="a\x00title"),
+        _data_of("part.updated", type="file", mime="text/html", url="javascript:alert(1)"),
+    ],
+    ids=["seq-true", "seq-float", "other-time-format", "long-id", "role", "nul-title", "js-url"],
+)
+def test_an_import_that_verifies_but_is_not_canonical_is_refused(compacted, user, tmp_path, tamper):
+    """Finding 8 of the reliability issue: such imports were accepted, and
+    ``rebuild_projections --check`` then reported the sessions as different."""
+    path = export(compacted, tmp_path)
+    _write(path, _rehash(tamper(_lines(path))))
+    sessions, events = Session.objects.count(), SessionEvent.objects.count()
+    with pytest.raises(CommandError, match="log_integrity"):
         call_command("import_session", str(path), "--user", user.username)
+    assert (Session.objects.count(), SessionEvent.objects.count()) == (sessions, events)
+    call_command("rebuild_projections", "--check")
 
 
 def test_api_import_with_copy(api, compacted):

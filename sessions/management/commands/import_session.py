@@ -14,9 +14,9 @@ from sessions import services
 class Command(BaseCommand):
     help = (
         "Import an export file into USER's tenant, after verifying its header and hash "
-        "chain. The session keeps its ids (refused when they are taken); --copy gives "
-        "the session, messages and parts new ids and a new chain that records the "
-        "source's id and head hash. Nothing is written when the file is refused."
+        "chain. The session keeps its ids when they are all free (else, and with --copy, "
+        "the session, messages and parts get new ids and a new chain that records the "
+        "source's id and head hash). Nothing is written when the file is refused."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
