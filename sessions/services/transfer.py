@@ -255,6 +255,7 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
     session_id = events[0]["session_id"]
     messages: dict[str, dict[str, Any]] = {}
     parts: dict[str, dict[str, Any]] = {}
+    event_ids: set[Any] = set()
     for event in events:
         seq = event.get("seq")
         where = f"seq {seq!r}"
@@ -263,6 +264,9 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
                 raise ValueError(f"an event has exactly the keys {sorted(EVENT_KEYS)}")
             if type(seq) is not int or not is_valid_id(event["id"]):
                 raise ValueError("seq must be an integer and id an id")
+            if event["id"] in event_ids:
+                raise ValueError(f"event id {event['id']!r} appears twice")
+            event_ids.add(event["id"])
             at = event["at"]
             if not isinstance(at, str) or format_time(parse_time(at)) != at:
                 raise ValueError(f"at must be a time as this server writes it, not {at!r:.40}")

@@ -410,3 +410,13 @@ async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, 
     await frames_until(again, lambda f: len(f) == 1)  # a closed socket gave its place back
     for ws in (second, again):
         await ws.disconnect()
+
+
+async def test_a_socket_path_that_names_no_route_closes_4404(token):
+    for path in ("/ws/nothing/", "/ws/sessions/", "/ws/sessions/a/b/", "/elsewhere"):
+        ws = WebsocketCommunicator(
+            application, path, headers=[ORIGIN, (b"authorization", f"Token {token}".encode())]
+        )
+        await ws.connect()
+        assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4404}
+        await ws.disconnect()

@@ -140,11 +140,21 @@ def _first(**change: Any) -> Any:
         _first(seq=1.0),
         _first(at="2026-11-30T10:00:00Z"),
         _first(id="evt_" + "x" * 70),
+        lambda lines: [*lines[:2], {**lines[2], "id": lines[1]["id"]}, *lines[3:]],
         _data_of("message.updated", role="wizard"),
         _data_of("session.created", title="a\x00title"),
         _data_of("part.updated", type="file", mime="text/html", url="javascript:alert(1)"),
     ],
-    ids=["seq-true", "seq-float", "other-time-format", "long-id", "role", "nul-title", "js-url"],
+    ids=[
+        "seq-true",
+        "seq-float",
+        "other-time-format",
+        "long-id",
+        "duplicate-event-id",
+        "role",
+        "nul-title",
+        "js-url",
+    ],
 )
 def test_an_import_that_verifies_but_is_not_canonical_is_refused(compacted, user, tmp_path, tamper):
     """Finding 8 of the reliability issue: such imports were accepted, and
