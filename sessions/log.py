@@ -13,8 +13,27 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from accounts.times import format_time, now_ms, parse_time
+
+__all__ = [
+    "EVENT_TYPES",
+    "GENESIS_HASH",
+    "LOG_FORMAT",
+    "LOG_VERSION",
+    "ChainProblem",
+    "canonical_body_text",
+    "canonical_json",
+    "chain_hash",
+    "chain_hash_text",
+    "event_body",
+    "format_time",
+    "log_header",
+    "now_ms",
+    "parse_time",
+    "verify_chain",
+]
 
 GENESIS_HASH = "0" * 64
 
@@ -61,25 +80,6 @@ def canonical_body_text(
 
 def _dumps(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def now_ms() -> datetime:
-    """The current UTC time, truncated to milliseconds (what the wire can carry)."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
-
-
-def format_time(value: datetime) -> str:
-    """ISO-8601 UTC with milliseconds: ``2026-11-30T01:29:18.123Z``."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def parse_time(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if parsed.tzinfo is None:
-        raise ValueError(f"time {value!r} has no timezone")
-    return parsed.astimezone(UTC)
 
 
 def event_body(
