@@ -26,13 +26,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from table import (  # bench/ comes first on sys.path: python bench/<name>.py
+    engine_arguments,
+    per_engine,
     print_table,
     use_fresh_database,
 )
@@ -176,39 +177,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--events", type=int, default=5000, help="events per workload")
-    parser.add_argument("--engines", default="sqlite,postgres")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="a server where a scratch database may be created and dropped",
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    engine_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.events, args.postgres_url)))
         return
-    results = []
-    for engine in args.engines.split(","):
-        child = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--worker",
-                engine,
-                "--events",
-                str(args.events),
-                "--postgres-url",
-                args.postgres_url,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            sys.exit(f"{engine} run failed:\n{child.stderr}")
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
         f"append throughput through sessions.services.update_part: {args.events} events per "
         "workload, one transaction per event, one session, in-memory bus"

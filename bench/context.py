@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from append import stored_bytes  # bench/ comes first on sys.path: python bench/<name>.py
-from table import print_table, use_fresh_database
+from table import engine_arguments, per_engine, print_table, use_fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_context"
@@ -152,32 +151,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--engines", default="sqlite,postgres")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="a server where a scratch database may be created and dropped",
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    engine_arguments(parser)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.worker:
         print(json.dumps(worker(args.worker, sizes, args.postgres_url)))
         return
-    results = []
-    for engine in args.engines.split(","):
-        child = subprocess.run(
-            [sys.executable, __file__, "--worker", engine, "--sizes", args.sizes,
-             "--postgres-url", args.postgres_url],
-            capture_output=True,
-            text=True,
-            check=False,
-        )  # fmt: skip
-        if child.returncode != 0:
-            sys.exit(f"{engine} run failed:\n{child.stderr}")
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
         "deriving the context (forge.context.request_for) for a session whose history lies "
         f"behind a summary boundary, followed by 10 messages; median of {RUNS} runs"

@@ -28,14 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
+from table import (  # bench/ comes first on sys.path: python bench/<name>.py
+    engine_arguments,
+    per_engine,
+    print_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_rolling"
@@ -202,30 +205,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=20, help="messages per window (threshold)")
     parser.add_argument("--history", type=int, default=5000, help="messages already in a unit")
     parser.add_argument("--sample", type=int, default=200, help="cores per history workload")
-    parser.add_argument("--engines", default="sqlite,postgres")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="a server where a scratch database may be created and dropped",
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    engine_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
-    results = []
-    for engine in args.engines.split(","):
-        child = subprocess.run(
-            [sys.executable, __file__, "--worker", engine, *sys.argv[1:]],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            sys.exit(f"{engine} run failed:\n{child.stderr}")
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
         f"DialogRolling sweeps (memory.rolling.sweep): windows of {args.window} messages, "
         "keep 4, extractive summarizer, search index on"

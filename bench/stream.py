@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from table import (  # bench/ comes first on sys.path: python bench/<name>.py
+    engine_arguments,
+    per_engine,
     print_table,
     use_fresh_database,
 )
@@ -164,27 +165,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--engines", default="sqlite,postgres")
     parser.add_argument("--repeat", type=int, default=5, help="turns per size (median)")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    engine_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.repeat, args.postgres_url)))
         return
-    results = []
-    for engine in args.engines.split(","):
-        command = [sys.executable, __file__, "--worker", engine, "--repeat", str(args.repeat)]
-        command += ["--postgres-url", args.postgres_url]
-        child = subprocess.run(command, capture_output=True, text=True, check=False)
-        if child.returncode != 0:
-            sys.exit(f"{engine} run failed:\n{child.stderr}")
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
         "streaming through forge.runtime on offline/echo (no delay), in-memory bus, "
         f"median of {args.repeat} turns per size"

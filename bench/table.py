@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
     """Left-aligned header, right-aligned cells, column widths to fit."""
@@ -28,3 +30,41 @@ def use_fresh_database(engine: str, postgres_url: str, name: str) -> None:
         admin.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.execute(f"CREATE DATABASE {name}")
     os.environ["DATABASE_URL"] = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def engine_arguments(parser: Any) -> None:
+    """``--engines``, ``--postgres-url`` and the hidden ``--worker`` every engine bench takes."""
+    import argparse
+    import os
+
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("FORGE_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+        help="a server where a scratch database may be created and dropped",
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def per_engine(script: str, engines: str, argv: list[str]) -> list[dict[str, Any]]:
+    """Run ``script`` once per engine, each in a process of its own (``--worker ENGINE``
+    and the same arguments), and collect the JSON each prints last."""
+    import json
+    import subprocess
+    import sys
+
+    results = []
+    for engine in engines.split(","):
+        child = subprocess.run(
+            [sys.executable, script, *argv, "--worker", engine],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if child.returncode != 0:
+            sys.exit(f"{engine} run failed:\n{child.stderr}")
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    return results

@@ -86,22 +86,31 @@ class MemoryCore(models.Model):
         return f"{self.agent} / {self.user_id} ({self.id})"
 
 
-class DialogueMessage(models.Model):
-    """One message of a core's dialogue window (not yet rolled, or kept for context)."""
+class _Message(models.Model):
+    """What a message of the window and of a unit both are: who said what, when, and
+    which session message it came from."""
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(
         "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
     )
-    core = models.ForeignKey(
-        MemoryCore, on_delete=models.CASCADE, related_name="window", db_index=False
-    )
-    seq = models.PositiveBigIntegerField()
     role = models.CharField(max_length=ROLE_MAX, choices=Role.choices)
     text = models.TextField(blank=True)
     at = models.DateTimeField()
     session_id = models.CharField(max_length=ID_MAX, blank=True, default="")
     message_id = models.CharField(max_length=ID_MAX, blank=True, default="")
+
+    class Meta:
+        abstract = True
+
+
+class DialogueMessage(_Message):
+    """One message of a core's dialogue window (not yet rolled, or kept for context)."""
+
+    core = models.ForeignKey(
+        MemoryCore, on_delete=models.CASCADE, related_name="window", db_index=False
+    )
+    seq = models.PositiveBigIntegerField()
 
     class Meta:
         constraints = [
@@ -142,22 +151,13 @@ class MemoryUnit(models.Model):
         return self.id
 
 
-class MemoryMessage(models.Model):
+class MemoryMessage(_Message):
     """Message ``index`` of a unit's ``conversation_messages`` (0-based, no gaps)."""
 
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(
-        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
-    )
     unit = models.ForeignKey(
         MemoryUnit, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     index = models.PositiveIntegerField()
-    role = models.CharField(max_length=ROLE_MAX, choices=Role.choices)
-    text = models.TextField(blank=True)
-    at = models.DateTimeField()
-    session_id = models.CharField(max_length=ID_MAX, blank=True, default="")
-    message_id = models.CharField(max_length=ID_MAX, blank=True, default="")
 
     class Meta:
         constraints = [
