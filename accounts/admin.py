@@ -50,3 +50,17 @@ class TenantScopedAdmin:
         if user.is_superuser:
             return queryset
         return queryset.filter(tenant__memberships__user_id=user.pk)
+
+
+class ReadOnlyAdmin:
+    """For what operators may look at but never change (logs, projections, memory):
+    no add, change or delete, whatever the user's permissions."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from accounts.admin import TenantScopedAdmin
+from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
 
 from . import services
 from .exceptions import MemoryStoreError
@@ -53,17 +53,6 @@ def _messages_table(rows: Iterable[MemoryMessage | DialogueMessage], number: str
         number,
         body,
     )
-
-
-class ReadOnly:
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class AgentFilter(admin.SimpleListFilter):
@@ -258,7 +247,7 @@ class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
 # --- units -----------------------------------------------------------------------------------
 
 
-class SliceInline(ReadOnly, admin.TabularInline):
+class SliceInline(ReadOnlyAdmin, admin.TabularInline):
     model = MemorySlice
     fields = ("slice_link", "start_index", "end_index", "summary_brief", "created_at")
     readonly_fields = fields
@@ -277,7 +266,7 @@ class SliceInline(ReadOnly, admin.TabularInline):
 
 
 @admin.register(MemoryUnit)
-class MemoryUnitAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
+class MemoryUnitAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = (
         "id",
         "core_link",
@@ -344,7 +333,7 @@ class MemoryUnitAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(MemorySlice)
-class MemorySliceAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
+class MemorySliceAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("id", "unit_link", "agent", "user", "range", "summary_brief", "created_at")
     list_filter = (
         ("tenant", admin.RelatedOnlyFieldListFilter),
@@ -398,7 +387,7 @@ class MemorySliceAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(MemoryMessage)
-class MemoryMessageAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
+class MemoryMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("unit", "index", "role", "text_brief", "at")
     list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
     search_fields = ("text", "=unit__id")
@@ -414,7 +403,7 @@ class MemoryMessageAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(DialogueMessage)
-class DialogueMessageAdmin(TenantScopedAdmin, ReadOnly, admin.ModelAdmin):
+class DialogueMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("core", "seq", "role", "text_brief", "at")
     list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
     search_fields = ("text", "=core__id")

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from accounts.admin import TenantScopedAdmin
+from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
 
 from . import services
 from .log import format_time
@@ -40,17 +40,6 @@ def _part_summary(data: dict[str, Any]) -> str:
         state = data.get("state", {})
         return f"{data.get('tool')} [{state.get('status')}]"
     return _brief({k: v for k, v in data.items() if k not in ("id", "message_id", "session_id")})
-
-
-class ReadOnlyMixin:
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Session)
@@ -139,7 +128,7 @@ class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(SessionEvent)
-class SessionEventAdmin(TenantScopedAdmin, ReadOnlyMixin, admin.ModelAdmin):
+class SessionEventAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("session", "seq", "type", "at", "data_brief")
     list_filter = ("type",)
     search_fields = ("=session__id", "=id", "type")
@@ -158,7 +147,7 @@ class SessionEventAdmin(TenantScopedAdmin, ReadOnlyMixin, admin.ModelAdmin):
         return format_html("<pre>{}</pre>", json.dumps(obj.data, indent=2, ensure_ascii=False))
 
 
-class PartInline(ReadOnlyMixin, admin.TabularInline):
+class PartInline(ReadOnlyAdmin, admin.TabularInline):
     model = Part
     fields = ("id", "type", "summary", "seq")
     readonly_fields = fields
@@ -172,7 +161,7 @@ class PartInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(Message)
-class MessageAdmin(TenantScopedAdmin, ReadOnlyMixin, admin.ModelAdmin):
+class MessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("id", "session", "role", "created", "finish", "part_count")
     list_filter = ("role", ("tenant", admin.RelatedOnlyFieldListFilter))
     search_fields = ("=id", "=session__id", "session__title")
