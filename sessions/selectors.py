@@ -7,12 +7,10 @@ raise ``NotFound``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import QuerySet
 
 from accounts.models import Tenant
@@ -63,7 +61,7 @@ class MessagePage:
     next_before: str | None  # pass as ``before`` for the next (older) page; None at the start
 
 
-def _check_limit(limit: int, maximum: int) -> int:
+def check_limit(limit: int, maximum: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise InvalidCursor(f"limit must be an integer from 1 to {maximum}")
     return limit
@@ -77,7 +75,7 @@ def message_page(
     Pages go newest first; inside a page, messages are oldest first, each with
     its parts in creation order. Two queries per page, whatever its size.
     """
-    _check_limit(limit, PAGE_MAX)
+    check_limit(limit, PAGE_MAX)
     session = get_session(tenant=tenant, session_id=session_id)
     messages = Message.objects.filter(tenant=tenant, session=session)
     if before is not None:
@@ -89,11 +87,11 @@ def message_page(
     rows = rows[:limit]
     rows.reverse()
     return MessagePage(
-        items=_with_parts(tenant, session, rows), next_before=rows[0][0] if has_more else None
+        items=with_parts(tenant, session, rows), next_before=rows[0][0] if has_more else None
     )
 
 
-def _with_parts(
+def with_parts(
     tenant: Tenant, session: Session, rows: list[tuple[str, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     """``[{"info", "parts"}]`` for message rows ``(id, data)``, in one query for all parts."""
@@ -126,7 +124,7 @@ def iter_history(
         elif since is not None:
             messages = messages.filter(id__gte=since)
         rows = list(messages.values_list("id", "data")[:batch])
-        yield from _with_parts(tenant, session, rows)
+        yield from with_parts(tenant, session, rows)
         if len(rows) < batch:
             return
         after = rows[-1][0]
@@ -138,7 +136,7 @@ def events_after(
     """Wire events with ``seq > after``, oldest first, at most ``limit``."""
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise InvalidCursor("after must be a non-negative integer")
-    _check_limit(limit, EVENTS_PAGE_MAX)
+    check_limit(limit, EVENTS_PAGE_MAX)
     session = get_session(tenant=tenant, session_id=session_id)
     events = SessionEvent.objects.filter(tenant=tenant, session=session, seq__gt=after).order_by(
         "seq"
@@ -307,7 +305,7 @@ def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[st
         .order_by("id")
         .values_list("id", "data")
     )
-    return _with_parts(tenant, session, rows)
+    return with_parts(tenant, session, rows)
 
 
 def count_assistant_messages(*, tenant: Tenant, session: Session) -> int:
@@ -324,7 +322,7 @@ def get_message(*, tenant: Tenant, session_id: str, message_id: str) -> dict[str
     )
     if row is None:
         raise NotFound(f"no message {message_id!r} in this session")
-    return _with_parts(tenant, session, [row])[0]
+    return with_parts(tenant, session, [row])[0]
 
 
 def history_at(*, tenant: Tenant, session: Session, seq: int) -> list[dict[str, Any]]:
@@ -339,130 +337,6 @@ def history_at(*, tenant: Tenant, session: Session, seq: int) -> list[dict[str, 
         {"info": state.messages[message_id]["data"], "parts": parts.get(message_id, [])}
         for message_id in sorted(state.messages)
     ]
-
-
-# --- recall: full-text search and reads by id over the whole history -------------------
-
-SEARCH_MAX = 50
-_PART_TABLE = Part._meta.db_table
-_FTS_TABLE = f"{_PART_TABLE}_fts"
-# The indexed expression of migration 0004 (PostgreSQL's GIN index): keep both in step.
-_POSTGRES_BODY = (
-    "to_tsvector('simple'::regconfig, "
-    "coalesce(data->>'text', '') || ' ' || coalesce(data->>'tool', '') || ' ' || "
-    "coalesce(data#>>'{state,input}', '') || ' ' || coalesce(data#>>'{state,output}', '') "
-    "|| ' ' || coalesce(data#>>'{state,error}', '') || ' ' || "
-    "coalesce(data->>'filename', '') || ' ' || coalesce(data->>'prompt', ''))"
-)
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    message_id: str
-    part_id: str
-    role: str
-    snippet: str
-    rank: float
-
-
-def search_history(
-    *, tenant: Tenant, session: Session, query: str, limit: int = 10
-) -> list[SearchHit]:
-    """Full-text search over every part of the session (whatever compaction or pruning
-    hid from the model), best first: SQLite FTS5 (bm25) or PostgreSQL full text
-    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match."""
-    _check_limit(limit, SEARCH_MAX)
-    words = _WORD.findall(query or "")[:20]
-    if not words:
-        raise InvalidCursor("query: give at least one word to search for")
-    # Table names come from the models; every value is a bound parameter.
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"SELECT message_id, id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
-                "left(coalesce(data->>'text', data#>>'{state,output}', data->>'tool', ''), 2000)"
-                f" FROM {_PART_TABLE}, plainto_tsquery('simple'::regconfig, %s) q "
-                f"WHERE tenant_id = %s AND session_id = %s AND {_POSTGRES_BODY} @@ q "
-                "ORDER BY rank DESC, id DESC LIMIT %s",
-                [" ".join(words), tenant.pk, session.pk, limit],
-            )
-        else:
-            match = " ".join('"' + word.replace('"', "") + '"' for word in words)
-            cursor.execute(
-                f"SELECT message_id, part_id, bm25({_FTS_TABLE}) AS rank, body "  # noqa: S608
-                f"FROM {_FTS_TABLE} WHERE {_FTS_TABLE} MATCH %s AND session_id = %s "
-                "ORDER BY rank, part_id DESC LIMIT %s",
-                [match, session.pk, limit],
-            )
-        rows = cursor.fetchall()
-    roles = dict(
-        Message.objects.filter(
-            tenant=tenant, session=session, id__in={row[0] for row in rows}
-        ).values_list("id", "role")
-    )
-    return [
-        SearchHit(
-            message_id=message_id,
-            part_id=part_id,
-            role=roles.get(message_id, ""),
-            snippet=_focus(str(text or ""), words),
-            rank=abs(float(rank or 0)),
-        )
-        for message_id, part_id, rank, text in rows
-        if message_id in roles
-    ]
-
-
-def _focus(text: str, words: list[str], width: int = 300) -> str:
-    """About ``width`` characters of ``text`` around the first matching word."""
-    text = " ".join(text.split())
-    lowered = text.lower()
-    at = min((i for w in words if (i := lowered.find(w.lower())) >= 0), default=0)
-    start = max(at - width // 3, 0)
-    piece = text[start : start + width]
-    return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
-
-
-def read_messages(
-    *,
-    tenant: Tenant,
-    session: Session,
-    ids: list[str] | None = None,
-    start: str | None = None,
-    end: str | None = None,
-    limit: int = 20,
-) -> list[dict[str, Any]]:
-    """Messages of the session with their parts, oldest first: by id, or the id range
-    ``start``..``end`` (inclusive), at most ``limit``."""
-    _check_limit(limit, PAGE_MAX)
-    messages = Message.objects.filter(tenant=tenant, session=session)
-    if ids is not None:
-        bad = [i for i in ids if not is_valid_id(i)]
-        if bad:
-            raise InvalidCursor(f"ids: {bad[0]!r} is not a message id")
-        messages = messages.filter(id__in=ids)
-    else:
-        if start is None:
-            raise InvalidCursor("give message ids, or a start id (and an end id)")
-        for name, value in (("start", start), ("end", end)):
-            if value is not None and not is_valid_id(value):
-                raise InvalidCursor(f"{name}: {value!r} is not a message id")
-        messages = messages.filter(id__gte=start)
-        if end is not None:
-            messages = messages.filter(id__lte=end)
-    rows = list(messages.order_by("id").values_list("id", "data")[:limit])
-    return _with_parts(tenant, session, rows)
-
-
-def message_of_part(*, tenant: Tenant, session: Session, part_id: str) -> str | None:
-    if not is_valid_id(part_id):
-        return None
-    return (
-        Part.objects.filter(tenant=tenant, session=session, pk=part_id)
-        .values_list("message_id", flat=True)
-        .first()
-    )
 
 
 def head_seq(*, tenant: Tenant, session_id: str) -> int:

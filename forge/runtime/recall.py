@@ -14,9 +14,9 @@ from typing import Any
 
 from forge.db.worker import db
 from forge.tools import ToolContext, ToolError, ToolResult, tool
-from sessions import selectors
 from sessions.exceptions import InvalidCursor
 from sessions.models import Session
+from sessions.recall import SearchHit, message_of_part, read_messages, search_history
 
 READ_MAX_CHARS = 20_000  # the whole output of one history_read
 PART_MAX_CHARS = 4_000  # one part's text or output within it
@@ -44,9 +44,9 @@ def _session(ctx: ToolContext) -> Session:
     },
 )
 async def history_search(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    def search() -> list[selectors.SearchHit]:
+    def search() -> list[SearchHit]:
         session = _session(ctx)
-        return selectors.search_history(
+        return search_history(
             tenant=session.tenant,
             session=session,
             query=str(args["query"]),
@@ -120,13 +120,13 @@ async def history_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         session = _session(ctx)
         ids = args.get("ids")
         if args.get("part_id"):
-            owner = selectors.message_of_part(
+            owner = message_of_part(
                 tenant=session.tenant, session=session, part_id=str(args["part_id"])
             )
             if owner is None:
                 raise InvalidCursor(f"no part {args['part_id']!r} in this conversation")
             ids = [owner]
-        return selectors.read_messages(
+        return read_messages(
             tenant=session.tenant,
             session=session,
             ids=[str(i) for i in ids] if ids is not None else None,

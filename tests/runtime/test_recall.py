@@ -11,8 +11,9 @@ import pytest
 from forge.context.boundary import record_compaction
 from forge.runtime.recall import history_read, history_search
 from forge.tools import ToolContext, ToolError
-from sessions import selectors, services
+from sessions import services
 from sessions.exceptions import InvalidCursor
+from sessions.recall import search_history
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -79,25 +80,23 @@ def history(session: Any, other_user: Any) -> dict[str, str]:
 
 
 def test_search_finds_hidden_turns_ranked_with_message_ids(session, history):
-    hits = selectors.search_history(tenant=session.tenant, session=session, query="marmalade")
+    hits = search_history(tenant=session.tenant, session=session, query="marmalade")
     found = {hit.message_id for hit in hits}
     assert history["oldest"] in found
     assert history["newest"] in found
     assert all(hit.role == "user" for hit in hits)
-    both = selectors.search_history(
-        tenant=session.tenant, session=session, query="marmalade archive"
-    )
+    both = search_history(tenant=session.tenant, session=session, query="marmalade archive")
     assert [hit.message_id for hit in both] == [history["oldest"]]
     assert "archive" in both[0].snippet
     # tool outputs are searchable too
-    tools = selectors.search_history(tenant=session.tenant, session=session, query="cellar file")
+    tools = search_history(tenant=session.tenant, session=session, query="cellar file")
     assert tools
     assert tools[0].role == "assistant"
 
 
 def test_search_refuses_an_empty_query(session, history):
     with pytest.raises(InvalidCursor):
-        selectors.search_history(tenant=session.tenant, session=session, query=" ?! ")
+        search_history(tenant=session.tenant, session=session, query=" ?! ")
 
 
 async def test_the_tools(session, history):

@@ -1,0 +1,139 @@
+"""Reads for recall: full-text search over a session's whole history (what compaction
+and pruning hid from the model included) and reads of messages by id. Like every
+selector, each takes the tenant."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from accounts.models import Tenant
+
+from .exceptions import InvalidCursor
+from .ids import is_valid_id
+from .models import Message, Part, Session
+from .selectors import PAGE_MAX, check_limit, with_parts
+
+SEARCH_MAX = 50
+_PART_TABLE = Part._meta.db_table
+_FTS_TABLE = f"{_PART_TABLE}_fts"
+# The indexed expression of migration 0004 (PostgreSQL's GIN index): keep both in step.
+_POSTGRES_BODY = (
+    "to_tsvector('simple'::regconfig, "
+    "coalesce(data->>'text', '') || ' ' || coalesce(data->>'tool', '') || ' ' || "
+    "coalesce(data#>>'{state,input}', '') || ' ' || coalesce(data#>>'{state,output}', '') "
+    "|| ' ' || coalesce(data#>>'{state,error}', '') || ' ' || "
+    "coalesce(data->>'filename', '') || ' ' || coalesce(data->>'prompt', ''))"
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    message_id: str
+    part_id: str
+    role: str
+    snippet: str
+    rank: float
+
+
+def search_history(
+    *, tenant: Tenant, session: Session, query: str, limit: int = 10
+) -> list[SearchHit]:
+    """Full-text search over every part of the session (whatever compaction or pruning
+    hid from the model), best first: SQLite FTS5 (bm25) or PostgreSQL full text
+    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match."""
+    check_limit(limit, SEARCH_MAX)
+    words = _WORD.findall(query or "")[:20]
+    if not words:
+        raise InvalidCursor("query: give at least one word to search for")
+    # Table names come from the models; every value is a bound parameter.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"SELECT message_id, id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
+                "left(coalesce(data->>'text', data#>>'{state,output}', data->>'tool', ''), 2000)"
+                f" FROM {_PART_TABLE}, plainto_tsquery('simple'::regconfig, %s) q "
+                f"WHERE tenant_id = %s AND session_id = %s AND {_POSTGRES_BODY} @@ q "
+                "ORDER BY rank DESC, id DESC LIMIT %s",
+                [" ".join(words), tenant.pk, session.pk, limit],
+            )
+        else:
+            match = " ".join('"' + word.replace('"', "") + '"' for word in words)
+            cursor.execute(
+                f"SELECT message_id, part_id, bm25({_FTS_TABLE}) AS rank, body "  # noqa: S608
+                f"FROM {_FTS_TABLE} WHERE {_FTS_TABLE} MATCH %s AND session_id = %s "
+                "ORDER BY rank, part_id DESC LIMIT %s",
+                [match, session.pk, limit],
+            )
+        rows = cursor.fetchall()
+    roles = dict(
+        Message.objects.filter(
+            tenant=tenant, session=session, id__in={row[0] for row in rows}
+        ).values_list("id", "role")
+    )
+    return [
+        SearchHit(
+            message_id=message_id,
+            part_id=part_id,
+            role=roles.get(message_id, ""),
+            snippet=_focus(str(text or ""), words),
+            rank=abs(float(rank or 0)),
+        )
+        for message_id, part_id, rank, text in rows
+        if message_id in roles
+    ]
+
+
+def _focus(text: str, words: list[str], width: int = 300) -> str:
+    """About ``width`` characters of ``text`` around the first matching word."""
+    text = " ".join(text.split())
+    lowered = text.lower()
+    at = min((i for w in words if (i := lowered.find(w.lower())) >= 0), default=0)
+    start = max(at - width // 3, 0)
+    piece = text[start : start + width]
+    return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def read_messages(
+    *,
+    tenant: Tenant,
+    session: Session,
+    ids: list[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    limit: int = 20,
+) -> list[dict[str, Any]]:
+    """Messages of the session with their parts, oldest first: by id, or the id range
+    ``start``..``end`` (inclusive), at most ``limit``."""
+    check_limit(limit, PAGE_MAX)
+    messages = Message.objects.filter(tenant=tenant, session=session)
+    if ids is not None:
+        bad = [i for i in ids if not is_valid_id(i)]
+        if bad:
+            raise InvalidCursor(f"ids: {bad[0]!r} is not a message id")
+        messages = messages.filter(id__in=ids)
+    else:
+        if start is None:
+            raise InvalidCursor("give message ids, or a start id (and an end id)")
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and not is_valid_id(value):
+                raise InvalidCursor(f"{name}: {value!r} is not a message id")
+        messages = messages.filter(id__gte=start)
+        if end is not None:
+            messages = messages.filter(id__lte=end)
+    rows = list(messages.order_by("id").values_list("id", "data")[:limit])
+    return with_parts(tenant, session, rows)
+
+
+def message_of_part(*, tenant: Tenant, session: Session, part_id: str) -> str | None:
+    if not is_valid_id(part_id):
+        return None
+    return (
+        Part.objects.filter(tenant=tenant, session=session, pk=part_id)
+        .values_list("message_id", flat=True)
+        .first()
+    )
