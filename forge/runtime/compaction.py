@@ -38,7 +38,7 @@ from forge.context.compacted import compaction_part
 from forge.db.worker import db
 from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import events as ev
-from forge.providers import resolve, split_model
+from forge.providers import split_model
 from forge.providers.base import ModelRequest
 from sessions import bus, selectors, services
 from sessions.frames import error_frame
@@ -48,6 +48,7 @@ from sessions.models import Session
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .finalize import INTERRUPTED, finalize_open_messages
+from .small_model import ask
 
 logger = logging.getLogger(__name__)
 
@@ -246,45 +247,21 @@ async def summarize(
     model fails or returns nothing."""
     model = model or settings.FORGE_SMALL_MODEL
     try:
-        provider_name, name = split_model(model)
+        provider_name, _ = split_model(model)
     except UnknownModel as exc:
         raise CompactionFailed(f"the summary model: {exc}") from None
     if provider_name == "offline":
         summary = extractive_summary(items)
         return summary, ev.Usage(input=_size(items), output=len(summary) // 4)
     try:
-        provider = resolve(model)
+        answer = await ask(SUMMARY_SYSTEM, f"{transcript(items)}\n\n{SUMMARY_ASK}", model=model)
     except UnknownModel as exc:
         raise CompactionFailed(f"the summary model: {exc}") from None
-    request = ModelRequest(
-        model=name,
-        system=[SUMMARY_SYSTEM],
-        messages=[{"role": "user", "content": f"{transcript(items)}\n\n{SUMMARY_ASK}"}],
-    )
-    pieces: list[str] = []
-    usage = ev.Usage()
-    stream = provider.stream(request)
-    try:
-        async for event in stream:
-            if isinstance(event, ev.TextDelta):
-                pieces.append(event.delta)
-            elif isinstance(event, ev.Error):
-                raise CompactionFailed(f"the summary model failed: {event.message}")
-            elif isinstance(event, ev.FinishStep):
-                usage = event.usage
-                break
-    except CompactionFailed:
-        raise
-    except Exception as exc:
+    except Exception as exc:  # the model's error, a tool call, a dropped connection
         raise CompactionFailed(f"the summary model failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        for closer in (getattr(stream, "aclose", None), getattr(provider, "aclose", None)):
-            if closer is not None:
-                await closer()
-    summary = "".join(pieces).strip()
-    if not summary:
+    if not answer.text:
         raise CompactionFailed("the summary model returned nothing")
-    return summary, usage
+    return answer.text, answer.usage
 
 
 # --- compacting -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -19,8 +20,18 @@ class SmallModelError(Exception):
     """The model answered with an error, or with a tool call instead of text."""
 
 
-async def ask(system: str, content: str, *, model: str | None = None) -> str:
-    """The text the small model answers to ``content`` under ``system``."""
+@dataclass(frozen=True)
+class Answer:
+    text: str  # stripped
+    usage: ev.Usage
+
+
+async def ask(system: str, content: str, *, model: str | None = None) -> Answer:
+    """What the small model (or ``model``) answers to ``content`` under ``system``.
+
+    Raises ``UnknownModel`` for a model string no provider serves, and
+    ``SmallModelError`` when the model fails or calls a tool.
+    """
     model = model or settings.FORGE_SMALL_MODEL
     _, name = split_model(model)
     request = ModelRequest(
@@ -28,19 +39,24 @@ async def ask(system: str, content: str, *, model: str | None = None) -> str:
     )
     provider = resolve(model)
     chunks: list[str] = []
+    usage = ev.Usage()
+    stream = provider.stream(request)
     try:
-        async for event in provider.stream(request):
+        async for event in stream:
             if isinstance(event, ev.TextDelta):
                 chunks.append(event.delta)
             elif isinstance(event, ev.Error):
                 raise SmallModelError(f"{event.name}: {event.message}")
             elif isinstance(event, ev.ToolCall):
                 raise SmallModelError("the model called a tool instead of answering")
+            elif isinstance(event, ev.FinishStep):
+                usage = event.usage
+                break
     finally:
-        close = getattr(provider, "aclose", None)
-        if close is not None:
-            await close()
-    return "".join(chunks).strip()
+        for close in (getattr(stream, "aclose", None), getattr(provider, "aclose", None)):
+            if close is not None:
+                await close()
+    return Answer(text="".join(chunks).strip(), usage=usage)
 
 
 SUMMARY_PROMPT = (
@@ -60,4 +76,4 @@ def summarize_dialogue(messages: Sequence[Mapping[str, Any]]) -> str:
     if provider == "offline":
         return extractive(messages)
     transcript = "\n".join(f"{m.get('role', 'user')}: {m.get('text', '')}" for m in messages)
-    return asyncio.run(ask(SUMMARY_PROMPT, transcript, model=model))
+    return asyncio.run(ask(SUMMARY_PROMPT, transcript, model=model)).text

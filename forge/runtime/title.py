@@ -57,7 +57,7 @@ async def generate_title(session: Session) -> str | None:
     if not text:
         return None
     try:
-        answer = await ask(PROMPT, text)
+        answer = (await ask(PROMPT, text)).text
     except SmallModelError:
         answer = ""
     title = clean_title(answer, fallback=text)
