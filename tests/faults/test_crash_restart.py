@@ -6,6 +6,7 @@ first turn, so such a reply stayed open until the next prompt.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,24 +34,26 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_a_reply_cut_by_kill_9_is_finalized_by_the_restarted_process(
-    tmp_path: Path, session: Any, token: str, agents: Any
+SCRIPT = [
+    [
+        {"type": "text-start", "id": "t"},
+        {"type": "text-delta", "id": "t", "delta": "Half of "},
+        {"type": "text-delta", "id": "t", "delta": "an answer"},
+        {"type": "sleep", "seconds": 120},
+        {"type": "text-end", "id": "t"},
+        {"type": "finish-step", "finish_reason": "stop"},
+    ]
+]
+
+
+@pytest.mark.parametrize("survivor", ["restarted", "already serving"])
+def test_a_reply_cut_by_kill_9_is_finalized_by_another_process(
+    tmp_path: Path, session: Any, token: str, agents: Any, survivor: str
 ) -> None:
+    """``restarted``: the killed process is replaced right after the kill; ``already
+    serving``: two processes serve, one is killed mid-reply, the other finishes it."""
     script = tmp_path / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                [
-                    {"type": "text-start", "id": "t"},
-                    {"type": "text-delta", "id": "t", "delta": "Half of "},
-                    {"type": "text-delta", "id": "t", "delta": "an answer"},
-                    {"type": "sleep", "seconds": 120},
-                    {"type": "text-end", "id": "t"},
-                    {"type": "finish-step", "finish_reason": "stop"},
-                ]
-            ]
-        )
-    )
+    script.write_text(json.dumps(SCRIPT))
     env = {
         "FORGE_MODEL": "offline/script",
         "FORGE_SCRIPT": str(script),
@@ -58,26 +61,30 @@ def test_a_reply_cut_by_kill_9_is_finalized_by_the_restarted_process(
         "FORGE_LEASE_JANITOR": "1",
         "FORGE_RECOVER_ON_START": "1",
     }
-    with daphne(tmp_path, "first", **env) as first:
-        answer = httpx.post(
-            f"{first.url}/api/sessions/{session.pk}/messages/",
-            json={"text": "go"},
-            headers={"Authorization": f"Token {token}"},
-            timeout=10,
-        )
-        assert answer.status_code == 202, answer.text
-        reply_id = answer.json()["assistant_message_id"]
-        _wait(
-            lambda: Part.objects.filter(message_id=reply_id, data__type="text").exists(),
-            30,
-            "the reply's text part",
-        )
-        time.sleep(0.5)  # the deltas reach the in-flight mirror
-        os.killpg(first.process.pid, signal.SIGKILL)
-        first.process.wait(10)
-    killed_at = time.monotonic()
-    with daphne(tmp_path, "second", **env) as second:
-        # No prompt, no request to the session: only the janitor can finish it.
+    with contextlib.ExitStack() as servers:
+        if survivor == "already serving":
+            other = servers.enter_context(daphne(tmp_path, "other", **env))
+        with daphne(tmp_path, "first", **env) as first:
+            answer = httpx.post(
+                f"{first.url}/api/sessions/{session.pk}/messages/",
+                json={"text": "go"},
+                headers={"Authorization": f"Token {token}"},
+                timeout=10,
+            )
+            assert answer.status_code == 202, answer.text
+            reply_id = answer.json()["assistant_message_id"]
+            _wait(
+                lambda: Part.objects.filter(message_id=reply_id, data__type="text").exists(),
+                30,
+                "the reply's text part",
+            )
+            time.sleep(0.5)  # the deltas reach the in-flight mirror
+            os.killpg(first.process.pid, signal.SIGKILL)
+            first.process.wait(10)
+        killed_at = time.monotonic()
+        if survivor == "restarted":
+            other = servers.enter_context(daphne(tmp_path, "other", **env))
+        # No prompt, no request to the session: only a janitor can finish it.
         _wait(
             lambda: Message.objects.get(pk=reply_id).data["completed_at"] is not None,
             LEASE * 2 + 10,
@@ -90,4 +97,4 @@ def test_a_reply_cut_by_kill_9_is_finalized_by_the_restarted_process(
         assert text["time"]["end"]
         # With Redis the streamed text survives the crash; without it, the log's (empty) text.
         assert text["text"] == ("Half of an answer" if settings.REDIS_URL else "")
-        assert "Traceback" not in second.output()
+        assert "Traceback" not in other.output()
