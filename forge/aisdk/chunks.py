@@ -317,3 +317,59 @@ class ReplyChunks:
 def _metadata(info: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("finish", "tokens", "cost", "error", "created_at", "completed_at", "model", "agent")
     return {key: info[key] for key in keys if key in info}
+
+
+# --- a stored message as a UIMessage (history) ------------------------------------------
+
+_TOOL_STATES = {
+    "pending": "input-streaming",
+    "running": "input-available",
+    "completed": "output-available",
+    "error": "output-error",
+}
+
+
+def ui_message(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored message ``{info, parts}`` as an AI SDK ``UIMessage``: the parts a client
+    ends with after streaming it (the chunks above, folded)."""
+    info = item["info"]
+    message: dict[str, Any] = {"id": info["id"], "role": info["role"], "parts": []}
+    for part in item["parts"]:
+        message["parts"] += ui_part(part)
+    if info["role"] == "assistant":
+        message["metadata"] = _metadata(info)
+    return message
+
+
+def ui_part(part: Mapping[str, Any]) -> list[dict[str, Any]]:
+    kind = part["type"]
+    if kind in _BLOCKS:
+        return [{"type": kind, "text": part.get("text", "")}]
+    if kind == "step-start":
+        return [{"type": "step-start"}]
+    if kind == "step-finish":
+        step = {k: part.get(k) for k in ("reason", "tokens", "cost")}
+        return [{"type": "data-step-finish", "id": part["id"], "data": step}]
+    if kind == "tool":
+        state = part.get("state") or {}
+        status = state.get("status", "pending")
+        tool: dict[str, Any] = {
+            "type": f"tool-{part.get('tool', '')}",
+            "toolCallId": part.get("call_id", part["id"]),
+            "state": _TOOL_STATES.get(status, "input-streaming"),
+            "input": state.get("input") if status != "pending" else None,
+        }
+        if status == "completed":
+            tool["output"] = state.get("output", "")
+        elif status == "error":
+            tool["input"] = state.get("input") or {}
+            tool["errorText"] = str(state.get("error") or "tool failed")
+        return [tool]
+    if kind == "file":
+        out = {"type": "file", "mediaType": part.get("mime", ""), "url": part.get("url", "")}
+        if part.get("filename"):
+            out["filename"] = part["filename"]
+        return [out]
+    return [
+        {"type": f"data-{_DATA_PARTS.get(kind, kind)}", "id": part["id"], "data": _data_of(part)}
+    ]

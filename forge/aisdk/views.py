@@ -9,6 +9,7 @@
 * ``GET /api/chat/{id}/stream``: 204 when no reply runs; else the running reply
   from its ``start`` (its stored id) and then live, from any server process.
 * ``POST /api/chat/{id}/stop``: abort the running reply (204; 409 when none runs).
+* ``GET /api/chat/{id}/messages``: the chat as ``UIMessage``s (paged), to restore it.
 
 Every error before the stream starts is JSON (``forge.api.errors``). A client
 that goes away ends only its stream, never the reply. Auth, CSRF (for the
@@ -23,6 +24,7 @@ import binascii
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -41,6 +43,7 @@ from forge import runtime
 from forge.access import session_of, tenant_of
 from forge.api.parsers import SafeJSONParser
 from forge.errors import NotImplementedYet
+from forge.params import parse_limit
 from forge.realtime import hub, limits
 from forge.realtime.stream import SessionStream
 from forge.runtime.prompting import clean_files, clean_text
@@ -266,6 +269,42 @@ class ChatStreamView(APIView):
         first = selectors.message_start_seq(tenant=tenant, session=session, message_id=message_id)
         limits.take(_owner(request))
         return _stream_response(request, session, message_id, max((first or 1) - 1, 0))
+
+
+class ChatMessagesView(APIView):
+    """``GET /api/chat/{id}/messages?limit=&before=``: the chat as ``UIMessage``s, to
+    restore it on load. Paged like the session's history: the newest page first,
+    messages oldest first in a page, ``next`` the URL of the older page."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, chat_id: str) -> Response:
+        tenant = tenant_of(request.user)
+        session = session_of(request.user, chat_id, tenant=tenant)
+        limit = parse_limit(
+            request.query_params.get("limit"),
+            default=selectors.PAGE_DEFAULT,
+            maximum=selectors.PAGE_MAX,
+        )
+        page = selectors.message_page(
+            tenant=tenant,
+            session_id=session.pk,
+            limit=limit,
+            before=request.query_params.get("before"),
+        )
+        next_url = None
+        if page.next_before:
+            query = urlencode({"limit": limit, "before": page.next_before})
+            next_url = request.build_absolute_uri(request.path) + "?" + query
+        response = Response(
+            {
+                "results": [chunks.ui_message(item) for item in page.items],
+                "next": next_url,
+                "previous": None,
+            }
+        )
+        if next_url:
+            response["Link"] = f'<{next_url}>; rel="next"'
+        return response
 
 
 class ChatStopView(APIView):
