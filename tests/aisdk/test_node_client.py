@@ -157,3 +157,20 @@ def test_a_resume_mid_reply_ends_with_the_same_message(
     assert ui_parts(message) == expected_parts(reply)
     texts = [p for p in message["parts"] if p["type"] == "text"]
     assert [t["text"] for t in texts] == ["".join(words(40)).rstrip()]  # no duplicate
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_stop_ends_the_reply_as_aborted(
+    node_client: Path, tmp_path: Path, agents: Any, session, token, version
+):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([paced(words(200), 0.02)] * 5))
+    with daphne(tmp_path, FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script)) as live:
+        result = run_client(node_client, version, live.url, token, session.pk, "go", "stop")
+    assert result["errors"] == []
+    assert result["types"][-1] == "abort"
+    reply = stored_reply(session.pk)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    message = result["message"]
+    assert message["id"] == reply["info"]["id"]
+    assert ui_parts(message) == expected_parts(reply)
