@@ -349,3 +349,17 @@ def head_seq(*, tenant: Tenant, session_id: str) -> int:
         .first()
     )
     return newest or 0
+
+
+def message_start_seq(*, tenant: Tenant, session: Session, message_id: str) -> int | None:
+    """The seq of the event that created message ``message_id`` (None: no such message).
+
+    A stream that replays one message whole starts right before it."""
+    return (
+        SessionEvent.objects.filter(
+            tenant=tenant, session=session, type="message.updated", data__id=message_id
+        )
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        .first()
+    )

@@ -13,6 +13,7 @@ from accounts.selectors import is_member, tenant_for_user
 
 from .. import sql
 from ..exceptions import InvalidEvent, NotFound, SessionMismatch
+from ..ids import is_valid_id
 from ..log import format_time
 from ..models import Message, Part, Session, SessionEvent
 from ..signals import session_deleted
@@ -64,8 +65,13 @@ def create_session(
     agent: str | None = None,
     parent: Session | None = None,
     copied_from: dict[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> Session:
     """A new session owned by ``user`` in ``tenant`` (default: the user's own tenant).
+
+    ``session_id`` (a client's own id, e.g. an AI SDK chat id) is used when given;
+    it must be a valid id (``InvalidEvent`` otherwise), and one taken anywhere in
+    the database raises ``IntegrityError`` (run it in a transaction or savepoint).
 
     ``copied_from`` (``{session_id, head_seq, head_hash}``, an imported copy) is
     recorded in the ``session.created`` event, the first of the new chain."""
@@ -78,7 +84,10 @@ def create_session(
         raise SessionMismatch(f"user {user.get_username()!r} is not a member of tenant {tenant}")
     if parent is not None and parent.tenant_id != tenant.pk:
         raise SessionMismatch("a parent session must belong to the same tenant")
+    if session_id is not None and not is_valid_id(session_id):
+        raise InvalidEvent(f"not a valid session id: {session_id!r}")
     session = Session.objects.create(
+        **({"pk": session_id} if session_id is not None else {}),
         tenant=tenant,
         user_id=user.pk,
         title=clean_title(title),

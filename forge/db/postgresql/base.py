@@ -71,5 +71,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super()._rollback()  # type: ignore[misc]  # Django's, untyped in the stubs
 
     def _savepoint_rollback(self, sid: str) -> None:
-        self._sent_tenants = None
-        super()._savepoint_rollback(sid)  # type: ignore[misc]
+        # Forget only after: in a failed transaction the wrapper's ``set_config``
+        # would run before ``ROLLBACK TO SAVEPOINT`` and be refused.
+        try:
+            super()._savepoint_rollback(sid)  # type: ignore[misc]
+        finally:
+            self._sent_tenants = None

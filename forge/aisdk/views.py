@@ -1,0 +1,317 @@
+"""The Vercel AI SDK's chat routes (``useChat``'s default transport) over Forge sessions.
+
+* ``POST /api/chat`` ``{id, messages, trigger, messageId?}``: ``id`` is the Forge
+  session id (created on first use with that id, in the caller's tenant; an id
+  of another tenant is a 404). Only the last message is read, and it must be the
+  user's: its text parts (joined by blank lines) and ``data:`` URL file parts
+  become the prompt, through the runtime's one entry. The answer is the UI
+  message stream of the reply (:mod:`forge.aisdk.chunks`).
+* ``GET /api/chat/{id}/stream``: 204 when no reply runs; else the running reply
+  from its ``start`` (its stored id) and then live, from any server process.
+* ``POST /api/chat/{id}/stop``: abort the running reply (204; 409 when none runs).
+* ``GET /api/chat/{id}/messages``: the chat as ``UIMessage``s (paged), to restore it.
+
+Every error before the stream starts is JSON (``forge.api.errors``). A client
+that goes away ends only its stream, never the reply. Auth, CSRF (for the
+cookie) and rate limits are the API's (DRF).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts import tenancy
+from accounts.models import Tenant
+from forge import runtime
+from forge.access import session_of, tenant_of
+from forge.api.parsers import SafeJSONParser
+from forge.errors import NotImplementedYet
+from forge.params import parse_limit
+from forge.realtime import hub, limits
+from forge.realtime.stream import SessionStream
+from forge.runtime.prompting import clean_files, clean_text
+from forge.throttling import PromptRateThrottle
+from sessions import selectors, services
+from sessions.exceptions import NotFound
+from sessions.ids import is_valid_id
+from sessions.models import Session
+
+from . import chunks
+
+TRIGGERS = ("submit-message", "regenerate-message")
+_DATA_URL = re.compile(r"data:([^;,]*)(;[^,]*)?,(.*)", re.DOTALL)
+HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+    "x-vercel-ai-ui-message-stream": "v1",
+}
+
+
+def _owner(request: Request) -> int:
+    owner = request.user.pk
+    assert isinstance(owner, int)  # IsAuthenticated let only users in
+    return owner
+
+
+class _ChatStreamResponse(StreamingHttpResponse):
+    """Gives the stream back to the user's count when Django closes the response."""
+
+    def __init__(self, *args: Any, on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_close: Callable[[], None] | None = on_close
+
+    def close(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        try:
+            if on_close is not None:
+                on_close()
+        finally:
+            super().close()
+
+
+def _stream_response(
+    request: Request, session: Session, message_id: str, after: int
+) -> StreamingHttpResponse:
+    owner = _owner(request)
+    response = _ChatStreamResponse(
+        reply_stream(session, message_id, after),
+        content_type="text/event-stream",
+        on_close=lambda: limits.give_back(owner),
+    )
+    for name, value in HEADERS.items():
+        response[name] = value
+    return response
+
+
+async def reply_stream(session: Session, message_id: str, after: int) -> AsyncIterator[bytes]:
+    """The UI message stream of reply ``message_id``: the log after ``after`` (which must
+    start at or before the reply's first event), snapshots of its streaming parts,
+    then live frames, until the reply is complete; then ``[DONE]``."""
+    tenancy.activate([session.tenant_id])
+    reply = chunks.ReplyChunks(message_id)
+    stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
+    heartbeat = settings.FORGE_SSE_HEARTBEAT
+    quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, heartbeat)
+    async with hub.subscribe(session.pk) as subscriber:  # before the backlog: no gap
+        for chunk in reply.begin():
+            yield chunks.encode(chunk)
+        for frame in await stream.backlog():
+            for chunk in reply.accept(frame):
+                yield chunks.encode(chunk)
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while not reply.done:
+            try:
+                frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
+            except TimeoutError:
+                frames = await stream.resync() if stream.needs_resync else []
+                if not frames and loop.time() - idle_since >= heartbeat:
+                    idle_since = loop.time()
+                    yield b": keep-alive\n\n"
+                for frame in frames:
+                    for chunk in reply.accept(frame):
+                        yield chunks.encode(chunk)
+                continue
+            idle_since = loop.time()
+            for frame in frames:
+                for out in await stream.accept(frame):
+                    for chunk in reply.accept(out):
+                        yield chunks.encode(chunk)
+                    if out.get("kind") == "status" and out.get("status") == "idle":
+                        for chunk in await _ended(session, reply):
+                            yield chunks.encode(chunk)
+                if reply.done:
+                    break
+    yield chunks.DONE
+
+
+async def _ended(session: Session, reply: chunks.ReplyChunks) -> list[chunks.Chunk]:
+    """After an ``idle`` status: the reply's completion, when the log has it (its event
+    was sent already, or comes later through the stream, unless it is complete)."""
+    if reply.done:
+        return []
+    from channels.db import database_sync_to_async
+
+    message = await database_sync_to_async(selectors.get_message)(
+        tenant=session.tenant, session_id=session.pk, message_id=reply.message_id
+    )
+    return reply.message(message["info"]) if message["info"].get("completed_at") else []
+
+
+# --- the request ----------------------------------------------------------------------
+
+
+def _prompt_of(body: Any) -> tuple[str, str, list[runtime.Attachment]]:
+    """``(chat id, text, files)`` of a chat request; raises ``ValidationError``."""
+    if not isinstance(body, dict):
+        raise ValidationError({"body": "send a JSON object: {id, messages, trigger}"})
+    chat_id = body.get("id")
+    if not isinstance(chat_id, str) or not is_valid_id(chat_id):
+        raise ValidationError({"id": "a chat id is 1 to 64 letters, digits, '_' or '-'"})
+    trigger = body.get("trigger", "submit-message")
+    if trigger not in TRIGGERS:
+        raise ValidationError({"trigger": f"one of {', '.join(TRIGGERS)}"})
+    if trigger == "regenerate-message":
+        raise NotImplementedYet("regenerating a reply is not supported yet; send a new message")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValidationError({"messages": "send the chat's messages, the new one last"})
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        raise ValidationError({"messages": "the last message must be the user's new message"})
+    parts = last.get("parts")
+    if not isinstance(parts, list):
+        raise ValidationError({"messages": "the last message has no parts"})
+    texts: list[str] = []
+    files: list[runtime.Attachment] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise ValidationError({"messages": "a part must be an object"})
+        if part.get("type") == "text":
+            if not isinstance(part.get("text"), str):
+                raise ValidationError({"messages": "a text part needs a string 'text'"})
+            texts.append(part["text"])
+        elif part.get("type") == "file":
+            files.append(_attachment(part, len(files)))
+        # Other parts of a user message (data-*, step-start, …) carry no prompt.
+    return chat_id, "\n\n".join(texts), files
+
+
+def _attachment(part: dict[str, Any], index: int) -> runtime.Attachment:
+    url = part.get("url")
+    match = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+    if match is None or match.group(2) is None or "base64" not in match.group(2):
+        raise ValidationError({"messages": "file parts must be base64 data: URLs"})
+    try:
+        content = base64.b64decode(match.group(3), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError({"messages": "a file part's data: URL is not base64"}) from None
+    filename = part.get("filename")
+    mime = part.get("mediaType") or match.group(1) or ""
+    return runtime.Attachment(
+        filename=filename if isinstance(filename, str) and filename else f"file-{index + 1}",
+        content=content,
+        mime=mime if isinstance(mime, str) else "",
+    )
+
+
+def _chat_session(user: Any, tenant: Tenant, chat_id: str) -> Session:
+    """The caller's session ``chat_id``, created with that id when no session has it.
+    An id taken in another tenant is a 404 (``NotFound``), as on every route."""
+    try:
+        return session_of(user, chat_id, tenant=tenant)
+    except NotFound:
+        pass
+    try:
+        with transaction.atomic():
+            return services.create_session(user=user, tenant=tenant, session_id=chat_id)
+    except IntegrityError:
+        return session_of(user, chat_id, tenant=tenant)  # a concurrent create, or NotFound
+
+
+class ChatView(APIView):
+    """``POST /api/chat``: a user message in, the reply out as a UI message stream."""
+
+    parser_classes = [SafeJSONParser]
+
+    def get_throttles(self) -> list[Any]:
+        return [*super().get_throttles(), PromptRateThrottle()]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses={(200, "text/event-stream"): OpenApiTypes.STR}
+    )
+    def post(self, request: Request) -> StreamingHttpResponse:
+        tenant = tenant_of(request.user)
+        chat_id, text, files = _prompt_of(request.data)
+        text = clean_text(text)  # before anything is written (a new chat included)
+        clean_files(files)
+        session = _chat_session(request.user, tenant, chat_id)
+        head = selectors.head_seq(tenant=tenant, session_id=session.pk)
+        limits.take(_owner(request))
+        try:
+            result = runtime.prompt(session=session, text=text, files=files)
+        except BaseException:
+            limits.give_back(_owner(request))
+            raise
+        return _stream_response(request, session, result.assistant_message_id, head)
+
+
+class ChatStreamView(APIView):
+    """``GET /api/chat/{id}/stream``: resume the running reply (204 when none runs)."""
+
+    @extend_schema(responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None})
+    def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
+        tenant = tenant_of(request.user)
+        session = session_of(request.user, chat_id, tenant=tenant)
+        if not runtime.is_busy(session_id=session.pk):
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        running = selectors.open_assistant_messages(tenant=tenant, session=session)
+        if not running:  # busy compacting: no reply to follow
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        message_id = running[-1]["info"]["id"]
+        first = selectors.message_start_seq(tenant=tenant, session=session, message_id=message_id)
+        limits.take(_owner(request))
+        return _stream_response(request, session, message_id, max((first or 1) - 1, 0))
+
+
+class ChatMessagesView(APIView):
+    """``GET /api/chat/{id}/messages?limit=&before=``: the chat as ``UIMessage``s, to
+    restore it on load. Paged like the session's history: the newest page first,
+    messages oldest first in a page, ``next`` the URL of the older page."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, chat_id: str) -> Response:
+        tenant = tenant_of(request.user)
+        session = session_of(request.user, chat_id, tenant=tenant)
+        limit = parse_limit(
+            request.query_params.get("limit"),
+            default=selectors.PAGE_DEFAULT,
+            maximum=selectors.PAGE_MAX,
+        )
+        page = selectors.message_page(
+            tenant=tenant,
+            session_id=session.pk,
+            limit=limit,
+            before=request.query_params.get("before"),
+        )
+        next_url = None
+        if page.next_before:
+            query = urlencode({"limit": limit, "before": page.next_before})
+            next_url = request.build_absolute_uri(request.path) + "?" + query
+        response = Response(
+            {
+                "results": [chunks.ui_message(item) for item in page.items],
+                "next": next_url,
+                "previous": None,
+            }
+        )
+        if next_url:
+            response["Link"] = f'<{next_url}>; rel="next"'
+        return response
+
+
+class ChatStopView(APIView):
+    """``POST /api/chat/{id}/stop``: abort the running reply; 204 once it is finalized."""
+
+    @extend_schema(request=None, responses={204: None})
+    def post(self, request: Request, chat_id: str) -> Response:
+        session = session_of(request.user, chat_id)
+        runtime.abort(session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,369 @@
+"""The AI SDK routes under a real daphne: POST /api/chat streams the reply, stop aborts
+it, GET …/stream resumes it from its start; bad input is JSON before any stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from accounts.models import Tenant
+from sessions import selectors
+from sessions.models import Session, SessionEvent
+from tests.live import LiveServer, daphne
+from tests.replies import paced, words
+
+from .ui import UIMessage, expected_parts
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Token {token}"}
+
+
+def chat_body(chat_id: str, text: str = "hello there", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": chat_id,
+        "trigger": "submit-message",
+        "messages": [
+            {"id": "u0", "role": "user", "parts": [{"type": "text", "text": "earlier"}]},
+            {"id": "a0", "role": "assistant", "parts": [{"type": "text", "text": "ignored"}]},
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]},
+        ],
+        **extra,
+    }
+
+
+class Chunks:
+    """Reads a UI message stream: chunks (checked and folded), comments, [DONE]."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.iter_lines()
+        self.ui = UIMessage()
+        self.chunks: list[dict[str, Any]] = []
+        self.comments = 0
+        self.finished = False
+
+    def next(self) -> dict[str, Any] | None:
+        """The next chunk; None at ``[DONE]``."""
+        for line in self.lines:
+            if line.startswith(":"):
+                self.comments += 1
+            elif line.startswith("data: "):
+                if line == "data: [DONE]":
+                    self.finished = True
+                    return None
+                chunk = json.loads(line[6:])
+                self.chunks.append(chunk)
+                self.ui.apply(chunk)
+                return chunk
+        raise EOFError("the stream ended without [DONE]")
+
+    def until(self, predicate: Any) -> dict[str, Any]:
+        while True:
+            chunk = self.next()
+            assert chunk is not None, "the stream ended first"
+            if predicate(chunk):
+                return chunk
+
+    def rest(self) -> None:
+        while self.next() is not None:
+            pass
+
+
+def stored(session_id: str) -> dict[str, Any]:
+    session = Session.objects.get(pk=session_id)
+    items = list(selectors.iter_history(tenant=session.tenant, session_id=session_id))
+    return items[-1]
+
+
+@pytest.fixture
+def slow_script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps([paced(words(60), 0.05)] * 20))
+    return path
+
+
+@pytest.fixture
+def server(tmp_path: Path, agents: Any, slow_script: Path) -> Any:
+    with daphne(
+        tmp_path,
+        FORGE_MODEL="offline/script",
+        FORGE_SCRIPT=str(slow_script),
+        FORGE_SSE_HEARTBEAT="0.2",
+        FORGE_STREAM_RESYNC_SECONDS="0.1",
+        FORGE_MAX_PROMPT_BYTES="1000",
+    ) as live:
+        yield live
+
+
+@pytest.fixture
+def echo_server(tmp_path: Path, agents: Any) -> Any:
+    with daphne(tmp_path, "echo", FORGE_ECHO_DELAY="0.001") as live:
+        yield live
+
+
+def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
+    echo_server: LiveServer, user, token
+):
+    url = f"{echo_server.url}/api/chat"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", url, json=chat_body("myChat1"), headers=headers(token)) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert response.headers["cache-control"] == "no-cache"
+        assert "content-encoding" not in response.headers
+        reader = Chunks(response)
+        reader.rest()
+    session = Session.objects.get(pk="myChat1")
+    assert session.tenant == Tenant.objects.get(name="acme")
+    assert session.user == user
+    reply = stored("myChat1")
+    assert reader.chunks[0] == {"type": "start", "messageId": reply["info"]["id"]}
+    assert reader.chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert reader.ui.parts == expected_parts(reply)
+    assert {"type": "text", "text": "hello there"} in reader.ui.parts
+    # Only the new last message was taken: the log holds one prompt.
+    history = list(selectors.iter_history(tenant=session.tenant, session_id="myChat1"))
+    assert [item["info"]["role"] for item in history] == ["user", "assistant"]
+    assert history[0]["parts"][0]["text"] == "hello there"
+
+    # The same id again continues the same session.
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", url, json=chat_body("myChat1", "second turn"), headers=headers(token)
+        ) as response,
+    ):
+        Chunks(response).rest()
+    history = list(selectors.iter_history(tenant=session.tenant, session_id="myChat1"))
+    assert [item["info"]["role"] for item in history] == ["user", "assistant"] * 2
+
+
+def test_a_file_part_becomes_an_attachment(echo_server: LiveServer, user, token):
+    body = chat_body("withFile")
+    body["messages"][-1]["parts"].append(
+        {
+            "type": "file",
+            "mediaType": "text/plain",
+            "filename": "note.txt",
+            "url": "data:text/plain;base64,aGVsbG8gZmlsZQ==",
+        }
+    )
+    response = httpx.post(
+        f"{echo_server.url}/api/chat", json=body, headers=headers(token), timeout=30
+    )
+    assert response.status_code == 200
+    assert response.text.endswith("data: [DONE]\n\n")
+    session = Session.objects.get(pk="withFile")
+    prompt = next(iter(selectors.iter_history(tenant=session.tenant, session_id="withFile")))
+    files = [p for p in prompt["parts"] if p["type"] == "file"]
+    assert [(f["filename"], f["mime"]) for f in files] == [("note.txt", "text/plain")]
+
+
+def test_stop_aborts_and_resume_replays_the_running_reply(server: LiveServer, session, token):
+    base = f"{server.url}/api/chat/{session.pk}"
+    assert httpx.get(f"{base}/stream", headers=headers(token)).status_code == 204
+    stop = httpx.post(f"{base}/stop", headers=headers(token))
+    assert (stop.status_code, stop.json()["error"]["code"]) == (409, "not_running")
+
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "POST", f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        ) as first:
+            assert first.status_code == 200
+            reader = Chunks(first)
+            start = reader.next()
+            assert start is not None
+            reader.until(lambda c: c["type"] == "text-delta" and "w3" in c["delta"])
+        # The client went away: the reply goes on; a resume replays it from its start.
+        with client.stream("GET", f"{base}/stream", headers=headers(token)) as resumed:
+            assert resumed.status_code == 200
+            assert resumed.headers["x-vercel-ai-ui-message-stream"] == "v1"
+            again = Chunks(resumed)
+            assert again.next() == start  # the same message id: the client replaces it
+            again.until(lambda c: c["type"] == "text-delta" and "w10" in c["delta"])
+            assert httpx.post(f"{base}/stop", headers=headers(token)).status_code == 204
+            again.rest()
+    assert again.finished
+    assert again.chunks[-1] == {"type": "abort"}
+    reply = stored(session.pk)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert again.ui.parts == expected_parts(reply)
+    assert again.ui.parts[-1]["text"].startswith("w0 w1 w2 w3")
+    assert httpx.get(f"{base}/stream", headers=headers(token)).status_code == 204
+
+
+def test_a_client_that_leaves_does_not_stop_the_reply(server: LiveServer, session, token):
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        ) as response,
+    ):
+        Chunks(response).until(lambda c: c["type"] == "text-delta")
+    deadline = time.monotonic() + 20
+    while (info := stored(session.pk)["info"])["completed_at"] is None:
+        assert time.monotonic() < deadline, "the reply did not finish"
+        time.sleep(0.1)
+    assert info["error"] is None
+    assert info["finish"] == "stop"
+    assert stored(session.pk)["parts"][1]["text"] == "".join(words(60)).rstrip()
+
+
+def test_an_idle_stream_gets_keep_alive_comments(
+    server: LiveServer, session, token, slow_script: Path
+):
+    quiet = [{"type": "sleep", "seconds": 1.0}, *paced(["done"], 0)]
+    slow_script.write_text(json.dumps([quiet] * 5))
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        ) as response,
+    ):
+        reader = Chunks(response)
+        reader.rest()
+    assert reader.comments >= 2
+    assert reader.ui.parts[1] == {"type": "text", "text": "done"}
+
+
+def test_a_busy_chat_is_409_and_nothing_is_written(server: LiveServer, session, token):
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        ) as response,
+    ):
+        Chunks(response).until(lambda c: c["type"] == "text-delta")
+        before = SessionEvent.objects.filter(session=session).count()
+        busy = client.post(
+            f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        )
+        assert (busy.status_code, busy.json()["error"]["code"]) == (409, "busy")
+        assert SessionEvent.objects.filter(session=session).count() >= before
+        assert (
+            client.post(
+                f"{server.url}/api/chat/{session.pk}/stop", headers=headers(token)
+            ).status_code
+            == 204
+        )
+    prompts = [
+        item
+        for item in selectors.iter_history(tenant=session.tenant, session_id=session.pk)
+        if item["info"]["role"] == "user"
+    ]
+    assert len(prompts) == 1
+
+
+def test_another_tenants_chat_is_404_and_never_taken_over(
+    server: LiveServer, session, token, stranger_token
+):
+    before = SessionEvent.objects.filter(session=session).count()
+    for method, path, body in [
+        ("POST", "/api/chat", chat_body(session.pk)),
+        ("GET", f"/api/chat/{session.pk}/stream", None),
+        ("POST", f"/api/chat/{session.pk}/stop", None),
+    ]:
+        response = httpx.request(
+            method, server.url + path, json=body, headers=headers(stranger_token), timeout=10
+        )
+        assert response.status_code == 404, response.text[:100]
+        assert response.json()["error"]["code"] == "not_found"
+    assert SessionEvent.objects.filter(session=session).count() == before
+    missing = httpx.get(f"{server.url}/api/chat/noSuchChat/stream", headers=headers(token))
+    assert missing.status_code == 404
+    anonymous = httpx.post(f"{server.url}/api/chat", json=chat_body("x1"))
+    assert anonymous.status_code == 401
+
+
+def _without_messages(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "messages": []}
+
+
+def _assistant_last(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "messages": body["messages"][:2]}
+
+
+def _empty_text(body: dict[str, Any]) -> dict[str, Any]:
+    return chat_body(body["id"], "   ")
+
+
+BAD = [
+    ("not an object", lambda b: [b], 400, "invalid"),
+    ("no messages", _without_messages, 400, "invalid"),
+    ("no messages key", lambda b: {"id": b["id"], "trigger": "submit-message"}, 400, "invalid"),
+    ("assistant last", _assistant_last, 400, "invalid"),
+    ("empty text", _empty_text, 400, "invalid_prompt"),
+    ("unknown trigger", lambda b: {**b, "trigger": "resume"}, 400, "invalid"),
+    ("regenerate", lambda b: {**b, "trigger": "regenerate-message"}, 501, "not_implemented"),
+    ("bad id", lambda b: {**b, "id": "no/slashes"}, 400, "invalid"),
+    ("no id", lambda b: {k: v for k, v in b.items() if k != "id"}, 400, "invalid"),
+    ("oversized", lambda b: chat_body(b["id"], "x" * 2000), 413, "too_large"),
+    (
+        "a file that is not a data URL",
+        lambda b: {
+            **b,
+            "messages": [
+                {
+                    "role": "user",
+                    "parts": [
+                        {"type": "text", "text": "hi"},
+                        {
+                            "type": "file",
+                            "mediaType": "image/png",
+                            "url": "https://example.com/a.png",
+                        },
+                    ],
+                }
+            ],
+        },
+        400,
+        "invalid",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "status", "code"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_a_json_error_and_writes_nothing(
+    server: LiveServer, user, token, name, change, status, code
+):
+    response = httpx.post(
+        f"{server.url}/api/chat", json=change(chat_body("freshChat")), headers=headers(token)
+    )
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == code
+    assert not Session.objects.exists()
+
+
+def test_the_cookie_needs_csrf(tmp_path: Path, agents: Any, user):
+    from django.conf import settings
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    browser.get("/")  # the chat page sets the CSRF cookie
+    cookies = {name: browser.cookies[name].value for name in ("sessionid", "csrftoken")}
+    # The server signs sessions with the test's key, so the test's login is valid there.
+    with (
+        daphne(tmp_path, FORGE_SECRET_KEY=settings.SECRET_KEY, FORGE_ECHO_DELAY="0") as server,
+        httpx.Client(base_url=server.url, timeout=30, cookies=cookies) as client,
+    ):
+        refused = client.post("/api/chat", json=chat_body("cookieChat"))
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "permission_denied"
+        assert not Session.objects.filter(pk="cookieChat").exists()
+        accepted = client.post(
+            "/api/chat", json=chat_body("cookieChat"), headers={"X-CSRFToken": cookies["csrftoken"]}
+        )
+        assert accepted.status_code == 200
+        assert accepted.text.endswith("data: [DONE]\n\n")
