@@ -22,7 +22,7 @@ import asyncio
 import base64
 import binascii
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -70,30 +70,14 @@ def _owner(request: Request) -> int:
     return owner
 
 
-class _ChatStreamResponse(StreamingHttpResponse):
-    """Gives the stream back to the user's count when Django closes the response."""
-
-    def __init__(self, *args: Any, on_close: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_close: Callable[[], None] | None = on_close
-
-    def close(self) -> None:
-        on_close, self._on_close = self._on_close, None
-        try:
-            if on_close is not None:
-                on_close()
-        finally:
-            super().close()
-
-
 def _stream_response(
     request: Request, session: Session, message_id: str, after: int
 ) -> StreamingHttpResponse:
     owner = _owner(request)
-    response = _ChatStreamResponse(
+    response = limits.CountedStreamResponse(
         reply_stream(session, message_id, after),
         content_type="text/event-stream",
-        on_close=lambda: limits.give_back(owner),
+        user_id=owner,
     )
     for name, value in HEADERS.items():
         response[name] = value

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 
 from accounts import tenancy
@@ -38,23 +37,6 @@ def _find(request: HttpRequest, session_id: str) -> tuple[int, Session]:
     return user.pk, session_of(user, session_id)
 
 
-class _SessionStreamResponse(StreamingHttpResponse):
-    """Gives the stream back to the user's count when Django closes the response (also
-    when the client went away before the first frame)."""
-
-    def __init__(self, *args: Any, on_close: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_close: Callable[[], None] | None = on_close
-
-    def close(self) -> None:
-        on_close, self._on_close = self._on_close, None
-        try:
-            if on_close is not None:
-                on_close()
-        finally:
-            super().close()
-
-
 def encode(frame: Frame) -> bytes:
     data = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
     if frame.get("kind") == "event":
@@ -72,10 +54,10 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
         limits.take(owner)
     except ForgeError as exc:
         return error_response(exc)
-    response = _SessionStreamResponse(
+    response = limits.CountedStreamResponse(
         _frames(session, after),
         content_type="text/event-stream; charset=utf-8",
-        on_close=lambda: limits.give_back(owner),
+        user_id=owner,
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Any
 
 from django.conf import settings
+from django.http import StreamingHttpResponse
 
 from forge.errors import ForgeError
 
@@ -45,3 +47,21 @@ def give_back(user_id: int) -> None:
 
 def open_streams(user_id: int) -> int:
     return _open[user_id]
+
+
+class CountedStreamResponse(StreamingHttpResponse):
+    """A streaming response that holds one of ``user_id``'s streams (taken with
+    :func:`take` before it was made) and gives it back when Django closes the response,
+    also when the client went away before the first frame."""
+
+    def __init__(self, *args: Any, user_id: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._holder: int | None = user_id
+
+    def close(self) -> None:
+        holder, self._holder = self._holder, None
+        try:
+            if holder is not None:
+                give_back(holder)
+        finally:
+            super().close()
