@@ -13,8 +13,10 @@ __all__ = [
     "InvalidPrompt",
     "NotAuthenticated",
     "NotImplementedYet",
+    "NotLastReply",
     "NotRunning",
     "NothingToCompact",
+    "NothingToRegenerate",
     "PromptTooLarge",
     "SessionBusy",
     "UnknownAgent",
@@ -76,3 +78,17 @@ class CompactionFailed(ForgeError):
 
     code = "compaction_failed"
     status = 502
+
+
+class NothingToRegenerate(ForgeError):
+    """Regenerate asked for, but the chat has no reply to a prompt as its last reply."""
+
+    code = "nothing_to_regenerate"
+    status = 409
+
+
+class NotLastReply(ForgeError):
+    """Regenerate asked for a message that is not the chat's last reply (or its prompt)."""
+
+    code = "not_last_reply"
+    status = 409

@@ -363,3 +363,34 @@ def message_start_seq(*, tenant: Tenant, session: Session, message_id: str) -> i
         .values_list("seq", flat=True)
         .first()
     )
+
+
+def last_message(*, tenant: Tenant, session: Session, role: str) -> dict[str, Any] | None:
+    """The session's newest message of ``role``, ``{info, parts}`` (None: there is none)."""
+    row = (
+        Message.objects.filter(tenant=tenant, session=session, role=role)
+        .order_by("-id")
+        .values_list("id", "data")
+        .first()
+    )
+    return with_parts(tenant, session, [row])[0] if row else None
+
+
+def newest_replies(*, tenant: Tenant, session: Session, parent_ids: list[str]) -> dict[str, str]:
+    """``{parent id: id of its newest assistant reply}`` for the given user messages
+    (compaction summaries are not replies).
+
+    A regenerated reply is a newer assistant message with the same parent; the
+    older ones stay in the log, superseded (``forge.context.superseded``)."""
+    newest: dict[str, str] = {}
+    rows = (
+        Message.objects.filter(
+            tenant=tenant, session=session, role="assistant", data__parent_id__in=parent_ids
+        )
+        .exclude(data__summary=True)
+        .order_by("id")
+        .values_list("id", "data__parent_id")
+    )
+    for message_id, parent_id in rows:
+        newest[str(parent_id)] = message_id
+    return newest

@@ -6,10 +6,16 @@
   user's: its text parts (joined by blank lines) and ``data:`` URL file parts
   become the prompt, through the runtime's one entry. The answer is the UI
   message stream of the reply (:mod:`forge.aisdk.chunks`).
+  ``trigger: "regenerate-message"`` answers the chat's last reply's prompt again
+  (``messages`` is not read; ``messageId``, optional, must name that reply or its
+  prompt): a *new* assistant message with the same parent, streamed like any
+  reply; the old one stays in the log, superseded (``forge.runtime.regenerate``).
+  No reply to regenerate, another message named, a reply running: 409.
 * ``GET /api/chat/{id}/stream``: 204 when no reply runs; else the running reply
   from its ``start`` (its stored id) and then live, from any server process.
 * ``POST /api/chat/{id}/stop``: abort the running reply (204; 409 when none runs).
-* ``GET /api/chat/{id}/messages``: the chat as ``UIMessage``s (paged), to restore it.
+* ``GET /api/chat/{id}/messages``: the chat as ``UIMessage``s (paged), to restore it;
+  superseded replies are left out, as the client left them out when it regenerated.
 
 Every error before the stream starts is JSON (``forge.api.errors``). A client
 that goes away ends only its stream, never the reply. Auth, CSRF (for the
@@ -42,7 +48,7 @@ from accounts.models import Tenant
 from forge import runtime
 from forge.access import session_of, tenant_of
 from forge.api.parsers import SafeJSONParser
-from forge.errors import NotImplementedYet
+from forge.context.superseded import is_reply
 from forge.params import parse_limit
 from forge.realtime import hub, limits
 from forge.realtime.stream import SessionStream
@@ -142,8 +148,8 @@ async def _ended(session: Session, reply: chunks.ReplyChunks) -> list[chunks.Chu
 # --- the request ----------------------------------------------------------------------
 
 
-def _prompt_of(body: Any) -> tuple[str, str, list[runtime.Attachment]]:
-    """``(chat id, text, files)`` of a chat request; raises ``ValidationError``."""
+def _chat_request(body: Any) -> tuple[dict[str, Any], str, str]:
+    """``(body, chat id, trigger)`` of a chat request; raises ``ValidationError``."""
     if not isinstance(body, dict):
         raise ValidationError({"body": "send a JSON object: {id, messages, trigger}"})
     chat_id = body.get("id")
@@ -152,8 +158,19 @@ def _prompt_of(body: Any) -> tuple[str, str, list[runtime.Attachment]]:
     trigger = body.get("trigger", "submit-message")
     if trigger not in TRIGGERS:
         raise ValidationError({"trigger": f"one of {', '.join(TRIGGERS)}"})
-    if trigger == "regenerate-message":
-        raise NotImplementedYet("regenerating a reply is not supported yet; send a new message")
+    return body, chat_id, trigger
+
+
+def _regenerated_id(body: dict[str, Any]) -> str | None:
+    """The ``messageId`` of a regenerate request (None: the last reply)."""
+    message_id = body.get("messageId")
+    if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
+        raise ValidationError({"messageId": "the id of the message to regenerate, or none"})
+    return message_id
+
+
+def _prompt_of(body: dict[str, Any]) -> tuple[str, list[runtime.Attachment]]:
+    """``(text, files)`` of a submitted message: the last of ``messages``."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValidationError({"messages": "send the chat's messages, the new one last"})
@@ -175,7 +192,7 @@ def _prompt_of(body: Any) -> tuple[str, str, list[runtime.Attachment]]:
         elif part.get("type") == "file":
             files.append(_attachment(part, len(files)))
         # Other parts of a user message (data-*, step-start, …) carry no prompt.
-    return chat_id, "\n\n".join(texts), files
+    return "\n\n".join(texts), files
 
 
 def _attachment(part: dict[str, Any], index: int) -> runtime.Attachment:
@@ -223,14 +240,26 @@ class ChatView(APIView):
     )
     def post(self, request: Request) -> StreamingHttpResponse:
         tenant = tenant_of(request.user)
-        chat_id, text, files = _prompt_of(request.data)
-        text = clean_text(text)  # before anything is written (a new chat included)
-        clean_files(files)
-        session = _chat_session(request.user, tenant, chat_id)
+        body, chat_id, trigger = _chat_request(request.data)
+        if trigger == "regenerate-message":
+            message_id = _regenerated_id(body)
+            session = session_of(request.user, chat_id, tenant=tenant)  # never created here
+
+            def start() -> runtime.PromptResult:
+                return runtime.regenerate(session=session, message_id=message_id)
+        else:
+            text, files = _prompt_of(body)
+            text = clean_text(text)  # before anything is written (a new chat included)
+            clean_files(files)
+            session = _chat_session(request.user, tenant, chat_id)
+
+            def start() -> runtime.PromptResult:
+                return runtime.prompt(session=session, text=text, files=files)
+
         head = selectors.head_seq(tenant=tenant, session_id=session.pk)
         limits.take(_owner(request))
         try:
-            result = runtime.prompt(session=session, text=text, files=files)
+            result = start()
         except BaseException:
             limits.give_back(_owner(request))
             raise
@@ -281,7 +310,7 @@ class ChatMessagesView(APIView):
             next_url = request.build_absolute_uri(request.path) + "?" + query
         response = Response(
             {
-                "results": [chunks.ui_message(item) for item in page.items],
+                "results": [chunks.ui_message(item) for item in _current(session, page.items)],
                 "next": next_url,
                 "previous": None,
             }
@@ -289,6 +318,21 @@ class ChatMessagesView(APIView):
         if next_url:
             response["Link"] = f'<{next_url}>; rel="next"'
         return response
+
+
+def _current(session: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` without the replies a regenerated one superseded (its newer reply may
+    be on a newer page, so the store is asked, not the page)."""
+    parents = [str(i["info"]["parent_id"]) for i in items if is_reply(i["info"])]
+    if not parents:
+        return items
+    newest = selectors.newest_replies(tenant=session.tenant, session=session, parent_ids=parents)
+    return [
+        item
+        for item in items
+        if not is_reply(item["info"])
+        or newest.get(str(item["info"]["parent_id"])) == item["info"]["id"]
+    ]
 
 
 class ChatStopView(APIView):

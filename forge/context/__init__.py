@@ -37,6 +37,7 @@ from sessions.projector import fold_context
 
 from .compacted import filter_compacted, find_boundary
 from .pruning import is_pruned, placeholder
+from .superseded import drop_superseded
 
 # What a compaction user message says to the model (its ``compaction`` part has no text).
 COMPACTION_PROMPT = "What did we do so far? Summarize the conversation for continuing it."
@@ -47,10 +48,11 @@ def derive_messages(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
     oldest first. An assistant message becomes one assistant message per step
     (steps start at ``step-start`` parts), each followed by its tool results.
     Reasoning is not sent back; a text file's content arrives as a synthetic
-    text part of the user message, so it is part of the log.
+    text part of the user message, so it is part of the log. A reply superseded by
+    a regenerated one is left out (:mod:`forge.context.superseded`).
     """
     messages: list[dict[str, Any]] = []
-    for item in history:
+    for item in drop_superseded(history):
         info, parts = item["info"], item["parts"]
         if info["role"] == "user":
             content = _user_content(parts)

@@ -1,6 +1,7 @@
 """The agent runtime. The faces start, ask about and stop turns through these names only.
 
 * ``prompting``: validating and logging a prompt (the one validation);
+* ``regenerate``: logging a new reply to the last reply's prompt;
 * ``runner``: the turns this process runs: start (the one entry), abort, settle;
 * ``steps``: a turn's steps, each from a fresh read of the store;
 * ``processor``: one step's model stream turned into parts, deltas and tool calls;
@@ -9,7 +10,15 @@
 * ``sync``: the same entry for synchronous callers.
 """
 
-from forge.errors import InvalidPrompt, NotRunning, PromptTooLarge, SessionBusy, UnknownAgent
+from forge.errors import (
+    InvalidPrompt,
+    NothingToRegenerate,
+    NotLastReply,
+    NotRunning,
+    PromptTooLarge,
+    SessionBusy,
+    UnknownAgent,
+)
 
 from . import recall  # noqa: F401 - registers history_search and history_read
 from .inflight import snapshots
@@ -22,14 +31,17 @@ from .runner import (
     running_turn,
     settle,
     start_compaction,
+    start_regeneration,
     start_turn,
 )
-from .sync import PromptResult, abort, compact, prompt
+from .sync import PromptResult, abort, compact, prompt, regenerate
 
 __all__ = [
     "Attachment",
     "InvalidPrompt",
+    "NotLastReply",
     "NotRunning",
+    "NothingToRegenerate",
     "PromptResult",
     "PromptTooLarge",
     "SessionBusy",
@@ -42,11 +54,13 @@ __all__ = [
     "prompt",
     "recover_session",
     "recover_sessions",
+    "regenerate",
     "running_turn",
     "settle",
     "snapshots",
     "start_compaction",
     "start_janitor",
+    "start_regeneration",
     "start_turn",
     "with_busy",
 ]

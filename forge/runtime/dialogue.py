@@ -4,6 +4,9 @@
   transaction with the append of that turn's user input and the assistant's
   final text (not reasoning, not tool output) to the dialogue window of the
   core of (tenant, user, agent). Aborted and failed replies never get here.
+  A regenerated reply records its text only when the reply it replaces had
+  recorded the prompt already (that one finished normally); the window is
+  append-only, so the replaced answer stays in it.
 * :func:`memory_blocks`: at the start of a turn, the core's current
   ``dialog_history`` block (or its removal), for ``set_blocks`` to log when it
   changed, so the model's view of memory is in the session's log and a request
@@ -50,6 +53,8 @@ def complete_reply(turn: Turn, info: dict[str, Any]) -> None:
         answered = selectors.get_message(
             tenant=tenant, session_id=session.pk, message_id=turn.message_id
         )
+        old = turn.supersedes
+        recorded = old is not None and bool(old.get("completed_at")) and not old.get("error")
         messages = [
             {
                 "role": item["info"]["role"],
@@ -57,7 +62,7 @@ def complete_reply(turn: Turn, info: dict[str, Any]) -> None:
                 "session_id": session.pk,
                 "message_id": item["info"]["id"],
             }
-            for item in (asked, answered)
+            for item in ((answered,) if recorded else (asked, answered))
             if (text := _text(item))
         ]
         if messages:

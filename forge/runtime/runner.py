@@ -32,6 +32,7 @@ from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages
 from .prompting import Attachment, begin
 from .recovery import recover_session
+from .regenerate import begin_regeneration
 from .steps import run_turn
 from .subtask import subtask_runner
 from .title import title_later
@@ -109,6 +110,20 @@ async def start_turn(
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
     turn, user_message = await db(begin)(session, text, agent, files, depth)
+    return _start(turn, user_message)
+
+
+async def start_regeneration(*, session: Session, message_id: Any = None) -> StartedTurn:
+    """Answer the last reply's prompt again, as a new reply (``regenerate.begin_regeneration``),
+    run like any turn. ``message_id``, when given, must name the last reply or its
+    prompt. Raises ``NothingToRegenerate`` / ``NotLastReply`` / ``SessionBusy`` before
+    anything is written."""
+    turn, user_message = await db(begin_regeneration)(session, message_id)
+    return _start(turn, user_message)
+
+
+def _start(turn: Turn, user_message: dict[str, Any]) -> StartedTurn:
+    session = turn.session
     turn.run_subtask = subtask_runner(turn, start_turn)
     task = _spawn(_run(turn), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
     _runners[session.pk] = _Runner(turn=turn, task=task)

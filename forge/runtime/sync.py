@@ -9,7 +9,7 @@ runs (WSGI, a management command) the turn runs to its end before
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from sessions import bus, selectors
 from sessions.models import Session
 
 from .prompting import Attachment
-from .runner import StartedTurn, abort_turn, start_compaction, start_turn
+from .runner import StartedTurn, abort_turn, start_compaction, start_regeneration, start_turn
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,27 @@ def prompt(
     Returns once the prompt is logged, or with ``wait`` (and always where no
     server loop runs) once the reply is finished, with the reply.
     """
+    return _started(
+        session, lambda: start_turn(session=session, text=text, agent=agent, files=files), wait
+    )
+
+
+def regenerate(*, session: Session, message_id: Any = None, wait: bool = False) -> PromptResult:
+    """:func:`~forge.runtime.runner.start_regeneration` from synchronous code; ``message``
+    is the prompt answered again. Returns as :func:`prompt` does."""
+    return _started(
+        session, lambda: start_regeneration(session=session, message_id=message_id), wait
+    )
+
+
+def _started(
+    session: Session, start_it: Callable[[], Awaitable[StartedTurn]], wait: bool
+) -> PromptResult:
     loop = bus.server_loop()
     if loop is not None:
 
         async def start() -> StartedTurn:
-            started = await start_turn(session=session, text=text, agent=agent, files=files)
+            started = await start_it()
             if wait:
                 await asyncio.wait({started.task})
             return started
@@ -56,7 +72,7 @@ def prompt(
     else:
 
         async def whole() -> StartedTurn:
-            started = await start_turn(session=session, text=text, agent=agent, files=files)
+            started = await start_it()
             await asyncio.wait({started.task})
             await bus.flush()
             return started

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from forge.tools.base import ToolResult
 from sessions.models import Session
@@ -22,6 +23,7 @@ class Turn:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     run_subtask: Callable[[str, str, str], Awaitable[ToolResult]] | None = None
     depth: int = 0  # subtask nesting
+    supersedes: dict[str, Any] | None = None  # the reply a regenerated turn replaces (its info)
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

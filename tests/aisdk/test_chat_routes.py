@@ -304,7 +304,8 @@ BAD = [
     ("assistant last", _assistant_last, 400, "invalid"),
     ("empty text", _empty_text, 400, "invalid_prompt"),
     ("unknown trigger", lambda b: {**b, "trigger": "resume"}, 400, "invalid"),
-    ("regenerate", lambda b: {**b, "trigger": "regenerate-message"}, 501, "not_implemented"),
+    # Regenerate never creates a chat (tests/aisdk/test_regenerate.py has the rest).
+    ("regenerate a new chat", lambda b: {**b, "trigger": "regenerate-message"}, 404, "not_found"),
     ("bad id", lambda b: {**b, "id": "no/slashes"}, 400, "invalid"),
     ("no id", lambda b: {k: v for k, v in b.items() if k != "id"}, 400, "invalid"),
     ("oversized", lambda b: chat_body(b["id"], "x" * 2000), 413, "too_large"),

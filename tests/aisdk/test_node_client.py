@@ -43,7 +43,7 @@ def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("node") is None or shutil.which("npm") is None:
         _unavailable("node and npm are needed for the AI SDK client tests")
     where = tmp_path_factory.mktemp("ai-sdk-client")
-    for name in ("package.json", "chat.mjs"):
+    for name in ("package.json", "chat.mjs", "regenerate.mjs"):
         shutil.copy(NODE_DIR / name, where / name)
     install = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--silent"],
@@ -57,9 +57,9 @@ def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-def run_client(where: Path, version: str, *args: str) -> dict[str, Any]:
+def run_client(where: Path, version: str, *args: str, script: str = "chat.mjs") -> dict[str, Any]:
     done = subprocess.run(
-        ["node", "chat.mjs", version, *args], cwd=where, capture_output=True, text=True, timeout=60
+        ["node", script, version, *args], cwd=where, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -107,6 +107,31 @@ def test_a_reply_with_reasoning_and_a_tool_call_ends_as_the_stored_message(
     assert ui_parts(message) == expected_parts(reply)
     kinds = [p["type"] for p in message["parts"]]
     assert {"reasoning", "text", "tool-list_files"} <= set(kinds)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_chat_regenerate_replaces_the_last_reply_with_a_new_stored_one(
+    node_client: Path, echo: LiveServer, user, token, version
+):
+    chat_id = f"regen{version}"
+    result = run_client(
+        node_client, version, echo.url, token, chat_id, "say it again", script="regenerate.mjs"
+    )
+    assert result["errors"] == []
+    session = Session.objects.get(pk=chat_id)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=chat_id))
+    assert [item["info"]["role"] for item in history] == ["user", "assistant", "assistant"]
+    prompt, old, new = history
+    assert new["info"]["parent_id"] == old["info"]["parent_id"] == prompt["info"]["id"]
+    sent, regenerated = result["sent"], result["regenerated"]
+    # (The client names its user message itself; a reply carries the stored id.)
+    assert [(m["role"], m["id"]) for m in sent[1:]] == [("assistant", old["info"]["id"])]
+    # The client dropped the old reply and built the new one from the stream.
+    assert [m["role"] for m in regenerated] == ["user", "assistant"]
+    assert regenerated[0] == sent[0]
+    assert regenerated[1]["id"] == new["info"]["id"]
+    assert ui_parts(regenerated[-1]) == expected_parts(new)
+    assert {"type": "text", "text": "say it again"} in ui_parts(regenerated[-1])
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -1,0 +1,111 @@
+"""Regenerating the last reply: the same prompt answered again, as a new message.
+
+The log is append-only, so a regenerated reply never rewrites the old one: it
+is a *new* assistant message whose ``parent_id`` is the same user message. The
+old reply stays in the log, superseded; the model sees the newest reply to each
+prompt only (``forge.context.superseded``), and so does the AI SDK's message
+history (``forge.aisdk``). Only the chat's last reply can be regenerated: one
+that later turns built on would leave them answering a reply nobody sees.
+
+:func:`begin_regeneration` is one unit of work, like ``prompting.begin``: take the
+session's lease (recovering a dead runner's turn if its lease had expired), check
+that there is a last reply (and that ``message_id``, when given, names it or its
+prompt), log the context blocks that changed, and the empty assistant message
+the new reply will fill. A refusal raises before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from forge.context.blocks import set_blocks
+from forge.context.superseded import is_reply
+from forge.errors import (
+    InvalidPrompt,
+    NothingToRegenerate,
+    NotLastReply,
+    UnknownAgent,
+    UnknownModel,
+)
+from forge.providers import split_model
+from sessions import selectors, services
+from sessions.ids import is_valid_id, new_message_id
+from sessions.models import Session
+
+from . import lease
+from .agents import AgentConfig, default_agent, get_agent
+from .dialogue import memory_blocks
+from .prompting import agent_blocks
+from .recovery import finalize_dead_turn
+from .turn import Turn
+
+
+def _agent_named(name: Any) -> AgentConfig:
+    """The agent that answered the prompt (the default one when it had no name)."""
+    fallback = default_agent()
+    if not isinstance(name, str) or not name or name == fallback.name:
+        return fallback
+    return get_agent(name)  # UnknownAgent: it was removed since
+
+
+def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, dict[str, Any]]:
+    """Take the lease and log a new, empty reply to the last reply's prompt.
+
+    ``message_id`` (optional, the AI SDK's ``messageId``) must name the chat's last
+    reply or its user message. Returns the turn to run and the user message
+    ``{info, parts}``. Raises ``SessionBusy`` (a turn runs), ``NothingToRegenerate``
+    (no reply to a prompt is the chat's last assistant message), ``NotLastReply``,
+    ``InvalidPrompt`` (a malformed ``message_id``), ``UnknownAgent``: then nothing
+    is written.
+    """
+    if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
+        raise InvalidPrompt("messageId must be a message id")
+    tenant = session.tenant
+    assistant_id = new_message_id()
+    with transaction.atomic():
+        if lease.acquire(session=session, message_id=assistant_id) is not None:
+            finalize_dead_turn(session)  # an expired lease: its runner died
+        last = selectors.last_message(tenant=tenant, session=session, role="assistant")
+        if last is None or not is_reply(last["info"]):
+            raise NothingToRegenerate(
+                "this chat has no reply to regenerate (its last assistant message is "
+                "a compaction summary, or there is none); send a message"
+            )
+        old = last["info"]
+        user_id = str(old["parent_id"])
+        if message_id is not None and message_id not in (old["id"], user_id):
+            raise NotLastReply(
+                f"message {message_id!r} is not this chat's last reply ({old['id']}); "
+                "only the last reply can be regenerated"
+            )
+        asked = selectors.get_message(tenant=tenant, session_id=session.pk, message_id=user_id)
+        try:
+            agent = _agent_named(asked["info"].get("agent"))
+        except UnknownAgent as exc:
+            raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
+        try:
+            provider, model_name = split_model(agent.resolved_model)
+        except UnknownModel as exc:
+            raise InvalidPrompt(str(exc)) from None
+        set_blocks(session, [*agent_blocks(agent), *memory_blocks(session, agent.name)])
+        services.update_message(
+            session=session,
+            info={
+                "id": assistant_id,
+                "role": "assistant",
+                "parent_id": user_id,
+                "agent": agent.name,
+                "model": {"provider": provider, "model": model_name},
+            },
+        )
+    turn = Turn(
+        session=session,
+        user_message_id=user_id,
+        message_id=assistant_id,
+        agent=agent,
+        model=agent.resolved_model,
+        supersedes=old,
+    )
+    return turn, asked
