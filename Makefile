@@ -29,7 +29,7 @@ run: $(VENV)/.run-deps | var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py recover_sessions --quiet
-	$(BIN)/python manage.py setup_demo --url http://$(HOST):$(PORT)/
+	$(BIN)/python manage.py setup_demo --host $(HOST) --port $(PORT)
 	$(BIN)/daphne -b $(HOST) -p $(PORT) forge.asgi:application
 
 lint: $(VENV)/.dev-deps

@@ -55,6 +55,7 @@ def test_make_run_serves_daphne_and_prints_the_demo_login(tmp_path):
         assert static.status_code == 200
         output = log.read_text()
         assert "Forge demo login" in output
+        assert f"Forge demo login: http://127.0.0.1:{port}/ " in output  # where it serves
         assert "user 'demo'" in output
         login = httpx.post(
             f"http://127.0.0.1:{port}/admin/login/",

@@ -15,6 +15,19 @@ DEMO_PASSWORD = "demo"  # noqa: S105 - a development login, refused outside DEBU
 DEMO_TENANT = "demo"
 
 
+def served_url(host: str, port: str | int) -> str:
+    """The URL a browser on this machine opens for a server bound to ``host:port``: a
+    wildcard bind (all interfaces) is reached on the loopback address."""
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0"):  # noqa: S104 - naming the wildcard, not binding it
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
 class Command(BaseCommand):
     help = (
         "Create (once) the demo tenant and a demo superuser with a known password, and print "
@@ -22,7 +35,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000/", help="printed login URL")
+        parser.add_argument("--url", help="printed login URL (default: from --host and --port)")
+        parser.add_argument("--host", default="127.0.0.1", help="the address the server binds")
+        parser.add_argument("--port", default="8000", help="the port the server listens on")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG:
@@ -39,7 +54,7 @@ class Command(BaseCommand):
             user.is_superuser = True
             user.save(update_fields=["is_superuser"])
         token, _ = Token.objects.get_or_create(user=user)
-        url = options["url"]
+        url = options["url"] or served_url(options["host"], options["port"])
         self.stdout.write(
             self.style.SUCCESS(
                 f"Forge demo login: {url}  user {DEMO_USERNAME!r}  password {DEMO_PASSWORD!r}"
