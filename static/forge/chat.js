@@ -9,6 +9,10 @@
 //   view.js        one open session: frames in, the log's changes drawn
 //   render.js      messages and parts as elements (markdown.js for model text)
 //   composer.js    the prompt box, Send and Abort
+//
+// The first screen (no session open) is a new chat, ready to type: the prompt box
+// has focus, and the first message creates the session and is sent to it. On a
+// small screen the session list collapses behind the "Chats" button.
 
 import { Api } from "./api.js";
 import { Composer } from "./composer.js";
@@ -16,6 +20,7 @@ import { $, el, formatTime } from "./dom.js";
 import { SessionView } from "./view.js";
 
 const root = document.getElementById("app");
+const NARROW = window.matchMedia("(max-width: 720px)");
 const CONNECTION_LABELS = {
   idle: "Not connected",
   connecting: "Connecting…",
@@ -28,7 +33,7 @@ class Chat {
   constructor() {
     this.api = new Api({ base: root.dataset.api, loginUrl: root.dataset.loginUrl });
     this.wsPath = root.dataset.wsPath;
-    this.composer = new Composer(() => this.view);
+    this.composer = new Composer(() => this.view, (text, files) => this.startChat(text, files));
     this.sessions = new Map();
     this.sessionsNext = null;
     this.loadedMore = false;
@@ -40,6 +45,9 @@ class Chat {
 
   start() {
     $("new-session").addEventListener("click", () => this.createSession());
+    $("sidebar-toggle").addEventListener("click", () => this.toggleSidebar());
+    NARROW.addEventListener("change", () => this.showSidebar(!NARROW.matches));
+    this.showSidebar(!NARROW.matches);
     $("more-sessions").addEventListener("click", () => this.loadMoreSessions());
     $("load-older").addEventListener("click", () => this.view?.loadOlder());
     this.composer.start();
@@ -55,7 +63,19 @@ class Chat {
     window.addEventListener("online", () => this.view?.reconnectNow());
     window.addEventListener("focus", () => this.refreshSessionsSoon());
     this.showConversation(false);
+    this.composer.focus();
     this.loadSessions().then(() => this.followHash());
+  }
+
+  // --- the sidebar (collapsible; collapsed at first on a small screen) ---
+
+  showSidebar(open) {
+    root.dataset.sidebar = open ? "open" : "closed";
+    $("sidebar-toggle").setAttribute("aria-expanded", open ? "true" : "false");
+  }
+
+  toggleSidebar() {
+    this.showSidebar(root.dataset.sidebar !== "open");
   }
 
   // --- sessions ---
@@ -131,6 +151,7 @@ class Chat {
   // finds it open), so the page has switched by the time the click returns.
   clickSession(event, id) {
     if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    if (NARROW.matches) this.showSidebar(false); // the chosen chat gets the screen
     this.open(id);
   }
 
@@ -171,9 +192,28 @@ class Chat {
       const session = await this.api.createSession();
       this.sessions.set(session.id, session);
       this.renderSessions();
+      if (NARROW.matches) this.showSidebar(false);
       this.select(session.id);
+      return session;
     } catch (error) {
       this.showError(`Could not create a session: ${error.message}`);
+      return null;
+    }
+  }
+
+  // The first screen's first message: a new session, opened, then the prompt sent
+  // to it. False (the prompt goes back into the box) when it could not be.
+  async startChat(text, files) {
+    if (this.starting) return false;
+    this.starting = true;
+    try {
+      const session = await this.createSession();
+      if (!session) return false;
+      await this.open(session.id);
+      if (this.view?.id !== session.id) return false;
+      return await this.view.sendPrompt(text, files);
+    } finally {
+      this.starting = false;
     }
   }
 
@@ -219,15 +259,22 @@ class Chat {
     this.composer.focus();
   }
 
+  // Open: a session's conversation; else the first screen, a new chat to type into.
   showConversation(open) {
-    $("conversation").hidden = !open;
     $("empty-state").hidden = open;
-    if (!open) this.setConnection("idle");
+    $("rename-button").hidden = !open;
+    $("delete-button").hidden = !open;
+    $("connection").hidden = !open;
+    if (!open) {
+      this.setConnection("idle");
+      $("session-title").textContent = "New chat";
+      this.composer.show({ busy: false, waiting: false, retry: null });
+    }
   }
 
   renderHeader() {
     const session = this.view && this.sessions.get(this.view.id);
-    $("session-title").textContent = session ? session.title || "Untitled" : "";
+    $("session-title").textContent = session ? session.title || "Untitled" : "New chat";
   }
 
   startRename() {
@@ -268,8 +315,11 @@ class Chat {
       this.view = null;
       this.sessions.delete(id);
       this.renderSessions();
+      $("message-list").replaceChildren();
+      $("load-older").hidden = true;
       this.showConversation(false);
       history.replaceState(null, "", location.pathname);
+      this.composer.focus();
     } catch (error) {
       this.showError(`Could not delete: ${error.message}`);
     }

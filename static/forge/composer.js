@@ -5,9 +5,12 @@
 import { $, formatTime } from "./dom.js";
 
 export class Composer {
-  // current(): the open session's view (see view.js), or null.
-  constructor(current) {
+  // current(): the open session's view (see view.js), or null; startChat(text, files):
+  // the first message of a new chat, sent when no session is open (a promise of
+  // whether it was sent).
+  constructor(current, startChat) {
     this.current = current;
+    this.startChat = startChat;
     this.form = $("composer");
     this.prompt = $("prompt");
     this.files = $("files");
@@ -34,10 +37,10 @@ export class Composer {
     const view = this.current();
     const text = this.prompt.value;
     const files = [...this.files.files];
-    if (!view || (text.trim() === "" && files.length === 0)) return;
-    if (view.busy || view.pending.size > 0) return;
+    if (text.trim() === "" && files.length === 0) return;
+    if (view && (view.busy || view.pending.size > 0)) return;
     this.prompt.value = "";
-    const sent = await view.sendPrompt(text, files);
+    const sent = view ? await view.sendPrompt(text, files) : await this.startChat(text, files);
     if (sent) {
       this.files.value = "";
     } else if (this.prompt.value === "") {

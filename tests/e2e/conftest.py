@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -123,7 +125,7 @@ class ChatPage:
         self.page.get_by_label("Password").fill(password)
         self.page.get_by_role("button", name="Sign in").click()
         self.page.wait_for_url(f"{self.server.url}/")
-        self.page.locator("#new-session").wait_for()
+        self.page.locator("#prompt").wait_for()
 
     def view_id(self) -> str | None:
         found = self.page.evaluate("window.forgeChat.view?.id ?? null")
@@ -178,12 +180,13 @@ class ChatPage:
 def chat_page(
     browser: Browser, serve: Callable[..., LiveServer]
 ) -> Iterator[Callable[..., ChatPage]]:
-    """Open a tab on a fresh server: ``chat_page(FORGE_ECHO_DELAY="0.05")``."""
+    """Open a tab on a fresh server: ``chat_page(FORGE_ECHO_DELAY="0.05")``; ``options``
+    are Playwright's for the tab's context (``{"viewport": {...}}``)."""
     contexts = []
 
-    def open_page(**env: str) -> ChatPage:
+    def open_page(options: dict[str, Any] | None = None, **env: str) -> ChatPage:
         server = serve(**env)
-        context = browser.new_context()
+        context = browser.new_context(**(options or {}))
         context.set_default_timeout(WAIT)
         contexts.append(context)
         page = context.new_page()
@@ -200,3 +203,30 @@ def chat_page(
     yield open_page
     for context in contexts:
         context.close()
+
+
+AXE_DIR = Path(__file__).parent / "axe"
+
+
+@pytest.fixture(scope="session")
+def axe_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``axe.min.js`` of the axe-core pinned in ``tests/e2e/axe/package.json``, installed
+    from the npm registry. Without npm or the registry the tests are skipped, and
+    fail under ``CI=true``."""
+    if shutil.which("npm") is None:
+        _unavailable("npm is needed to install axe-core")
+    where = tmp_path_factory.mktemp("axe")
+    shutil.copy(AXE_DIR / "package.json", where / "package.json")
+    install = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--silent"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if install.returncode != 0:
+        _unavailable(f"npm install axe-core failed: {install.stderr[-2000:]}")
+    script = where / "node_modules" / "axe-core" / "axe.min.js"
+    if not script.exists():
+        _unavailable(f"axe-core installed no {script}")
+    return script
