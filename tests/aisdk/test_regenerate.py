@@ -199,3 +199,26 @@ def test_drop_superseded_keeps_the_newest_reply_to_each_prompt():
     ]
     kept = [i["info"]["id"] for i in drop_superseded(items)]
     assert kept == ["m1", "m3", "m4", "m5", "m6", "m7", "m8"]
+
+
+def test_memory_records_a_regenerated_answer_without_repeating_its_prompt(session, agents):
+    """(In process, no server loop: each turn runs to its end before the call returns.)"""
+    from forge import runtime
+    from memory import selectors as memory
+
+    first = runtime.prompt(session=session, text="remember me")
+    assert first.reply is not None
+    again = runtime.regenerate(session=session, message_id=first.assistant_message_id)
+    assert again.message["info"]["id"] == first.message["info"]["id"]
+    assert again.reply is not None
+    assert again.reply["info"]["parent_id"] == first.message["info"]["id"]
+    core = memory.find_core(tenant=session.tenant, user=session.user, agent="build")
+    assert core is not None
+    window = memory.dialogue_window(tenant=session.tenant, core=core)
+    answer = first.reply["parts"]  # the echo: the same text both times
+    assert any(p["type"] == "text" and p["text"] == "remember me" for p in answer)
+    assert [(m["role"], m["text"]) for m in window] == [
+        ("user", "remember me"),
+        ("assistant", "remember me"),
+        ("assistant", "remember me"),
+    ]
