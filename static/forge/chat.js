@@ -41,6 +41,7 @@ class Chat {
     this.opening = null; // the session being opened, until its view exists
     this.refreshTimer = null;
     this.errorTimer = null;
+    this.starting = false; // the first screen's first message is creating its session
   }
 
   start() {
@@ -194,10 +195,8 @@ class Chat {
       this.renderSessions();
       if (NARROW.matches) this.showSidebar(false);
       this.select(session.id);
-      return session;
     } catch (error) {
       this.showError(`Could not create a session: ${error.message}`);
-      return null;
     }
   }
 
@@ -207,8 +206,17 @@ class Chat {
     if (this.starting) return false;
     this.starting = true;
     try {
-      const session = await this.createSession();
-      if (!session) return false;
+      let session;
+      try {
+        session = await this.api.createSession();
+      } catch (error) {
+        this.showError(`Could not create a session: ${error.message}`);
+        return false;
+      }
+      this.sessions.set(session.id, session);
+      this.renderSessions();
+      // The route follows without a hashchange: this call opens it, and only this one.
+      history.pushState(null, "", `#/s/${encodeURIComponent(session.id)}`);
       await this.open(session.id);
       if (this.view?.id !== session.id) return false;
       return await this.view.sendPrompt(text, files);
