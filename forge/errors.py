@@ -9,6 +9,7 @@ from accounts.exceptions import ForgeError
 
 __all__ = [
     "CompactionFailed",
+    "Conflict",
     "ForgeError",
     "InvalidPrompt",
     "NotAuthenticated",
@@ -43,18 +44,23 @@ class UnknownModel(ForgeError, ValueError):
     code = "unknown_model"
 
 
-class SessionBusy(ForgeError):
+class Conflict(ForgeError):
+    """The request is well formed but the session's state refuses it now (409): the
+    same request may succeed later, so each subclass says which state it met."""
+
+    status = 409
+
+
+class SessionBusy(Conflict):
     """The session runs a turn already (one turn at a time per session)."""
 
     code = "busy"
-    status = 409
 
 
-class NotRunning(ForgeError):
+class NotRunning(Conflict):
     """Abort asked for, but no turn runs."""
 
     code = "not_running"
-    status = 409
 
 
 class NotAuthenticated(ForgeError):
@@ -80,15 +86,13 @@ class CompactionFailed(ForgeError):
     status = 502
 
 
-class NothingToRegenerate(ForgeError):
+class NothingToRegenerate(Conflict):
     """Regenerate asked for, but the chat has no reply to a prompt as its last reply."""
 
     code = "nothing_to_regenerate"
-    status = 409
 
 
-class NotLastReply(ForgeError):
+class NotLastReply(Conflict):
     """Regenerate asked for a message that is not the chat's last reply (or its prompt)."""
 
     code = "not_last_reply"
-    status = 409
