@@ -8,6 +8,7 @@ from forge import pages
 urlpatterns = [
     path("", pages.chat, name="chat"),
     path("admin/", admin.site.urls),
+    path("", include("forge.aisdk.urls")),
     path("api/", include("forge.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

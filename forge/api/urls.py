@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from .memory import MemoryViewSet
@@ -20,6 +20,5 @@ urlpatterns = [
     path("memory/cores/<str:pk>/", memory_core, name="memory-core"),
     path("memory/units/<str:pk>/", memory_unit, name="memory-unit"),
     path("memory/search/", memory_search, name="memory-search"),
-    path("", include("forge.aisdk.urls")),
     *router.urls,
 ]

@@ -54,6 +54,10 @@ MIDDLEWARE = [
     "forge.middleware.ContentSecurityPolicyMiddleware",
 ]
 # Pages served with their own defaults instead of Forge's Content-Security-Policy.
+# Where the Vercel AI SDK's chat routes live (useChat's default is /api/chat): the chat,
+# {prefix}/{id}/stream, /stop and /messages. No leading or trailing slash.
+FORGE_AI_SDK_PREFIX = env_str("FORGE_AI_SDK_PREFIX", "api/chat").strip("/")
+
 FORGE_CSP_EXEMPT = ["/admin/", "/api/docs/"]
 
 ROOT_URLCONF = "forge.urls"

@@ -108,6 +108,22 @@ def echo_server(tmp_path: Path, agents: Any) -> Any:
         yield live
 
 
+def test_the_routes_move_with_forge_ai_sdk_prefix(tmp_path: Path, agents: Any, user, token):
+    with daphne(
+        tmp_path, "echo", FORGE_ECHO_DELAY="0.001", FORGE_AI_SDK_PREFIX="/v1/ui/chat/"
+    ) as live:
+        base = f"{live.url}/v1/ui/chat"
+        moved = httpx.post(base, json=chat_body("moved1"), headers=headers(token), timeout=30)
+        assert moved.status_code == 200, moved.text
+        assert moved.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert httpx.get(f"{base}/moved1/stream", headers=headers(token)).status_code == 204
+        restored = httpx.get(f"{base}/moved1/messages", headers=headers(token))
+        assert [m["role"] for m in restored.json()["results"]] == ["user", "assistant"]
+        old = httpx.post(f"{live.url}/api/chat", json=chat_body("old1"), headers=headers(token))
+        assert old.status_code == 404
+    assert not Session.objects.filter(pk="old1").exists()
+
+
 def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
     echo_server: LiveServer, user, token
 ):
