@@ -160,10 +160,15 @@ def fold_context(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any
     """
     blocks: dict[str, dict[str, Any]] = {}
     for data in events:
-        for block in data.get("blocks", []):
-            key = f"{block.get('kind')}:{block.get('key', '')}"
-            if block.get("removed"):
-                blocks.pop(key, None)
-            else:
-                blocks[key] = dict(block)
+        apply_context(blocks, data)
     return blocks
+
+
+def apply_context(blocks: dict[str, dict[str, Any]], data: Mapping[str, Any]) -> None:
+    """Fold one ``context.updated`` event's ``data`` into ``blocks`` (in place)."""
+    for block in data.get("blocks", []):
+        key = f"{block.get('kind')}:{block.get('key', '')}"
+        if block.get("removed"):
+            blocks.pop(key, None)
+        else:
+            blocks[key] = dict(block)

@@ -351,6 +351,34 @@ def head_seq(*, tenant: Tenant, session_id: str) -> int:
     return newest or 0
 
 
+def log_head(*, tenant: Tenant, session: Session) -> tuple[int, str]:
+    """``(seq, hash)`` of the session's newest event (``(0, "")`` for an empty log).
+
+    The hash chain makes the pair name the whole log up to ``seq``: a log that
+    was replaced (deleted and imported again, rolled back and rewritten) has
+    another hash at that seq."""
+    row = (
+        SessionEvent.objects.filter(tenant=tenant, session=session)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    return (row[0], row[1]) if row else (0, "")
+
+
+def log_from(*, tenant: Tenant, session: Session, seq: int) -> list[tuple[int, str, str, Any]]:
+    """``(seq, hash, type, data)`` of the session's events from ``seq`` on (inclusive),
+    oldest first: one indexed range read, whose cost is the events read, not the log.
+
+    Inclusive, so a reader that holds a state as of ``(seq, hash)`` also gets
+    the event that proves its state is still a prefix of this log."""
+    return list(
+        SessionEvent.objects.filter(tenant=tenant, session=session, seq__gte=seq)
+        .order_by("seq")
+        .values_list("seq", "hash", "type", "data")
+    )
+
+
 def message_start_seq(*, tenant: Tenant, session: Session, message_id: str) -> int | None:
     """The seq of the event that created message ``message_id`` (None: no such message).
 

@@ -54,6 +54,9 @@ STATIC_ROOT = None  # type: ignore[assignment]  # tests serve static files from 
 WHITENOISE_USE_FINDERS = True
 
 FORGE_ECHO_DELAY = 0.0
+# Every scripted session of the suite proves the incremental context equals the
+# full derivation, byte for byte (forge.context.incremental.verify).
+FORGE_CONTEXT_VERIFY = True
 FORGE_WORKSPACE_ROOT = Path(tempfile.gettempdir()) / f"{_run_tag}-workspaces"
 FORGE_LEASE_SECONDS = 5.0
 FORGE_LEASE_JANITOR = False  # started explicitly by the tests that need it

@@ -1,0 +1,318 @@
+"""Incremental context: the next step's model input folded from the events since the
+last one, not re-derived from the whole history.
+
+:class:`Derived` is what :func:`forge.context.request_for` needs for a session
+as of its event ``seq`` (the read range of the history, the model's order of it,
+each message's rendering, the context blocks), in a form that folds further
+events. :class:`ContextCache` keeps one per session (a per-process LRU) and, on
+a request, reads only the events from the cached ``seq`` on
+(``selectors.log_from``) and folds them.
+
+Invariants:
+
+* What the cache returns is byte-for-byte what the full derivation
+  (:func:`full_request`) returns from the log at the same seq. With
+  ``FORGE_CONTEXT_VERIFY`` on (the test settings) every result is compared with
+  it, and a difference raises :class:`ContextCacheMismatch`.
+* A cached state is used only while its ``(seq, hash)`` is still in the log: the
+  hash chain makes that pair name the whole log up to ``seq``, so a log that was
+  deleted, imported again, rolled back or rewritten is never folded onto.
+* Whatever the fold does not apply exactly — a new or changed boundary
+  (``session.compacted``, a summary message, a ``compaction`` part), a removal,
+  a reply that supersedes another (``forge.context.superseded``), a message or
+  part out of id order, an unknown event — falls back to the full derivation,
+  which seeds the cache again. Falling back is always correct, only slower.
+* A state is owned by one request at a time: it leaves the cache while it folds
+  (a concurrent request for the same session derives in full).
+* Folding an event twice is harmless (a seed reads the head before the history,
+  so the events between are folded again onto a state that already has them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from forge.providers.base import ModelRequest
+from sessions import selectors
+from sessions.models import Session
+from sessions.projector import apply_context, fold_context
+
+from .compacted import filter_compacted
+from .messages import build_request, item_messages, model_of, request_with
+from .superseded import drop_superseded, is_reply
+from .visible import read_history, visible_history
+
+# The ids the store generates (``accounts.ids``): a prefix and 26 Crockford base32
+# characters. Between two of them, Python's order is the database's whatever its
+# collation; an id of another shape (an imported log's) is never ordered here.
+_GENERATED_ID = re.compile(r"[a-z]+_[0-9A-HJKMNP-TV-Z]{26}")
+
+
+class Fallback(Exception):  # noqa: N818  (a signal, not an error: the full derivation follows)
+    """An event the fold does not apply incrementally; the message says which."""
+
+
+class ContextCacheMismatch(AssertionError):
+    """``FORGE_CONTEXT_VERIFY``: the cached model input differs from the full derivation."""
+
+
+def _ordered(low: str | None, high: str) -> bool:
+    """``low < high`` in the database's order too (both generated ids), or no ``low``."""
+    if _GENERATED_ID.fullmatch(high) is None:
+        return False
+    return low is None or (_GENERATED_ID.fullmatch(low) is not None and low < high)
+
+
+def full_request(session: Session) -> tuple[str, ModelRequest]:
+    """The model input derived from the whole visible history and every context update:
+    what :func:`forge.context.request_for` returned before the cache, and what the
+    cache must equal."""
+    blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    model = model_of(blocks)
+    _, _, name = model.partition("/")
+    return model, build_request(blocks=blocks, history=visible_history(session), model=name)
+
+
+def request_bytes(result: tuple[str, ModelRequest]) -> str:
+    """The comparison key: the model and the request as JSON, keys in their order."""
+    model, request = result
+    return json.dumps([model, request.as_dict()], ensure_ascii=False)
+
+
+@dataclass
+class Derived:
+    """The derived context of one session as of event ``seq`` (whose hash is ``hash``)."""
+
+    tenant_id: int
+    session_id: str
+    seq: int
+    hash: str
+    start: str | None  # the id the history was read from (None: all of it)
+    items: dict[str, dict[str, Any]]  # the read history {info, parts}, by message id
+    last_id: str | None  # the newest message id read
+    order: list[str]  # the visible history's ids, in filter_compacted's order
+    kept: list[str]  # ``order`` without superseded replies: what the model is sent
+    replies: dict[str, str]  # parent id -> its visible reply
+    rendered: dict[str, list[dict[str, Any]]]  # kept message id -> its model messages
+    blocks: dict[str, dict[str, Any]]
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the kept renderings, joined
+    tail_start: int = 0  # where the last kept message's rendering starts in ``messages``
+    dirty: bool = True  # ``messages`` must be joined again
+
+    @classmethod
+    def seed(cls, session: Session) -> Derived:
+        """The full derivation, kept in foldable form. The head is read first: whatever
+        is appended meanwhile is folded again on the next request, harmlessly."""
+        tenant = session.tenant
+        seq, head_hash = selectors.log_head(tenant=tenant, session=session)
+        history, start = read_history(session)
+        visible = filter_compacted(history)
+        kept = drop_superseded(visible)
+        return cls(
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+            seq=seq,
+            hash=head_hash,
+            start=start,
+            items={str(item["info"]["id"]): item for item in history},
+            last_id=str(history[-1]["info"]["id"]) if history else None,
+            order=[str(item["info"]["id"]) for item in visible],
+            kept=[str(item["info"]["id"]) for item in kept],
+            replies={
+                str(item["info"]["parent_id"]): str(item["info"]["id"])
+                for item in kept
+                if is_reply(item["info"])
+            },
+            rendered={str(item["info"]["id"]): item_messages(item) for item in kept},
+            blocks=fold_context(selectors.context_updates(tenant=tenant, session=session)),
+        )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def fold(self, seq: int, event_hash: str, type: str, data: Any) -> None:
+        """Apply event ``seq`` (raises :class:`Fallback` when it cannot)."""
+        if type == "message.updated":
+            self._message(data)
+        elif type == "part.updated":
+            self._part(data)
+        elif type == "context.updated":
+            apply_context(self.blocks, data)
+        elif type not in ("session.created", "session.updated"):  # those change no input
+            raise Fallback(type)  # session.compacted, removals, anything new
+        self.seq, self.hash = seq, event_hash
+
+    def _message(self, info: dict[str, Any]) -> None:
+        message_id = str(info["id"])
+        if info.get("summary"):
+            raise Fallback("summary")  # a boundary begins, changes or closes
+        item = self.items.get(message_id)
+        if item is not None:
+            old = item["info"]
+            for key in ("role", "parent_id", "summary"):
+                if old.get(key) != info.get(key):
+                    raise Fallback(f"message {key}")
+            item["info"] = info
+            self._render(message_id)
+        elif self.start is not None and _ordered(message_id, self.start):
+            return  # older than the read range: the model does not see it
+        elif not _ordered(self.last_id, message_id):
+            raise Fallback("message order")
+        else:
+            if is_reply(info):
+                parent = str(info["parent_id"])
+                if parent in self.replies:
+                    raise Fallback("superseded")
+                self.replies[parent] = message_id
+            self.items[message_id] = {"info": info, "parts": []}
+            self.last_id = message_id
+            self.order.append(message_id)
+            self.kept.append(message_id)
+            rendering = item_messages(self.items[message_id])
+            self.rendered[message_id] = rendering
+            if not self.dirty:
+                self.tail_start = len(self.messages)
+                self.messages.extend(rendering)
+
+    def _part(self, part: dict[str, Any]) -> None:
+        if part.get("type") == "compaction":
+            raise Fallback("compaction part")
+        message_id, part_id = str(part["message_id"]), str(part["id"])
+        item = self.items.get(message_id)
+        if item is None:
+            if self.start is not None and _ordered(message_id, self.start):
+                return  # a message older than the read range
+            raise Fallback("part of an unknown message")
+        parts = item["parts"]
+        for index in range(len(parts) - 1, -1, -1):
+            if parts[index]["id"] == part_id:
+                parts[index] = part
+                break
+        else:
+            if parts and not _ordered(str(parts[-1]["id"]), part_id):
+                raise Fallback("part order")
+            parts.append(part)
+        self._render(message_id)
+
+    def _render(self, message_id: str) -> None:
+        if message_id not in self.rendered:
+            return  # read but not sent (behind a boundary, or superseded)
+        rendering = item_messages(self.items[message_id])
+        self.rendered[message_id] = rendering
+        if not self.dirty and self.kept[-1] == message_id:
+            del self.messages[self.tail_start :]
+            self.messages.extend(rendering)
+        else:
+            self.dirty = True
+
+    def request(self) -> tuple[str, ModelRequest]:
+        if self.dirty:
+            self.messages = []
+            for message_id in self.kept:
+                self.tail_start = len(self.messages)
+                self.messages.extend(self.rendered[message_id])
+            self.dirty = False
+        model = model_of(self.blocks)
+        _, _, name = model.partition("/")
+        # A copy of the list: the caller may add to it. The message dicts are shared
+        # with the cache and are never changed in place (a new rendering replaces them).
+        return model, request_with(blocks=self.blocks, messages=list(self.messages), model=name)
+
+
+class ContextCache:
+    """Per-process LRU of :class:`Derived`, keyed by ``(tenant id, session id)``.
+
+    At most ``FORGE_CONTEXT_CACHE_SIZE`` sessions (0 turns the cache off) and
+    ``FORGE_CONTEXT_CACHE_MESSAGES`` cached messages in all; the least recently
+    used go first. ``stats`` counts hits, misses, fallbacks by reason and the
+    events folded (for tests and benchmarks)."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[int, str], Derived] = OrderedDict()
+        self._lock = threading.Lock()
+        self.stats: Counter[str] = Counter()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.stats.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def peek(self, session: Session) -> Derived | None:
+        return self._entries.get((session.tenant_id, session.pk))
+
+    def _take(self, key: tuple[int, str]) -> Derived | None:
+        with self._lock:
+            return self._entries.pop(key, None)
+
+    def _put(self, derived: Derived) -> None:
+        size = int(settings.FORGE_CONTEXT_CACHE_SIZE)
+        budget = int(settings.FORGE_CONTEXT_CACHE_MESSAGES)
+        if len(derived) > budget:
+            return
+        with self._lock:
+            self._entries[(derived.tenant_id, derived.session_id)] = derived
+            total = sum(len(d) for d in self._entries.values())
+            while self._entries and (len(self._entries) > size or total > budget):
+                _, evicted = self._entries.popitem(last=False)
+                total -= len(evicted)
+                self.stats["evicted"] += 1
+
+    def request(self, session: Session) -> tuple[str, ModelRequest]:
+        """The session's next model input at the log's end (see the module's docstring)."""
+        if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
+            return full_request(session)
+        derived = self._take((session.tenant_id, session.pk))
+        if derived is not None:
+            try:
+                self._catch_up(session, derived)
+                self.stats["hit"] += 1
+            except Fallback as exc:
+                self.stats[f"fallback:{exc}"] += 1
+                derived = None
+        else:
+            self.stats["miss"] += 1
+        if derived is None:
+            derived = Derived.seed(session)
+        result = derived.request()
+        self._put(derived)
+        if settings.FORGE_CONTEXT_VERIFY:
+            verify(session, derived.seq, result)
+        return result
+
+    def _catch_up(self, session: Session, derived: Derived) -> None:
+        rows = selectors.log_from(tenant=session.tenant, session=session, seq=max(derived.seq, 1))
+        if derived.seq:
+            if not rows or rows[0][0] != derived.seq or rows[0][1] != derived.hash:
+                raise Fallback("stale")  # the log it was derived from is gone
+            rows = rows[1:]
+        for seq, event_hash, type, data in rows:
+            derived.fold(seq, event_hash, type, data)
+        self.stats["folded"] += len(rows)
+
+
+def verify(session: Session, seq: int, result: tuple[str, ModelRequest]) -> None:
+    """Raise :class:`ContextCacheMismatch` unless ``result`` (the input as of ``seq``) is
+    byte-for-byte the full derivation. Skipped when the log moved past ``seq`` meanwhile
+    (the two would describe different logs)."""
+    expected = full_request(session)
+    if selectors.log_head(tenant=session.tenant, session=session)[0] != seq:
+        return
+    want, have = request_bytes(expected), request_bytes(result)
+    if want != have:
+        raise ContextCacheMismatch(
+            f"session {session.pk} at seq {seq}: the cached context differs from the log's\n"
+            f"full:   {want[:2000]}\ncached: {have[:2000]}"
+        )
+
+
+cache = ContextCache()
