@@ -1,0 +1,339 @@
+"""Incremental context: the cached model input folds only the events since its head,
+falls back to the full derivation whenever it cannot fold exactly, and equals the
+full derivation byte for byte (``forge.context.incremental``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from forge.context import request_for
+from forge.context.blocks import set_block
+from forge.context.boundary import record_compaction
+from forge.context.incremental import (
+    ContextCacheMismatch,
+    Derived,
+    cache,
+    full_request,
+    request_bytes,
+)
+from forge.context.pruning import prune
+from forge.context.visible import visible_history
+from sessions import selectors, services
+from sessions.services.transfer import parse_log
+
+pytestmark = pytest.mark.django_db
+
+DONE = "2026-11-30T00:00:01.000Z"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(settings: Any) -> None:
+    cache.clear()
+    settings.FORGE_CONTEXT_VERIFY = False  # these tests compare themselves (and count reads)
+
+
+def turn(session: Any, n: int, *, parent: str | None = None, tool: bool = False) -> str:
+    """The runtime's write pattern for one turn: user message + text part, assistant
+    message, step-start, text (or tool) part, step-finish, message completion. Returns
+    the user message's id (``parent``: answer that prompt again instead)."""
+    if parent is None:
+        parent = services.update_message(session=session, info={"role": "user"}).data["id"]
+        services.update_part(
+            session=session, part={"message_id": parent, "type": "text", "text": f"ask {n}"}
+        )
+    aid = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": parent}
+    ).data["id"]
+    services.update_part(session=session, part={"message_id": aid, "type": "step-start"})
+    if tool:
+        services.update_part(
+            session=session,
+            part={
+                "message_id": aid,
+                "type": "tool",
+                "call_id": f"c{n}",
+                "tool": "read_file",
+                "state": {
+                    "status": "completed",
+                    "input": {"path": f"f{n}.txt", "a": 1},
+                    "output": f"OUT{n} " + "x" * 800,
+                    "title": "",
+                    "metadata": {},
+                    "time": {"start": DONE, "end": DONE},
+                },
+            },
+        )
+    else:
+        services.update_part(
+            session=session, part={"message_id": aid, "type": "text", "text": f"answer {n}"}
+        )
+    services.update_part(
+        session=session,
+        part={"message_id": aid, "type": "step-finish", "reason": "stop", "cost": 0,
+              "tokens": {"input": 1, "output": 1}},
+    )  # fmt: skip
+    services.update_message(
+        session=session, info={"id": aid, "finish": "stop", "completed_at": DONE}
+    )
+    return parent
+
+
+def assert_equal_to_full(session: Any) -> tuple[str, Any]:
+    result = request_for(session)
+    assert request_bytes(result) == request_bytes(full_request(session))
+    return result
+
+
+def test_a_hit_reads_only_the_events_after_its_head_in_one_query(session):
+    for n in range(20):
+        turn(session, n)
+    assert_equal_to_full(session)
+    assert cache.stats["miss"] == 1
+    head = selectors.log_head(tenant=session.tenant, session=session)[0]
+    turn(session, 20)
+    new = selectors.log_head(tenant=session.tenant, session=session)[0] - head
+    with CaptureQueriesContext(connection) as queries:
+        _, request = request_for(session)
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert "sessionevent" in queries[0]["sql"] and ">=" in queries[0]["sql"]
+    assert cache.stats["hit"] == 1 and cache.stats["folded"] == new == 7
+    assert request.messages[-2:] == [
+        {"role": "user", "content": "ask 20"},
+        {"role": "assistant", "content": "answer 20"},
+    ]
+    assert request_bytes((request_for(session))) == request_bytes(full_request(session))
+    assert cache.stats["folded"] == new  # nothing new: nothing folded
+
+
+def test_log_from_is_inclusive_and_reads_no_older_event(session):
+    turn(session, 0)
+    seq, head_hash = selectors.log_head(tenant=session.tenant, session=session)
+    rows = selectors.log_from(tenant=session.tenant, session=session, seq=seq - 1)
+    assert [row[0] for row in rows] == [seq - 1, seq]
+    assert rows[-1][1] == head_hash
+
+
+def test_a_missing_cache_derives_in_full_and_seeds(session):
+    turn(session, 0)
+    request_for(session)
+    cache.clear()
+    assert_equal_to_full(session)
+    assert cache.stats["miss"] == 1 and cache.peek(session) is not None
+
+
+def test_a_rolled_back_log_is_stale(session):
+    turn(session, 0)
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        turn(session, 1)
+        request_for(session)  # cached at a head that the rollback removes
+        raise Undo
+    turn(session, 2)  # the same seqs again, with other events
+    _, request = assert_equal_to_full(session)
+    assert cache.stats["fallback:stale"] == 1
+    assert "ask 1" not in str(request.messages) and "ask 2" in str(request.messages)
+
+
+def test_a_cache_of_another_session_is_never_folded_onto(session, user):
+    other = services.create_session(user=user, title="other")
+    for n in range(3):
+        turn(other, n)
+        turn(session, n)
+    foreign = Derived.seed(other)
+    foreign.tenant_id, foreign.session_id = session.tenant_id, session.pk
+    cache._put(foreign)
+    _, request = assert_equal_to_full(session)
+    assert cache.stats["fallback:stale"] == 1
+
+
+def test_a_log_deleted_and_imported_again_differently_is_stale(session, user):
+    for n in range(3):
+        turn(session, n)
+    events = parse_log(list(selectors.export_lines(session=session)))
+    request_for(session)
+    services.delete_session(session=session)
+    prefix = events[:-4]  # the same session id, a shorter log
+    again = services.import_log(user=user, events=prefix)
+    assert again.pk == session.pk
+    turn(again, 9)  # past the cached head, with other events
+    _, request = assert_equal_to_full(again)
+    assert cache.stats["fallback:stale"] == 1
+    assert "answer 9" in str(request.messages) and "answer 2" not in str(request.messages)
+
+
+def test_a_compaction_boundary_falls_back_then_folds_again(session):
+    for n in range(6):
+        turn(session, n)
+    request_for(session)
+    record_compaction(
+        session, summary="SUMMARY", auto=False, overflow=False, tail_start_id=None, model="x/y"
+    )
+    _, request = assert_equal_to_full(session)
+    assert cache.stats["fallback:compaction part"] == 1
+    assert "ask 0" not in str(request.messages) and "SUMMARY" in str(request.messages)
+    turn(session, 6)
+    with CaptureQueriesContext(connection) as queries:
+        assert_equal_to_full(session)
+    assert cache.stats["hit"] >= 1
+    assert len([q for q in queries if "sessionevent" in q["sql"]]) >= 1
+
+
+def test_a_regenerated_reply_supersedes_the_old_one(session):
+    turn(session, 0)
+    parent = turn(session, 1)
+    request_for(session)
+    turn(session, 2, parent=parent)  # the same prompt answered again
+    _, request = assert_equal_to_full(session)
+    assert cache.stats["fallback:superseded"] == 1
+    assert "answer 1" not in str(request.messages)
+    assert request.messages[-1] == {"role": "assistant", "content": "answer 2"}
+
+
+def test_removals_fall_back(session):
+    turn(session, 0)
+    turn(session, 1)
+    request_for(session)
+    last = selectors.last_message(tenant=session.tenant, session=session, role="assistant")
+    services.remove_part(session=session, part_id=last["parts"][1]["id"])
+    assert "answer 1" not in str(assert_equal_to_full(session)[1].messages)
+    services.remove_message(session=session, message_id=last["info"]["id"])
+    assert_equal_to_full(session)
+    assert cache.stats["fallback:part.removed"] == cache.stats["fallback:message.removed"] == 1
+
+
+def test_pruning_an_old_output_and_new_blocks_fold_without_fallback(session, settings):
+    settings.FORGE_PRUNE_PROTECT_TOKENS = 10
+    settings.FORGE_PRUNE_MINIMUM_TOKENS = 10
+    for n in range(5):
+        turn(session, n, tool=True)
+    request_for(session)
+    assert prune(session, visible_history(session))  # updates parts far from the end
+    set_block(session, kind="system", key="agent", body={"text": "Be brief."})
+    set_block(session, kind="settings", key="agent", body={"model": "offline/echo"})
+    model, request = assert_equal_to_full(session)
+    assert not [k for k in cache.stats if k.startswith("fallback")]
+    assert model == "offline/echo" and request.system == ["Be brief."]
+    assert "pruned" in request.messages[2]["content"]
+
+
+def test_verify_raises_when_the_cache_is_wrong(session, settings):
+    turn(session, 0)
+    request_for(session)
+    derived = cache.peek(session)
+    assert derived is not None
+    derived.rendered[derived.kept[-1]] = [{"role": "assistant", "content": "forged"}]
+    derived.dirty = True
+    settings.FORGE_CONTEXT_VERIFY = True
+    with pytest.raises(ContextCacheMismatch):
+        request_for(session)
+
+
+def test_the_caps_evict_and_zero_turns_the_cache_off(session, user, settings):
+    other = services.create_session(user=user, title="other")
+    turn(session, 0)
+    turn(other, 0)
+    settings.FORGE_CONTEXT_CACHE_SIZE = 1
+    request_for(session)
+    request_for(other)
+    assert len(cache) == 1 and cache.peek(other) is not None and cache.peek(session) is None
+    settings.FORGE_CONTEXT_CACHE_SIZE = 10
+    settings.FORGE_CONTEXT_CACHE_MESSAGES = 1  # each holds two messages
+    cache.clear()
+    request_for(session)
+    assert len(cache) == 0
+    settings.FORGE_CONTEXT_CACHE_SIZE = 0
+    assert_equal_to_full(session)
+    assert cache.stats["miss"] == 1 and len(cache) == 0
+
+
+# --- property: random event sequences, incremental == full after every event --------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.booleans()),
+        st.tuples(st.just("regenerate"), st.integers(0, 20)),
+        st.tuples(st.just("prune"), st.integers(0, 20)),
+        st.tuples(st.just("compact"), st.booleans()),
+        st.tuples(st.just("remove"), st.integers(0, 20)),
+        st.tuples(st.just("block"), st.sampled_from(["a", "b", None])),
+        st.tuples(st.just("rename"), st.just(True)),
+        st.tuples(st.just("open"), st.booleans()),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def _apply(session: Any, op: str, arg: Any, n: int) -> None:
+    tenant = session.tenant
+    users = [
+        item["info"]["id"]
+        for item in selectors.iter_history(tenant=tenant, session_id=session.pk)
+        if item["info"]["role"] == "user"
+    ]
+    if op == "turn":
+        turn(session, n, tool=arg)
+    elif op == "regenerate" and users:
+        turn(session, n, parent=users[arg % len(users)])
+    elif op == "prune":
+        history = list(selectors.iter_history(tenant=tenant, session_id=session.pk))
+        tools = [(i, p) for i in history for p in i["parts"] if p["type"] == "tool"]
+        if tools:
+            item, part = tools[arg % len(tools)]
+            state = {**part["state"], "time": {**part["state"]["time"], "compacted": DONE}}
+            services.update_part(
+                session=session, part={"id": part["id"], "message_id": item["info"]["id"],
+                                       "state": state},
+            )  # fmt: skip
+    elif op == "compact" and users:
+        record_compaction(
+            session, summary=f"S{n}", auto=True, overflow=False,
+            tail_start_id=users[-1] if arg else None, model="x/y",
+        )  # fmt: skip
+    elif op == "remove":
+        history = list(selectors.iter_history(tenant=tenant, session_id=session.pk))
+        if history:
+            services.remove_message(
+                session=session, message_id=history[arg % len(history)]["info"]["id"]
+            )
+    elif op == "block":
+        body = {"removed": True} if arg is None else {"text": f"say {arg}{n}"}
+        set_block(session, kind="memory", key="k", body=body)
+    elif op == "rename":
+        services.update_session(session=session, title=f"t{n}")
+    elif op == "open":  # an unfinished reply: a prompt and a step in flight
+        uid = services.update_message(session=session, info={"role": "user"}).data["id"]
+        services.update_part(
+            session=session, part={"message_id": uid, "type": "text", "text": f"open {n}"}
+        )
+        if arg:
+            aid = services.update_message(
+                session=session, info={"role": "assistant", "parent_id": uid}
+            ).data["id"]
+            services.update_part(session=session, part={"message_id": aid, "type": "step-start"})
+
+
+@hsettings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=OPS)
+def test_incremental_equals_full_after_every_event(user, ops):
+    session = services.create_session(user=user, title="p")
+    cache.clear()
+    for n, (op, arg) in enumerate(ops):
+        _apply(session, op, arg, n)
+        assert request_bytes(request_for(session)) == request_bytes(full_request(session)), (
+            ops[: n + 1]
+        )
