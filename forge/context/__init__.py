@@ -28,6 +28,8 @@ system text, after the agent's prompt.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from forge.providers.base import ModelRequest
 from sessions import selectors
@@ -38,7 +40,6 @@ from sessions.projector import fold_context
 from .compacted import filter_compacted
 from .incremental import cache
 from .messages import COMPACTION_PROMPT, build_request, derive_messages, model_of
-from .visible import visible_history
 
 __all__ = [
     "COMPACTION_PROMPT",
@@ -47,6 +48,12 @@ __all__ = [
     "request_for",
     "visible_history",
 ]
+
+
+def visible_history(session: Session) -> list[dict[str, Any]]:
+    """The history the model sees at the log's end (:func:`filter_compacted`, read from
+    the newest boundary on: :mod:`forge.context.visible`), from the incremental cache."""
+    return cache.history(session)
 
 
 def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelRequest]:

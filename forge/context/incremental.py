@@ -34,6 +34,7 @@ import json
 import re
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +213,14 @@ class Derived:
         else:
             self.dirty = True
 
+    def history(self) -> list[dict[str, Any]]:
+        """The visible history, oldest first: new item dicts and part lists (the info
+        and part dicts are shared, and never changed in place by the fold)."""
+        items = self.items
+        return [
+            {"info": items[i]["info"], "parts": list(items[i]["parts"])} for i in self.order
+        ]
+
     def request(self) -> tuple[str, ModelRequest]:
         if self.dirty:
             self.messages = []
@@ -271,23 +280,39 @@ class ContextCache:
         """The session's next model input at the log's end (see the module's docstring)."""
         if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
             return full_request(session)
+        derived = self._current(session)
+        result = derived.request()
+        self._put(derived)
+        if settings.FORGE_CONTEXT_VERIFY:
+            verify(session, derived.seq, request_bytes(result), lambda: full_request(session))
+        return result
+
+    def history(self, session: Session) -> list[dict[str, Any]]:
+        """The visible history at the log's end (``forge.context.visible.visible_history``),
+        from the same cached state: the run loop's pruning reads it every turn."""
+        if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
+            return visible_history(session)
+        derived = self._current(session)
+        result = derived.history()
+        self._put(derived)
+        if settings.FORGE_CONTEXT_VERIFY:
+            verify(session, derived.seq, _json(result), lambda: visible_history(session))
+        return result
+
+    def _current(self, session: Session) -> Derived:
+        """The session's state caught up with the log (taken out of the cache: the
+        caller puts it back)."""
         derived = self._take((session.tenant_id, session.pk))
         if derived is not None:
             try:
                 self._catch_up(session, derived)
                 self.stats["hit"] += 1
+                return derived
             except Fallback as exc:
                 self.stats[f"fallback:{exc}"] += 1
-                derived = None
         else:
             self.stats["miss"] += 1
-        if derived is None:
-            derived = Derived.seed(session)
-        result = derived.request()
-        self._put(derived)
-        if settings.FORGE_CONTEXT_VERIFY:
-            verify(session, derived.seq, result)
-        return result
+        return Derived.seed(session)
 
     def _catch_up(self, session: Session, derived: Derived) -> None:
         rows = selectors.log_from(tenant=session.tenant, session=session, seq=max(derived.seq, 1))
@@ -300,14 +325,18 @@ class ContextCache:
         self.stats["folded"] += len(rows)
 
 
-def verify(session: Session, seq: int, result: tuple[str, ModelRequest]) -> None:
-    """Raise :class:`ContextCacheMismatch` unless ``result`` (the input as of ``seq``) is
-    byte-for-byte the full derivation. Skipped when the log moved past ``seq`` meanwhile
-    (the two would describe different logs)."""
-    expected = full_request(session)
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def verify(session: Session, seq: int, have: str, full: Callable[[], Any]) -> None:
+    """Raise :class:`ContextCacheMismatch` unless ``have`` (a cached result as of ``seq``,
+    as JSON) is byte-for-byte what ``full`` derives from the log. Skipped when the log
+    moved past ``seq`` meanwhile (the two would describe different logs)."""
+    expected = full()
     if selectors.log_head(tenant=session.tenant, session=session)[0] != seq:
         return
-    want, have = request_bytes(expected), request_bytes(result)
+    want = request_bytes(expected) if isinstance(expected, tuple) else _json(expected)
     if want != have:
         raise ContextCacheMismatch(
             f"session {session.pk} at seq {seq}: the cached context differs from the log's\n"

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from forge.context import request_for
+from forge.context import request_for, visible_history
 from forge.context.blocks import set_block
 from forge.context.boundary import record_compaction
 from forge.context.incremental import (
@@ -24,7 +24,7 @@ from forge.context.incremental import (
     request_bytes,
 )
 from forge.context.pruning import prune
-from forge.context.visible import visible_history
+from forge.context.visible import visible_history as full_history
 from sessions import selectors, services
 from sessions.services.transfer import parse_log
 
@@ -110,6 +110,19 @@ def test_a_hit_reads_only_the_events_after_its_head_in_one_query(session):
     ]
     assert request_bytes((request_for(session))) == request_bytes(full_request(session))
     assert cache.stats["folded"] == new  # nothing new: nothing folded
+
+
+def test_the_visible_history_comes_from_the_same_cache(session):
+    for n in range(5):
+        turn(session, n, tool=n % 2 == 0)
+    request_for(session)
+    turn(session, 5)
+    with CaptureQueriesContext(connection) as queries:
+        history = visible_history(session)
+    assert len(queries) == 1 and cache.stats["hit"] == 1
+    assert history == full_history(session) and len(history) == 12
+    history[-1]["parts"].clear()  # a caller's copy: the cache keeps its own
+    assert visible_history(session) == full_history(session)
 
 
 def test_log_from_is_inclusive_and_reads_no_older_event(session):
@@ -337,3 +350,4 @@ def test_incremental_equals_full_after_every_event(user, ops):
         assert request_bytes(request_for(session)) == request_bytes(full_request(session)), (
             ops[: n + 1]
         )
+        assert visible_history(session) == full_history(session), ops[: n + 1]
