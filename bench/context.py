@@ -184,7 +184,8 @@ def next_turn_rows(user: Any, turns_list: list[int]) -> list[dict[str, Any]]:
     for turns in turns_list:
         for boundary in (False, True):
             before = turns - AFTER_BOUNDARY if boundary else turns
-            session = services.import_log(user=user, events=build_turn_log(new_session_id(), before))
+            events = build_turn_log(new_session_id(), before)
+            session = services.import_log(user=user, events=events)
             if boundary:
                 record_compaction(
                     session, summary=TURN_TEXT, auto=True, overflow=True, tail_start_id=None,
@@ -206,7 +207,8 @@ def next_turn_rows(user: Any, turns_list: list[int]) -> list[dict[str, Any]]:
                 request_for(session)
                 incremental.append(time.perf_counter() - t0)
             assert request_bytes(request_for(session)) == request_bytes(full_request(session))
-            assert cache.stats["hit"] == RUNS + 1 and cache.stats["folded"] == RUNS * 7, cache.stats
+            assert cache.stats["hit"] == RUNS + 1, cache.stats
+            assert cache.stats["folded"] == RUNS * 7, cache.stats
             rows.append(
                 {
                     "turns": turns,
@@ -313,8 +315,9 @@ def main() -> None:
 
 def print_boundary_table(results: list[dict[str, Any]]) -> None:
     print(
-        "deriving the context in full (forge.context.incremental.full_request) for a session whose history lies "
-        f"behind a summary boundary, followed by 10 messages; median of {RUNS} runs"
+        "deriving the context in full (forge.context.incremental.full_request) for a session "
+        "whose history lies behind a summary boundary, followed by 10 messages; "
+        f"median of {RUNS} runs"
     )
     table = []
     for result in results:
@@ -343,7 +346,6 @@ def print_boundary_table(results: list[dict[str, Any]]) -> None:
         ],
         table,
     )
-
 
 
 def print_next_turn_table(results: list[dict[str, Any]]) -> None:

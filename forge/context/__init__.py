@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from forge.providers.base import ModelRequest
 from sessions import selectors
 from sessions.exceptions import InvalidCursor

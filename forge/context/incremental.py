@@ -56,7 +56,7 @@ from .visible import read_history, visible_history
 _GENERATED_ID = re.compile(r"[a-z]+_[0-9A-HJKMNP-TV-Z]{26}")
 
 
-class Fallback(Exception):  # noqa: N818  (a signal, not an error: the full derivation follows)
+class Fallback(Exception):
     """An event the fold does not apply incrementally; the message says which."""
 
 
@@ -217,9 +217,7 @@ class Derived:
         """The visible history, oldest first: new item dicts and part lists (the info
         and part dicts are shared, and never changed in place by the fold)."""
         items = self.items
-        return [
-            {"info": items[i]["info"], "parts": list(items[i]["parts"])} for i in self.order
-        ]
+        return [{"info": items[i]["info"], "parts": list(items[i]["parts"])} for i in self.order]
 
     def request(self) -> tuple[str, ModelRequest]:
         if self.dirty:

@@ -141,8 +141,6 @@ def _block_text(block: Mapping[str, Any]) -> str:
     return f"<{block.get('kind')}>\n{json.dumps(body, ensure_ascii=False)}\n</{block.get('kind')}>"
 
 
-
-
 def model_of(blocks: Mapping[str, Mapping[str, Any]]) -> str:
     """``provider/model``: the one the logged ``settings`` block names (``FORGE_MODEL``
     before any turn logged one)."""
