@@ -385,7 +385,8 @@ def log_from(*, tenant: Tenant, session: Session, seq: int) -> list[tuple[int, s
     with connection.cursor() as cursor:
         cursor.execute(query, [session.pk, tenant.pk, seq])
         rows = cursor.fetchall()
-    return [(s, h, t, field.from_db_value(d, None, connection)) for s, h, t, d in rows]
+    decode = field.from_db_value  # no expression: the column read whole
+    return [(s, h, t, decode(d, None, connection)) for s, h, t, d in rows]  # type: ignore[arg-type]
 
 
 def message_start_seq(*, tenant: Tenant, session: Session, message_id: str) -> int | None:
