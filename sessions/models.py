@@ -2,7 +2,10 @@
 
 ``SessionEvent`` is the truth. ``Message`` and ``Part`` are projections of it,
 upserted by id in the same transaction as the event that wrote them, and
-rebuildable from the log (``rebuild_projections``). ``Session`` is the log's
+rebuildable from the log (``rebuild_projections``). A projection row stores no
+copy of its data: it points at the event that last wrote it (``session``,
+``seq``), and its ``data`` is that event's, read through the join (every event
+is immutable, so the pointer is as good as a copy, at none of the bytes). ``Session`` is the log's
 anchor: tenant, owner, and projected metadata (title, agent). The log's head is
 its newest event; nothing else stores it.
 
@@ -118,8 +121,32 @@ class SessionEvent(models.Model):
         )
 
 
+class ProjectionManager(models.Manager[Any]):
+    """Every query of a projection carries ``data``: the wire dict of the event that last
+    wrote the row (a join on ``(session, seq)``, the log's unique index). So
+    ``values_list("id", "data")``, ``filter(data__...)`` and ``row.data`` read as
+    they did when the row held a copy; a row cannot be created or updated with
+    ``data`` (it is not a column): write through the services or
+    ``sessions.services.rebuild_projection``."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().annotate(data=models.F("event__data"))
+
+
+def _event_pointer() -> models.ForeignObject[Any, Any]:
+    """The event that last wrote a projection row: no column, a join on ``(session, seq)``."""
+    return models.ForeignObject(
+        SessionEvent,
+        on_delete=models.DO_NOTHING,
+        from_fields=["session", "seq"],
+        to_fields=["session", "seq"],
+        related_name="+",
+    )
+
+
 class Message(models.Model):
-    """Projection: a message envelope (a user turn or an assistant reply)."""
+    """Projection: a message envelope (a user turn or an assistant reply); ``data`` is
+    the ``message.updated`` event at ``seq`` (see :class:`ProjectionManager`)."""
 
     id = models.CharField(primary_key=True, max_length=ID_LENGTH)
     tenant = models.ForeignKey(
@@ -129,9 +156,11 @@ class Message(models.Model):
         Session, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     role = models.CharField(max_length=16)
-    data = models.JSONField()
-    # seq of the event that last wrote this row.
+    # seq of the event that last wrote this row: its data is this row's.
     seq = models.PositiveBigIntegerField()
+    event = _event_pointer()
+
+    objects = ProjectionManager()
 
     class Meta:
         indexes = [models.Index(fields=["session", "id"], name="message_session_id")]
@@ -142,7 +171,8 @@ class Message(models.Model):
 
 
 class Part(models.Model):
-    """Projection: one piece of a message (text, reasoning, tool, …)."""
+    """Projection: one piece of a message (text, reasoning, tool, …); ``data`` is the
+    ``part.updated`` event at ``seq`` (see :class:`ProjectionManager`)."""
 
     id = models.CharField(primary_key=True, max_length=ID_LENGTH)
     tenant = models.ForeignKey(
@@ -155,8 +185,10 @@ class Part(models.Model):
         Message, on_delete=models.CASCADE, related_name="parts", db_index=False
     )
     type = models.CharField(max_length=20)
-    data = models.JSONField()
     seq = models.PositiveBigIntegerField()
+    event = _event_pointer()
+
+    objects = ProjectionManager()
 
     class Meta:
         indexes = [
