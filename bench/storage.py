@@ -258,6 +258,8 @@ def main() -> None:
             row = r["rows"][-1]
             n, raw = row["turns"], row["raw_per_turn"]
             for name, size in sorted(row["bytes"].items()):
+                if name == "wal":
+                    continue
                 detail.append([r["engine"], name, f"{size / n:.0f}", f"{size / n / raw:.2f}"])
         print_table(["engine", "relation", "B/turn", "× raw"], detail)
 

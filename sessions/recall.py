@@ -71,9 +71,10 @@ def search_history(
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
             cursor.execute(
-                f"SELECT p.message_id, p.id, bm25(f) AS rank, f.body "  # noqa: S608
-                f"FROM {_FTS_TABLE} f JOIN {_PART_TABLE} p ON p.rowid = f.rowid "
-                "WHERE f MATCH %s AND p.session_id = %s "
+                f"SELECT p.message_id, p.id, bm25({_FTS_TABLE}) AS rank, "  # noqa: S608
+                f"{_FTS_TABLE}.body FROM {_FTS_TABLE} "
+                f"JOIN {_PART_TABLE} p ON p.rowid = {_FTS_TABLE}.rowid "
+                f"WHERE {_FTS_TABLE} MATCH %s AND p.session_id = %s "
                 "ORDER BY rank, p.id DESC LIMIT %s",
                 [match, session.pk, limit],
             )

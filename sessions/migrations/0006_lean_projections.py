@@ -180,11 +180,17 @@ class Migration(migrations.Migration):
         migrations.RunPython(migrations.RunPython.noop, _copy_back),
         migrations.RemoveField(model_name="message", name="data"),
         migrations.RemoveField(model_name="part", name="data"),
-        migrations.AddField(
-            model_name="message", name="event", field=_pointer(), preserve_default=False
-        ),
-        migrations.AddField(
-            model_name="part", name="event", field=_pointer(), preserve_default=False
+        # The pointers are joins, not columns: state only (SQLite's schema editor cannot
+        # remove a ForeignObject when migrating backwards).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddField(
+                    model_name="message", name="event", field=_pointer(), preserve_default=False
+                ),
+                migrations.AddField(
+                    model_name="part", name="event", field=_pointer(), preserve_default=False
+                ),
+            ]
         ),
         migrations.RunPython(
             _run({"sqlite": SQLITE_SEARCH, "postgresql": POSTGRES_SEARCH}),
