@@ -19,7 +19,8 @@ growth over the empty, migrated database, divided by N:
   by the data, and emptied by every checkpoint.
 * PostgreSQL: ``pg_table_size`` per table (heap + TOAST), ``pg_relation_size``
   per index (the full-text GIN index counts as FTS); dead row versions of
-  updated projection rows count (no VACUUM). WAL is the server's, not measured.
+  updated projection rows count unless ``--vacuum`` (which also flushes the GIN
+  index's pending list). WAL is the server's, not measured.
 
     python bench/storage.py [--turns 100,400,1600] [--engines sqlite,postgres]
                             [--postgres-url postgres://postgres@127.0.0.1:5432/postgres]
@@ -73,7 +74,7 @@ def prose(rng: random.Random, length: int) -> str:
     return " ".join(words)[:length].rstrip() + "."
 
 
-def worker(engine: str, turns: list[int], postgres_url: str) -> dict[str, Any]:
+def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> dict[str, Any]:
     """Runs in a child process: a fresh database, N turns, sizes at each N."""
     use_fresh_database(engine, postgres_url, BENCH_DB)
     os.environ.pop("REDIS_URL", None)
@@ -157,16 +158,34 @@ def worker(engine: str, turns: list[int], postgres_url: str) -> dict[str, Any]:
         while done < n:
             raw += turn()
             done += 1
+        if vacuum:
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM")
         measured = sizes(connection)
         grown = {k: v - baseline.get(k, 0) for k, v in measured.items()}
         rows.append({"turns": n, "raw_per_turn": raw / n, "bytes": grown})
+    columns = event_columns(connection)
     if engine == "postgres":
         connection.close()
         import psycopg
 
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-    return {"engine": engine, "rows": rows}
+    return {"engine": engine, "rows": rows, "columns": {k: v / done for k, v in columns.items()}}
+
+
+def event_columns(connection: Any) -> dict[str, int]:
+    """Bytes of each column of the events table, summed over its rows (values only: no
+    row headers, no page slack)."""
+    names = ["id", "tenant_id", "session_id", "seq", "type", "at", "data", "hash"]
+    size = "pg_column_size({})" if connection.vendor == "postgresql" else "length(CAST({} AS BLOB))"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT "
+            + ", ".join(f"SUM({size.format(n)})" for n in names)
+            + " FROM forge_sessions_sessionevent"
+        )
+        return dict(zip(names, (int(v or 0) for v in cursor.fetchone()), strict=True))
 
 
 def sizes(connection: Any) -> dict[str, int]:
@@ -216,12 +235,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--turns", default="100,400,1600", help="N, comma-separated")
-    parser.add_argument("--detail", action="store_true", help="a column per index")
+    parser.add_argument("--detail", action="store_true", help="one row per relation, per column")
+    parser.add_argument(
+        "--vacuum", action="store_true", help="VACUUM before each measurement (steady state)"
+    )
     engine_arguments(parser)
     args = parser.parse_args()
     turns = [int(n) for n in args.turns.split(",")]
     if args.worker:
-        print(json.dumps(worker(args.worker, turns, args.postgres_url)))
+        print(json.dumps(worker(args.worker, turns, args.postgres_url, args.vacuum)))
         return
     results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
@@ -262,6 +284,12 @@ def main() -> None:
                     continue
                 detail.append([r["engine"], name, f"{size / n:.0f}", f"{size / n / raw:.2f}"])
         print_table(["engine", "relation", "B/turn", "× raw"], detail)
+        print("\nthe events table's values by column, bytes per turn (no row or page overhead)")
+        names = list(results[0]["columns"])
+        print_table(
+            ["engine", *names],
+            [[r["engine"], *(f"{r['columns'][n]:.0f}" for n in names)] for r in results],
+        )
 
 
 def _sum(sizes: dict[str, int], prefix: str) -> int:

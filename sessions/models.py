@@ -56,6 +56,38 @@ class Session(models.Model):
         return self.title or self.id
 
 
+class HexDigestField(models.BinaryField):
+    """A SHA-256 digest stored as its 32 raw bytes (``bytea`` / BLOB), read and written
+    as the 64-character lowercase hex the log's wire form and hash chain use.
+
+    Half the bytes of the hex text; the wire form (``verify_chain``, export files)
+    never sees anything but hex."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 32)
+        kwargs.setdefault("editable", False)
+        super().__init__(*args, **kwargs)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> str | None:
+        return digest_hex(value)
+
+    def to_python(self, value: Any) -> Any:
+        return digest_hex(value)
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if isinstance(value, str):
+            value = bytes.fromhex(value)
+        return super().get_db_prep_value(value, connection, prepared)
+
+
+def digest_hex(value: Any) -> str | None:
+    """A stored digest (bytes, memoryview; hex text in rows written before migration
+    0008) as hex."""
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).hex()
+
+
 class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("session events are append-only and cannot be updated")
@@ -87,8 +119,9 @@ class SessionEvent(models.Model):
     type = models.CharField(max_length=32)
     at = models.DateTimeField()
     data = models.JSONField()
-    # sha256(previous event's hash + canonical JSON of this event's wire body).
-    hash = models.CharField(max_length=64)
+    # sha256(previous event's hash + canonical JSON of this event's wire body), raw bytes;
+    # hex in Python.
+    hash = HexDigestField()
 
     objects = SessionEventQuerySet.as_manager()
 

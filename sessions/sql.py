@@ -15,6 +15,8 @@ The canonical JSON text is stored once, in the event; a projection row points
 at the event that last wrote it by ``(session_id, seq)`` and has no data column
 of its own (migration 0006): ``upsert_message`` / ``upsert_part`` take no
 ``data_json``, and ``read_head`` reads a stored row's data through that pointer.
+Hashes are hex in Python and raw bytes in the database (migration 0008):
+``insert_event`` and ``read_head`` convert.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .log import GENESIS_HASH
-from .models import Message, Part, Session, SessionEvent
+from .models import Message, Part, Session, SessionEvent, digest_hex
 
 EVENT = SessionEvent._meta.db_table
 SESSION = Session._meta.db_table
@@ -150,7 +152,7 @@ def read_head(
         parent_owner = rest[0]
     return Head(
         seq=seq or 0,
-        hash=last_hash or GENESIS_HASH,
+        hash=digest_hex(last_hash) or GENESIS_HASH,
         owner=owner,
         data=data,
         parent_owner=parent_owner,
@@ -169,10 +171,11 @@ def insert_event(
     data_json: str,
     event_hash: str,
 ) -> Statement:
+    """The event row; ``event_hash`` is hex and stored as its raw bytes (migration 0008)."""
     return (
         f"INSERT INTO {EVENT} (id, tenant_id, session_id, seq, type, at, data, hash) "
         f"VALUES (%s, %s, %s, %s, %s, %s, {dialect.json}, %s)",
-        [event_id, tenant_id, session_id, seq, type, at, data_json, event_hash],
+        [event_id, tenant_id, session_id, seq, type, at, data_json, bytes.fromhex(event_hash)],
     )
 
 

@@ -108,6 +108,7 @@ def test_an_existing_database_migrates_forward_and_reads_the_same(session):
     drive(session, turns=3)
     words = "good"
     before, hits = reads(session), search(session, words)
+    exported = list(selectors.export_lines(session=session))
     assert hits
     latest = _latest()
     try:
@@ -121,12 +122,30 @@ def test_an_existing_database_migrates_forward_and_reads_the_same(session):
                 )
                 total, copied = cursor.fetchone()
                 assert total and total == copied
+            # ... and hashes are hex text again.
+            cursor.execute(f"SELECT hash FROM {EVENT}")
+            assert {len(h) for (h,) in cursor.fetchall()} == {64}
         _migrate(latest)
     finally:
         _migrate(latest)
     assert reads(session) == before
     assert search(session, words) == hits
     call_command("rebuild_projections", "--check")
+    assert list(selectors.export_lines(session=session)) == exported
+    assert selectors.verify_log(tenant=session.tenant, session=session) == []
+    user_turn(session, "written after the migration")  # the chain goes on from the head
+    assert selectors.verify_log(tenant=session.tenant, session=session) == []
+
+
+def test_hashes_are_stored_as_raw_bytes_and_read_as_hex(session):
+    user_turn(session, "hello")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT hash FROM {EVENT}")
+        stored = [bytes(h) for (h,) in cursor.fetchall()]
+    assert stored and {len(h) for h in stored} == {32}
+    hexes = sorted(SessionEvent.objects.values_list("hash", flat=True))
+    assert hexes == sorted(h.hex() for h in stored)
+    assert selectors.verify_log(tenant=session.tenant, session=session) == []
 
 
 def test_a_copy_that_differs_from_its_event_stops_the_migration(session):
