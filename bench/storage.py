@@ -51,16 +51,143 @@ TABLES = {
     "forge_sessions_message": "message",
     "forge_sessions_part": "part",
 }
-_WORDS = (
-    "the a of to and in is that for it as with was on be by this are or from at an "
-    "which but not have all were when we there can more if one their will each about "
-    "how up out them then she many some so these would other into has her two like him "
-    "see time could no make than first been its who now people my made over did down "
-    "only way find use may water long little very after words called just where most "
-    "know get through back much before go good new write our used me man too any day "
-    "same right look think also around another came come work three word must because "
-    "does part even place well such here take why things help put years different away"
-).split()
+_WORDS = [
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "or",
+    "from",
+    "at",
+    "an",
+    "which",
+    "but",
+    "not",
+    "have",
+    "all",
+    "were",
+    "when",
+    "we",
+    "there",
+    "can",
+    "more",
+    "if",
+    "one",
+    "their",
+    "will",
+    "each",
+    "about",
+    "how",
+    "up",
+    "out",
+    "them",
+    "then",
+    "she",
+    "many",
+    "some",
+    "so",
+    "these",
+    "would",
+    "other",
+    "into",
+    "has",
+    "her",
+    "two",
+    "like",
+    "him",
+    "see",
+    "time",
+    "could",
+    "no",
+    "make",
+    "than",
+    "first",
+    "been",
+    "its",
+    "who",
+    "now",
+    "people",
+    "my",
+    "made",
+    "over",
+    "did",
+    "down",
+    "only",
+    "way",
+    "find",
+    "use",
+    "may",
+    "water",
+    "long",
+    "little",
+    "very",
+    "after",
+    "words",
+    "called",
+    "just",
+    "where",
+    "most",
+    "know",
+    "get",
+    "through",
+    "back",
+    "much",
+    "before",
+    "go",
+    "good",
+    "new",
+    "write",
+    "our",
+    "used",
+    "me",
+    "man",
+    "too",
+    "any",
+    "day",
+    "same",
+    "right",
+    "look",
+    "think",
+    "also",
+    "around",
+    "another",
+    "came",
+    "come",
+    "work",
+    "three",
+    "word",
+    "must",
+    "because",
+    "does",
+    "part",
+    "even",
+    "place",
+    "well",
+    "such",
+    "here",
+    "take",
+    "why",
+    "things",
+    "help",
+    "put",
+    "years",
+    "different",
+    "away",
+]
 
 
 def prose(rng: random.Random, length: int) -> str:
@@ -119,7 +246,7 @@ def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> di
                 "model": model,
             },
         )
-        snapshot = "%040x" % rng.getrandbits(160)
+        snapshot = f"{rng.getrandbits(160):040x}"
         services.update_part(
             session=session,
             part={"message_id": assistant_id, "type": "step-start", "snapshot": snapshot},
@@ -261,7 +388,7 @@ def main() -> None:
     def total(b: dict[str, int]) -> int:
         return sum(v for k, v in b.items() if k != "wal")
 
-    header = ["engine", "N", "raw B/turn", "total B/turn", "× raw"]
+    header = ["engine", "N", "raw B/turn", "total B/turn", "x raw"]
     header += [name for name, _ in groups] + ["WAL file KB"]
     table = []
     for r in results:
@@ -269,7 +396,7 @@ def main() -> None:
             n, raw, b = row["turns"], row["raw_per_turn"], row["bytes"]
             cells = [r["engine"], str(n), f"{raw:.0f}", f"{total(b) / n:.0f}"]
             cells.append(f"{total(b) / n / raw:.1f}")
-            cells += [f"{get(b) / n:.0f} ({get(b) / n / raw:.1f}×)" for _, get in groups]
+            cells += [f"{get(b) / n:.0f} ({get(b) / n / raw:.1f}x)" for _, get in groups]
             cells.append(f"{b['wal'] / 1024:.0f}" if "wal" in b else "n/a")
             table.append(cells)
     print_table(header, table)
@@ -283,7 +410,7 @@ def main() -> None:
                 if name == "wal":
                     continue
                 detail.append([r["engine"], name, f"{size / n:.0f}", f"{size / n / raw:.2f}"])
-        print_table(["engine", "relation", "B/turn", "× raw"], detail)
+        print_table(["engine", "relation", "B/turn", "x raw"], detail)
         print("\nthe events table's values by column, bytes per turn (no row or page overhead)")
         names = list(results[0]["columns"])
         print_table(

@@ -63,6 +63,9 @@ class HexDigestField(models.BinaryField):
     Half the bytes of the hex text; the wire form (``verify_chain``, export files)
     never sees anything but hex."""
 
+    _pyi_private_set_type: str  # django-stubs: what Python code reads and writes
+    _pyi_private_get_type: str  # type: ignore[assignment]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", 32)
         kwargs.setdefault("editable", False)
@@ -192,6 +195,7 @@ class Message(models.Model):
     # seq of the event that last wrote this row: its data is this row's.
     seq = models.PositiveBigIntegerField()
     event = _event_pointer()
+    data: Any  # the event's, set by ProjectionManager's annotation (no column)
 
     objects = ProjectionManager()
 
@@ -220,6 +224,7 @@ class Part(models.Model):
     type = models.CharField(max_length=20)
     seq = models.PositiveBigIntegerField()
     event = _event_pointer()
+    data: Any  # the event's, set by ProjectionManager's annotation (no column)
 
     objects = ProjectionManager()
 

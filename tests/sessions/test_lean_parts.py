@@ -55,7 +55,8 @@ def test_a_row_reads_the_data_of_the_event_it_points_at(session):
     # No copy is stored: the tables have no data column any more.
     with connection.cursor() as cursor:
         for table in (MESSAGE, PART):
-            columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
+            description = connection.introspection.get_table_description(cursor, table)
+            columns = [c.name for c in description]
             assert "data" not in columns
 
 
@@ -121,7 +122,8 @@ def test_an_existing_database_migrates_forward_and_reads_the_same(session):
                     "ON e.session_id = p.session_id AND e.seq = p.seq"
                 )
                 total, copied = cursor.fetchone()
-                assert total and total == copied
+                assert total
+                assert total == copied
             # ... and hashes are hex text again.
             cursor.execute(f"SELECT hash FROM {EVENT}")
             assert {len(h) for (h,) in cursor.fetchall()} == {64}
@@ -142,7 +144,8 @@ def test_hashes_are_stored_as_raw_bytes_and_read_as_hex(session):
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT hash FROM {EVENT}")
         stored = [bytes(h) for (h,) in cursor.fetchall()]
-    assert stored and {len(h) for h in stored} == {32}
+    assert stored
+    assert {len(h) for h in stored} == {32}
     hexes = sorted(SessionEvent.objects.values_list("hash", flat=True))
     assert hexes == sorted(h.hex() for h in stored)
     assert selectors.verify_log(tenant=session.tenant, session=session) == []
