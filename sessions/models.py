@@ -161,8 +161,10 @@ class ProjectionManager(models.Manager[Any]):
     """Every query of a projection carries ``data``: the wire dict of the event that last
     wrote the row (a join on ``(session, seq)``, the log's unique index). So
     ``values_list("id", "data")``, ``filter(data__...)`` and ``row.data`` read as
-    they did when the row held a copy; a row cannot be created or updated with
-    ``data`` (it is not a column): write through the services or
+    they did when the row held a copy, except a key of it inside ``values()`` /
+    ``values_list()``: Django resolves no transform of an annotation there, so
+    write ``values_list("event__data__key")``. A row cannot be created or updated
+    with ``data`` (it is not a column): write through the services or
     ``sessions.services.rebuild_projection``."""
 
     def get_queryset(self) -> models.QuerySet[Any]:

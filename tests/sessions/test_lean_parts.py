@@ -173,3 +173,18 @@ def test_a_copy_that_differs_from_its_event_stops_the_migration(session):
     finally:
         _migrate(latest)
     assert Part.objects.get(session=session).data["text"] == "kept as it was"
+
+
+def test_keys_of_projection_data_filter_and_read_through_the_event(session):
+    user_id = user_turn(session, "question")
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user_id}
+    ).data["id"]
+    assert list(Message.objects.filter(data__parent_id=user_id).values_list("id", flat=True)) == [
+        reply
+    ]
+    assert list(Message.objects.filter(data__completed_at=None, role="assistant")) == [
+        Message.objects.get(pk=reply)
+    ]
+    newest = selectors.newest_replies(tenant=session.tenant, session=session, parent_ids=[user_id])
+    assert newest == {user_id: reply}
