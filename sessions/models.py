@@ -2,7 +2,10 @@
 
 ``SessionEvent`` is the truth. ``Message`` and ``Part`` are projections of it,
 upserted by id in the same transaction as the event that wrote them, and
-rebuildable from the log (``rebuild_projections``). ``Session`` is the log's
+rebuildable from the log (``rebuild_projections``). A projection row stores no
+copy of its data: it points at the event that last wrote it (``session``,
+``seq``), and its ``data`` is that event's, read through the join (every event
+is immutable, so the pointer is as good as a copy, at none of the bytes). ``Session`` is the log's
 anchor: tenant, owner, and projected metadata (title, agent). The log's head is
 its newest event; nothing else stores it.
 
@@ -53,6 +56,41 @@ class Session(models.Model):
         return self.title or self.id
 
 
+class HexDigestField(models.BinaryField):
+    """A SHA-256 digest stored as its 32 raw bytes (``bytea`` / BLOB), read and written
+    as the 64-character lowercase hex the log's wire form and hash chain use.
+
+    Half the bytes of the hex text; the wire form (``verify_chain``, export files)
+    never sees anything but hex."""
+
+    _pyi_private_set_type: str  # django-stubs: what Python code reads and writes
+    _pyi_private_get_type: str  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 32)
+        kwargs.setdefault("editable", False)
+        super().__init__(*args, **kwargs)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> str | None:
+        return digest_hex(value)
+
+    def to_python(self, value: Any) -> Any:
+        return digest_hex(value)
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if isinstance(value, str):
+            value = bytes.fromhex(value)
+        return super().get_db_prep_value(value, connection, prepared)
+
+
+def digest_hex(value: Any) -> str | None:
+    """A stored digest (bytes, memoryview; hex text in rows written before migration
+    0008) as hex."""
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).hex()
+
+
 class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("session events are append-only and cannot be updated")
@@ -84,8 +122,9 @@ class SessionEvent(models.Model):
     type = models.CharField(max_length=32)
     at = models.DateTimeField()
     data = models.JSONField()
-    # sha256(previous event's hash + canonical JSON of this event's wire body).
-    hash = models.CharField(max_length=64)
+    # sha256(previous event's hash + canonical JSON of this event's wire body), raw bytes;
+    # hex in Python.
+    hash = HexDigestField()
 
     objects = SessionEventQuerySet.as_manager()
 
@@ -118,8 +157,34 @@ class SessionEvent(models.Model):
         )
 
 
+class ProjectionManager(models.Manager[Any]):
+    """Every query of a projection carries ``data``: the wire dict of the event that last
+    wrote the row (a join on ``(session, seq)``, the log's unique index). So
+    ``values_list("id", "data")``, ``filter(data__...)`` and ``row.data`` read as
+    they did when the row held a copy, except a key of it inside ``values()`` /
+    ``values_list()``: Django resolves no transform of an annotation there, so
+    write ``values_list("event__data__key")``. A row cannot be created or updated
+    with ``data`` (it is not a column): write through the services or
+    ``sessions.services.rebuild_projection``."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().annotate(data=models.F("event__data"))
+
+
+def _event_pointer() -> models.ForeignObject[Any, Any]:
+    """The event that last wrote a projection row: no column, a join on ``(session, seq)``."""
+    return models.ForeignObject(
+        SessionEvent,
+        on_delete=models.DO_NOTHING,
+        from_fields=["session", "seq"],
+        to_fields=["session", "seq"],
+        related_name="+",
+    )
+
+
 class Message(models.Model):
-    """Projection: a message envelope (a user turn or an assistant reply)."""
+    """Projection: a message envelope (a user turn or an assistant reply); ``data`` is
+    the ``message.updated`` event at ``seq`` (see :class:`ProjectionManager`)."""
 
     id = models.CharField(primary_key=True, max_length=ID_LENGTH)
     tenant = models.ForeignKey(
@@ -129,9 +194,12 @@ class Message(models.Model):
         Session, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     role = models.CharField(max_length=16)
-    data = models.JSONField()
-    # seq of the event that last wrote this row.
+    # seq of the event that last wrote this row: its data is this row's.
     seq = models.PositiveBigIntegerField()
+    event = _event_pointer()
+    data: Any  # the event's, set by ProjectionManager's annotation (no column)
+
+    objects = ProjectionManager()
 
     class Meta:
         indexes = [models.Index(fields=["session", "id"], name="message_session_id")]
@@ -142,7 +210,8 @@ class Message(models.Model):
 
 
 class Part(models.Model):
-    """Projection: one piece of a message (text, reasoning, tool, …)."""
+    """Projection: one piece of a message (text, reasoning, tool, …); ``data`` is the
+    ``part.updated`` event at ``seq`` (see :class:`ProjectionManager`)."""
 
     id = models.CharField(primary_key=True, max_length=ID_LENGTH)
     tenant = models.ForeignKey(
@@ -155,8 +224,11 @@ class Part(models.Model):
         Message, on_delete=models.CASCADE, related_name="parts", db_index=False
     )
     type = models.CharField(max_length=20)
-    data = models.JSONField()
     seq = models.PositiveBigIntegerField()
+    event = _event_pointer()
+    data: Any  # the event's, set by ProjectionManager's annotation (no column)
+
+    objects = ProjectionManager()
 
     class Meta:
         indexes = [

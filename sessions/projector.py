@@ -36,33 +36,30 @@ def statements(
     data_json: str,
     at: Any,
 ) -> list[sql.Statement]:
-    """The projection writes for one new event (``data_json`` is ``data``, canonical;
-    ``at`` its time, adapted for the database). Session and message events also
+    """The projection writes for one new event (``data_json`` is ``data``, canonical,
+    no longer stored by the projection since rows point at their event; ``at`` its
+    time, adapted for the database). Session and message events also
     record activity on the session (``updated_at``); part events, the bulk of a
     reply, touch only their part row."""
     if type == "message.updated":
         return [
             sql.touch_session(session_id=session_id, at=at),
             sql.upsert_message(
-                dialect,
                 message_id=data["id"],
                 tenant_id=tenant_id,
                 session_id=session_id,
                 role=data["role"],
-                data_json=data_json,
                 seq=seq,
             ),
         ]
     if type == "part.updated":
         return [
             sql.upsert_part(
-                dialect,
                 part_id=data["id"],
                 tenant_id=tenant_id,
                 session_id=session_id,
                 message_id=data["message_id"],
                 type=data["type"],
-                data_json=data_json,
                 seq=seq,
             )
         ]
@@ -86,7 +83,8 @@ def statements(
 
 @dataclass
 class Projection:
-    """The rows a log projects to, keyed by id. Row values mirror the model columns."""
+    """The rows a log projects to, keyed by id. Row values mirror the model columns,
+    plus ``data``: what the row reads through its event (``seq``)."""
 
     session: dict[str, Any] = field(default_factory=dict)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)

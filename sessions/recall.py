@@ -14,19 +14,21 @@ from accounts.models import Tenant
 
 from .exceptions import InvalidCursor
 from .ids import is_valid_id
-from .models import Message, Part, Session
+from .models import Message, Part, Session, SessionEvent
 from .selectors import PAGE_MAX, check_limit, with_parts
 
 SEARCH_MAX = 50
 _PART_TABLE = Part._meta.db_table
+_EVENT_TABLE = SessionEvent._meta.db_table
 _FTS_TABLE = f"{_PART_TABLE}_fts"
-# The indexed expression of migration 0004 (PostgreSQL's GIN index): keep both in step.
+# The indexed expression of migration 0006 (PostgreSQL's GIN index on the part.updated
+# events, ``e`` below): keep both in step.
 _POSTGRES_BODY = (
     "to_tsvector('simple'::regconfig, "
-    "coalesce(data->>'text', '') || ' ' || coalesce(data->>'tool', '') || ' ' || "
-    "coalesce(data#>>'{state,input}', '') || ' ' || coalesce(data#>>'{state,output}', '') "
-    "|| ' ' || coalesce(data#>>'{state,error}', '') || ' ' || "
-    "coalesce(data->>'filename', '') || ' ' || coalesce(data->>'prompt', ''))"
+    "coalesce(e.data->>'text', '') || ' ' || coalesce(e.data->>'tool', '') || ' ' || "
+    "coalesce(e.data#>>'{state,input}', '') || ' ' || coalesce(e.data#>>'{state,output}', '') "
+    "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
+    "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', ''))"
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -45,7 +47,10 @@ def search_history(
 ) -> list[SearchHit]:
     """Full-text search over every part of the session (whatever compaction or pruning
     hid from the model), best first: SQLite FTS5 (bm25) or PostgreSQL full text
-    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match."""
+    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match.
+
+    A part's text lives in its event only (migration 0006): both engines search the
+    current event of each of the session's parts."""
     check_limit(limit, SEARCH_MAX)
     words = _WORD.findall(query or "")[:20]
     if not words:
@@ -54,19 +59,23 @@ def search_history(
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
-                f"SELECT message_id, id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
-                "left(coalesce(data->>'text', data#>>'{state,output}', data->>'tool', ''), 2000)"
-                f" FROM {_PART_TABLE}, plainto_tsquery('simple'::regconfig, %s) q "
-                f"WHERE tenant_id = %s AND session_id = %s AND {_POSTGRES_BODY} @@ q "
-                "ORDER BY rank DESC, id DESC LIMIT %s",
+                f"SELECT p.message_id, p.id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
+                "left(coalesce(e.data->>'text', e.data#>>'{state,output}', e.data->>'tool', ''),"
+                f" 2000) FROM {_PART_TABLE} p JOIN {_EVENT_TABLE} e "
+                "ON e.session_id = p.session_id AND e.seq = p.seq, "
+                "plainto_tsquery('simple'::regconfig, %s) q "
+                "WHERE p.tenant_id = %s AND p.session_id = %s AND e.type = 'part.updated' "
+                f"AND {_POSTGRES_BODY} @@ q ORDER BY rank DESC, p.id DESC LIMIT %s",
                 [" ".join(words), tenant.pk, session.pk, limit],
             )
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
             cursor.execute(
-                f"SELECT message_id, part_id, bm25({_FTS_TABLE}) AS rank, body "  # noqa: S608
-                f"FROM {_FTS_TABLE} WHERE {_FTS_TABLE} MATCH %s AND session_id = %s "
-                "ORDER BY rank, part_id DESC LIMIT %s",
+                f"SELECT p.message_id, p.id, bm25({_FTS_TABLE}) AS rank, "  # noqa: S608
+                f"{_FTS_TABLE}.body FROM {_FTS_TABLE} "
+                f"JOIN {_PART_TABLE} p ON p.rowid = {_FTS_TABLE}.rowid "
+                f"WHERE {_FTS_TABLE} MATCH %s AND p.session_id = %s "
+                "ORDER BY rank, p.id DESC LIMIT %s",
                 [match, session.pk, limit],
             )
         rows = cursor.fetchall()

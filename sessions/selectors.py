@@ -427,7 +427,9 @@ def newest_replies(*, tenant: Tenant, session: Session, parent_ids: list[str]) -
         )
         .exclude(data__summary=True)
         .order_by("id")
-        .values_list("id", "data__parent_id")
+        # A key of a projection's data, in values_list: through the event (see
+        # models.ProjectionManager; Django resolves no transform of an annotation here).
+        .values_list("id", "event__data__parent_id")
     )
     for message_id, parent_id in rows:
         newest[str(parent_id)] = message_id

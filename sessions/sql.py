@@ -11,7 +11,12 @@ per-query compile cost. An append is, on one cursor:
    one round trip on PostgreSQL (client-side binding allows several statements
    per execute) and one by one on SQLite.
 
-The same canonical JSON text is stored in the event and in the projection row.
+The canonical JSON text is stored once, in the event; a projection row points
+at the event that last wrote it by ``(session_id, seq)`` and has no data column
+of its own (migration 0006): ``upsert_message`` / ``upsert_part`` take no
+``data_json``, and ``read_head`` reads a stored row's data through that pointer.
+Hashes are hex in Python and raw bytes in the database (migration 0008):
+``insert_event`` and ``read_head`` convert.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .log import GENESIS_HASH
-from .models import Message, Part, Session, SessionEvent
+from .models import Message, Part, Session, SessionEvent, digest_hex
 
 EVENT = SessionEvent._meta.db_table
 SESSION = Session._meta.db_table
@@ -122,9 +127,10 @@ def read_head(
         columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
         joins = []
     params: list[Any] = []
-    if table is not None:
-        columns += ["o.session_id", "o.data"]
+    if table is not None:  # the row's data is its event's (see the module docstring)
+        columns += ["o.session_id", "od.data"]
         joins.append(f"LEFT JOIN {table} o ON o.id = %s")
+        joins.append(f"LEFT JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq")
         params.append(obj_id)
     if parent_message_id is not None:
         columns.append("m.session_id")
@@ -146,7 +152,7 @@ def read_head(
         parent_owner = rest[0]
     return Head(
         seq=seq or 0,
-        hash=last_hash or GENESIS_HASH,
+        hash=digest_hex(last_hash) or GENESIS_HASH,
         owner=owner,
         data=data,
         parent_owner=parent_owner,
@@ -165,10 +171,11 @@ def insert_event(
     data_json: str,
     event_hash: str,
 ) -> Statement:
+    """The event row; ``event_hash`` is hex and stored as its raw bytes (migration 0008)."""
     return (
         f"INSERT INTO {EVENT} (id, tenant_id, session_id, seq, type, at, data, hash) "
         f"VALUES (%s, %s, %s, %s, %s, %s, {dialect.json}, %s)",
-        [event_id, tenant_id, session_id, seq, type, at, data_json, event_hash],
+        [event_id, tenant_id, session_id, seq, type, at, data_json, bytes.fromhex(event_hash)],
     )
 
 
@@ -178,41 +185,26 @@ def touch_session(*, session_id: str, at: Any) -> Statement:
 
 
 def upsert_message(
-    dialect: Dialect,
-    *,
-    message_id: str,
-    tenant_id: int,
-    session_id: str,
-    role: str,
-    data_json: str,
-    seq: int,
+    *, message_id: str, tenant_id: int, session_id: str, role: str, seq: int
 ) -> Statement:
+    """Point the message row at the event ``seq`` that wrote it (its data is that event's)."""
     return (
-        f"INSERT INTO {MESSAGE} (id, tenant_id, session_id, role, data, seq) "
-        f"VALUES (%s, %s, %s, %s, {dialect.json}, %s) "
-        "ON CONFLICT (id) DO UPDATE SET role = excluded.role, data = excluded.data, "
-        "seq = excluded.seq",
-        [message_id, tenant_id, session_id, role, data_json, seq],
+        f"INSERT INTO {MESSAGE} (id, tenant_id, session_id, role, seq) "
+        "VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET role = excluded.role, seq = excluded.seq",
+        [message_id, tenant_id, session_id, role, seq],
     )
 
 
 def upsert_part(
-    dialect: Dialect,
-    *,
-    part_id: str,
-    tenant_id: int,
-    session_id: str,
-    message_id: str,
-    type: str,
-    data_json: str,
-    seq: int,
+    *, part_id: str, tenant_id: int, session_id: str, message_id: str, type: str, seq: int
 ) -> Statement:
+    """Point the part row at the event ``seq`` that wrote it (its data is that event's)."""
     return (
-        f"INSERT INTO {PART} (id, tenant_id, session_id, message_id, type, data, seq) "
-        f"VALUES (%s, %s, %s, %s, %s, {dialect.json}, %s) "
-        "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
-        "seq = excluded.seq",
-        [part_id, tenant_id, session_id, message_id, type, data_json, seq],
+        f"INSERT INTO {PART} (id, tenant_id, session_id, message_id, type, seq) "
+        "VALUES (%s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET type = excluded.type, seq = excluded.seq",
+        [part_id, tenant_id, session_id, message_id, type, seq],
     )
 
 

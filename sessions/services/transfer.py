@@ -38,17 +38,23 @@ def rebuild_projection(*, session: Session) -> Projection:
     )
     Part.objects.filter(session=session).delete()
     Message.objects.filter(session=session).delete()
+    # A row's data is the event's at its seq (no column): the fold's ``data`` is not written.
     Message.objects.bulk_create(
-        [Message(id=message_id, **row) for message_id, row in state.messages.items()],
+        [Message(id=message_id, **_columns(row)) for message_id, row in state.messages.items()],
         batch_size=500,
     )
     Part.objects.bulk_create(
-        [Part(id=part_id, **row) for part_id, row in state.parts.items()], batch_size=500
+        [Part(id=part_id, **_columns(row)) for part_id, row in state.parts.items()],
+        batch_size=500,
     )
     if state.session:
         Session.objects.filter(pk=session.pk).update(**state.session)
         session.title, session.agent = state.session["title"], state.session["agent"]
     return state
+
+
+def _columns(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "data"}
 
 
 def _lock_session(session: Session) -> bool:
