@@ -181,7 +181,9 @@ def read_batch_head(
     else:
         columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
         joins = ""
-        rows = "(SELECT json_group_array(json_array(o.id, o.session_id, json(o.data))) FROM {} o {})"
+        rows = (
+            "(SELECT json_group_array(json_array(o.id, o.session_id, json(o.data))) FROM {} o {})"
+        )
     params: list[Any] = []
     for table, ids in ((MESSAGE, message_ids), (PART, part_ids)):
         if ids:

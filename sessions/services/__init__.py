@@ -2,8 +2,9 @@
 
 Every function is keyword-only and atomic. A write appends exactly one event
 (``append_batch``: one event per write, in one transaction) to the session's
-log, projects it into messages and parts in the same transaction, and publishes it to the session's channel-layer group after the
-transaction commits. Bad input raises a ``ForgeError`` subclass before anything
+log, projects it into messages and parts in the same transaction, and
+publishes it to the session's channel-layer group after the transaction
+commits. Bad input raises a ``ForgeError`` subclass before anything
 is written: no event, no row, no publish.
 
 * ``append``: the engine (sequence allocation, hash chain, projection, publish);
@@ -35,6 +36,9 @@ from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, Updat
 
 __all__ = [
     "FREE_EVENT_TYPES",
+    "LOG_FORMAT",
+    "LOG_VERSION",
+    "OPTIMISTIC_ATTEMPTS",
     "AppendEvent",
     "RemoveMessage",
     "RemovePart",
@@ -42,9 +46,6 @@ __all__ = [
     "UpdatePart",
     "Write",
     "append_batch",
-    "LOG_FORMAT",
-    "LOG_VERSION",
-    "OPTIMISTIC_ATTEMPTS",
     "append_event",
     "apublish_delta",
     "apublish_status",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal
 
-from .. import bus, sql
+from .. import bus
 from ..frames import delta_frame, status_frame
 from ..models import Session, SessionEvent
 from .append import commit
@@ -32,7 +32,6 @@ __all__ = [
     "update_message",
     "update_part",
 ]
-
 
 
 def _commit(session: Session, write: Write) -> SessionEvent:
