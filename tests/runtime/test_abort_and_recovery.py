@@ -25,7 +25,7 @@ from forge.tools import Tool, temporary_tools
 from sessions import services
 from tests.live import server_env
 
-from .conftest import ahistory
+from .conftest import ahistory, alog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -404,8 +404,14 @@ async def test_abort_after_a_text_finished_writes_the_held_text_with_the_finaliz
     assert reply["info"]["error"]["name"] == "MessageAbortedError"
     assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
     assert reply["parts"][1]["text"] == "All of it."
+    log = {e["seq"]: e for e in await alog(session)}
     events = [f for f in frames if f["kind"] == "event"]
-    assert [f["seq"] for f in events] == list(range(events[0]["seq"], events[-1]["seq"] + 1))
+    # Each a frame of its own, in log order (channels-redis may drop one as the turn's
+    # abort listener is cancelled: the bus is at-most-once, clients repair from the log).
+    assert [f["seq"] for f in events] == sorted({f["seq"] for f in events})
+    assert all(f["id"] == log[f["seq"]]["id"] for f in events)
+    if django_settings.FORGE_TEST_STACK == "embedded":
+        assert [f["seq"] for f in events] == list(range(2, max(log) + 1))
 
 
 @pytest.mark.timeout(120)

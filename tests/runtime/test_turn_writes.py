@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from forge.db.worker import db
@@ -65,6 +66,21 @@ async def transactions() -> AsyncIterator[Transactions]:
     await db(lambda: connection.execute_wrappers.remove(counter))()
 
 
+def assert_frames_follow_the_log(frames: list[dict[str, Any]], log: list[dict[str, Any]]) -> None:
+    """Every event of ``log`` reached the bus as a frame of its own, in log order.
+
+    On the embedded stack exactly; channels-redis may drop a frame as a turn's listener
+    leaves the layer (the bus is at-most-once; clients repair gaps from the log), so on
+    the server stack the frames that came must be the log's, in its order."""
+    events = [(f["seq"], f["id"], f["type"], f["data"]) for f in frames if f["kind"] == "event"]
+    expected = [(e["seq"], e["id"], e["type"], e["data"]) for e in log]
+    if settings.FORGE_TEST_STACK == "embedded":
+        assert events == expected
+    else:
+        assert [e for e in expected if e in events] == events
+        assert len(events) >= len(expected) - 1
+
+
 async def turn(session: Any, text: str = "go") -> Any:
     started = await start_turn(session=session, text=text)
     await asyncio.wait_for(started.task, timeout=30)
@@ -86,10 +102,7 @@ async def test_a_simple_turn_writes_its_log_in_three_transactions(
     assert transactions.logging() == [3, 2, 3]
     # With the lease: taken in the prompt's transaction, released on its own.
     assert len(transactions.writing()) == 4
-    log = await alog(session)
-    events = [f for f in frames if f["kind"] == "event"]
-    assert len(events) == 8  # each its own frame
-    assert [(f["seq"], f["id"]) for f in events] == [(e["seq"], e["id"]) for e in log[-8:]]
+    assert_frames_follow_the_log(frames, (await alog(session))[-8:])
 
 
 @pytest.mark.postgres_only
@@ -120,13 +133,13 @@ async def test_each_event_is_a_frame_in_log_order_after_the_deltas_of_its_part(
     await turn(session)
     frames = await recorder.settle()
     log = await alog(session)
-    events = [f for f in frames if f["kind"] == "event"]
-    assert [(f["seq"], f["id"]) for f in events] == [(e["seq"], e["id"]) for e in log[1:]]
+    assert_frames_follow_the_log(frames, log[1:])
     text = next(
         e for e in reversed(log) if e["type"] == "part.updated" and e["data"]["type"] == "text"
     )
-    finished_at = next(i for i, f in enumerate(frames) if f.get("id") == text["id"])
+    finished = [i for i, f in enumerate(frames) if f.get("id") == text["id"]]
     deltas = [i for i, f in enumerate(frames) if f.get("part_id") == text["data"]["id"]]
     assert deltas
-    assert max(deltas) < finished_at
+    assert finished or settings.FORGE_TEST_STACK != "embedded"
+    assert all(max(deltas) < i for i in finished)
     assert "".join(frames[i]["delta"] for i in deltas) == text["data"]["text"]
