@@ -46,7 +46,7 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "forge_bench_append"
+BENCH_DB = f"forge_bench_append_{os.getpid()}"  # concurrent runs do not collide
 TEXT = "x" * 200
 TURN_TEXT = "y" * 400
 TURN_EVENTS = 8
