@@ -6,7 +6,14 @@ directory) and on PostgreSQL (a scratch database on the server of
 
 * ``new part``: every event creates a text part (what text-start, tool-pending
   or step-start write);
-* ``update``: every event replaces an existing part (text-end, tool state changes).
+* ``update``: every event replaces an existing part (text-end, tool state changes);
+* ``append one turn``: the runtime's real write pattern for a one-text turn, 8 events
+  (user message + text part, assistant message, step-start, text part opened,
+  text part finished, step-finish, message completion; each text ~400 characters),
+  twice: as the runtime wrote it before (the prompt in one transaction, then one
+  transaction per event: 6) and as it writes it now, in ``append_batch`` batches
+  (the prompt; the step-start with the text part opening; the finished text, the
+  step-finish and the completion: 3). Latencies of these rows are per turn.
 
 Each event carries a 200-character text. The bus is the in-memory channel
 layer, so every append also publishes its frame (no subscriber).
@@ -16,7 +23,7 @@ event (the log table with its indexes; and with the message/part projection).
 For scale, each engine also gets a row of raw one-row commits through the bare
 driver, measured in the same run (this machine's numbers drift between runs).
 
-    python bench/append.py [--events 5000] [--engines sqlite,postgres]
+    python bench/append.py [--events 5000] [--turns 500] [--engines sqlite,postgres]
                            [--postgres-url postgres://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -39,11 +46,13 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "forge_bench_append"
+BENCH_DB = f"forge_bench_append_{os.getpid()}"  # concurrent runs do not collide
 TEXT = "x" * 200
+TURN_TEXT = "y" * 400
+TURN_EVENTS = 8
 
 
-def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
+def worker(engine: str, events: int, turns: int, postgres_url: str) -> dict[str, Any]:
     """Runs in a child process: set up a fresh database, append, measure."""
     use_fresh_database(engine, postgres_url, BENCH_DB)
     os.environ.pop("REDIS_URL", None)
@@ -55,10 +64,12 @@ def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection
+    from django.db import connection, transaction
 
     from accounts.services import create_user
     from sessions import services
+    from sessions.ids import new_message_id, new_part_id
+    from sessions.log import format_time, now_ms
     from sessions.models import SessionEvent
 
     call_command("migrate", verbosity=0)
@@ -91,6 +102,60 @@ def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
             "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
         }
 
+    def turn_writes() -> tuple[list[list[Any]], list[Any]]:
+        """The batches of one turn, and its message update at the end."""
+        user_id, reply_id = new_message_id(), new_message_id()
+        start, text_id, finish = new_part_id(), new_part_id(), new_part_id()
+        t0 = format_time(now_ms())
+        prompt = [
+            services.UpdateMessage(info={"id": user_id, "role": "user"}),
+            services.UpdatePart(part={"message_id": user_id, "type": "text", "text": TURN_TEXT}),
+            services.UpdateMessage(
+                info={"id": reply_id, "role": "assistant", "parent_id": user_id}
+            ),
+        ]
+        opening = [
+            services.UpdatePart(part={"id": start, "message_id": reply_id, "type": "step-start"}),
+            services.UpdatePart(
+                part={
+                    "id": text_id,
+                    "message_id": reply_id,
+                    "type": "text",
+                    "text": "",
+                    "time": {"start": t0},
+                }
+            ),
+        ]
+        ending = [
+            services.UpdatePart(
+                part={"id": text_id, "text": TURN_TEXT, "time": {"start": t0, "end": t0}}
+            ),
+            services.UpdatePart(
+                part={"id": finish, "message_id": reply_id, "type": "step-finish", "reason": "stop"}
+            ),
+            services.UpdateMessage(info={"id": reply_id, "finish": "stop", "completed_at": t0}),
+        ]
+        return [prompt, opening, ending], [w for batch in (opening, ending) for w in batch]
+
+    def one_by_one(write: Any) -> Any:
+        if isinstance(write, services.UpdateMessage):
+            return services.update_message(session=session, info=write.info)
+        return services.update_part(session=session, part=write.part)
+
+    def turn_before(n: int) -> None:
+        """The runtime's writes before batching: the prompt in one transaction, then one
+        transaction per event."""
+        (prompt, _, _), step = turn_writes()
+        with transaction.atomic():
+            for write in prompt:
+                one_by_one(write)
+        for write in step:
+            one_by_one(write)
+
+    def turn_batched(n: int) -> None:
+        for batch in turn_writes()[0]:
+            services.append_batch(session=session, writes=batch)
+
     rows = [
         measure("new part", lambda n: new_part()),
         measure(
@@ -106,6 +171,32 @@ def worker(engine: str, events: int, postgres_url: str) -> dict[str, Any]:
     for row in rows:
         row["log_bytes_per_event"] = log_bytes / count
         row["total_bytes_per_event"] = all_bytes / count
+    for _ in range(20):  # warm up both ways
+        turn_before(0)
+        turn_batched(0)
+    # Interleaved, so that both rows see the same machine (and the same log length).
+    ways = {
+        "append one turn, before (6 transactions)": turn_before,
+        "append one turn, batched (3 transactions)": turn_batched,
+    }
+    latencies: dict[str, list[float]] = {label: [] for label in ways}
+    for n in range(turns):
+        for label, turn in ways.items():
+            t0 = time.perf_counter()
+            turn(n)
+            latencies[label].append(time.perf_counter() - t0)
+    for label, times in latencies.items():
+        times.sort()
+        rows.append(
+            {
+                "workload": label,
+                "events_per_s": TURN_EVENTS * len(times) / sum(times),
+                "p50_us": statistics.median(times) * 1e6,
+                "p99_us": times[int(len(times) * 0.99)] * 1e6,
+                "log_bytes_per_event": float("nan"),
+                "total_bytes_per_event": float("nan"),
+            }
+        )
     rows.append(raw_commits(connection, events))
     if engine == "postgres":
         connection.close()
@@ -177,15 +268,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--events", type=int, default=5000, help="events per workload")
+    parser.add_argument("--turns", type=int, default=500, help="turns per 'append one turn' row")
     engine_arguments(parser)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.events, args.postgres_url)))
+        print(json.dumps(worker(args.worker, args.events, args.turns, args.postgres_url)))
         return
     results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
-        f"append throughput through sessions.services.update_part: {args.events} events per "
-        "workload, one transaction per event, one session, in-memory bus"
+        f"append throughput through sessions.services: {args.events} events per workload "
+        f"(one transaction per event), {args.turns} turns of {TURN_EVENTS} events per 'append "
+        "one turn' row (latencies per turn), one session, in-memory bus"
     )
     columns = [
         ("engine", lambda r, row: r["engine"]),

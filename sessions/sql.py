@@ -159,6 +159,60 @@ def read_head(
     )
 
 
+@dataclass(frozen=True)
+class Stored:
+    """A stored message or part row, as a batch's checks see it."""
+
+    owner: str  # its session
+    data: dict[str, Any]  # its wire dict
+
+
+def read_batch_head(
+    cursor: CursorWrapper,
+    dialect: Dialect,
+    session_id: str,
+    *,
+    message_ids: list[str],
+    part_ids: list[str],
+) -> tuple[Head, dict[str, Stored], dict[str, Stored]] | None:
+    """:func:`read_head` for a batch, in one statement: the log's head and every stored
+    message of ``message_ids`` and part of ``part_ids`` (any session's; the caller
+    refuses another session's). None if the session does not exist.
+    """
+    newest = f"FROM {EVENT} e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1"
+    if dialect.postgres:
+        columns = ["h.seq", "h.hash"]
+        joins = f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"
+        rows = "(SELECT json_agg(json_build_array(o.id, o.session_id, o.data)) FROM {} o {})"
+    else:
+        columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
+        joins = ""
+        rows = (
+            "(SELECT json_group_array(json_array(o.id, o.session_id, json(o.data))) FROM {} o {})"
+        )
+    params: list[Any] = []
+    for table, ids in ((MESSAGE, message_ids), (PART, part_ids)):
+        if ids:
+            columns.append(rows.format(table, f"WHERE o.id IN ({', '.join(['%s'] * len(ids))})"))
+            params.extend(ids)
+        else:
+            columns.append("NULL")
+    params.append(session_id)
+    cursor.execute(f"SELECT {', '.join(columns)} FROM {SESSION} s {joins} WHERE s.id = %s", params)
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    seq, last_hash, messages, parts = row
+    head = Head(seq=seq or 0, hash=last_hash or GENESIS_HASH)
+    return head, _stored(messages), _stored(parts)
+
+
+def _stored(rows: Any) -> dict[str, Stored]:
+    if isinstance(rows, str):
+        rows = json.loads(rows)
+    return {row_id: Stored(owner, data) for row_id, owner, data in rows or ()}
+
+
 def insert_event(
     dialect: Dialect,
     *,

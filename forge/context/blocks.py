@@ -24,8 +24,11 @@ def block_key(block: Mapping[str, Any]) -> str:
     return f"{block.get('kind')}:{block.get('key', '')}"
 
 
-def set_blocks(session: Session, blocks: Iterable[Mapping[str, Any]]) -> SessionEvent | None:
-    """Log the blocks that change what is in force (one event), or nothing."""
+def blocks_update(
+    session: Session, blocks: Iterable[Mapping[str, Any]]
+) -> services.AppendEvent | None:
+    """The ``context.updated`` write that logs the blocks changing what is in force, or
+    None when none does (for a caller that appends it with other writes, in one batch)."""
     current = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
     changed: list[dict[str, Any]] = []
     for block in blocks:
@@ -41,7 +44,15 @@ def set_blocks(session: Session, blocks: Iterable[Mapping[str, Any]]) -> Session
             changed.append(dict(block))
     if not changed:
         return None
-    return services.append_event(session=session, type="context.updated", data={"blocks": changed})
+    return services.AppendEvent(type="context.updated", data={"blocks": changed})
+
+
+def set_blocks(session: Session, blocks: Iterable[Mapping[str, Any]]) -> SessionEvent | None:
+    """Log the blocks that change what is in force (one event), or nothing."""
+    write = blocks_update(session, blocks)
+    if write is None:
+        return None
+    return services.append_event(session=session, type=write.type, data=write.data)
 
 
 def set_block(

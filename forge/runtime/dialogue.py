@@ -1,7 +1,8 @@
 """Where the runtime meets long-term memory (the seed's CommunicationProducer step).
 
-* :func:`complete_reply`: a reply that finishes normally is completed in one
-  transaction with the append of that turn's user input and the assistant's
+* :func:`complete_reply`: a reply that finishes normally is completed (its last
+  step's held parts and the message update, one batch) in one transaction
+  with the append of that turn's user input and the assistant's
   final text (not reasoning, not tool output) to the dialogue window of the
   core of (tenant, user, agent). Aborted and failed replies never get here.
   A regenerated reply records its text only when the reply it replaces had
@@ -19,6 +20,7 @@ block.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -38,11 +40,12 @@ def _text(item: dict[str, Any]) -> str:
     ).strip()
 
 
-def complete_reply(turn: Turn, info: dict[str, Any]) -> None:
-    """Write the finished reply's message update and record the exchange, atomically."""
+def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Write] = ()) -> None:
+    """Write the last step's ``held`` writes and the finished reply's message update
+    (one batch), and record the exchange, atomically."""
     session = turn.session
     with transaction.atomic():
-        services.update_message(session=session, info=info)
+        services.append_batch(session=session, writes=[*held, services.UpdateMessage(info=info)])
         user = session.user
         if turn.depth or user is None:
             return

@@ -12,14 +12,22 @@
 | (after a step that changed files) | a patch part                            | yes         |
 
 Deltas are published with the offset of the text before them and kept in the
-in-flight buffer (for snapshots, and for finalizing an aborted reply). Every
-write is one unit of work run off the event loop.
+in-flight buffer (for snapshots, and for finalizing an aborted reply).
+
+Writes are batched (``services.append_batch``), one transaction per batch, run
+off the event loop. What nobody waits for is *held*: the step-start, a
+finished text or reasoning part, the step-finish, the patch. Held writes go
+with the next write that must be seen now (a part opening, a tool's state) or
+with the message update that ends the step (:meth:`Processor.write`), so a
+one-text step costs two transactions. Each still is its own event and frame,
+in the order it happened; a finished part's buffer (its snapshot, and the text
+recovery falls back on) is dropped only once its write committed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,11 +109,51 @@ class Processor:
         self.blocks: dict[str, _Block] = {}
         self.calls: dict[str, _Call] = {}
         self.snapshot_before: tools.Snapshot | None = None
+        self.held: list[services.Write] = []  # written with the next write, in order
+        self.finished: list[str] = []  # parts whose buffers go once their held write is in
 
     # --- writes -------------------------------------------------------------------
 
+    async def write(
+        self,
+        *writes: services.Write,
+        unit: Callable[[list[services.Write]], Any] | None = None,
+    ) -> Any:
+        """Write what is held, then ``writes``, as one batch (one transaction).
+
+        ``unit`` (run on the database thread with the whole batch) appends it
+        together with other work of the same transaction; by default the batch
+        alone. A write that failed is not tried again: what it held of finished
+        text stays in the buffers, for finalizing.
+        """
+        batch, self.held = [*self.held, *writes], []
+        if not batch:
+            return None
+        if unit is None:
+            work = db(services.append_batch)(session=self.turn.session, writes=batch)
+        else:
+            work = db(unit)(batch)
+        result = await finish_then_cancel(work)
+        finished, self.finished = self.finished, []
+        for part_id in finished:
+            await self._forget(part_id)
+        return result
+
+    def take_held(self) -> list[services.Write]:
+        """The held writes, handed over (for finalizing an aborted reply with them)."""
+        held, self.held = self.held, []
+        return held
+
     async def _part(self, part: dict[str, Any]) -> None:
-        await finish_then_cancel(db(services.update_part)(session=self.turn.session, part=part))
+        """Write a part now (with what is held before it)."""
+        await self.write(services.UpdatePart(part=part))
+
+    def _hold(self, part: dict[str, Any]) -> None:
+        """Hold a part's write for the next batch. A new part gets its id now: parts
+        are ordered by id, which must be the order they happened in."""
+        if "id" not in part:
+            part = {"id": new_part_id(), **part}
+        self.held.append(services.UpdatePart(part=part))
 
     def _now(self) -> str:
         return format_time(now_ms())
@@ -226,18 +274,20 @@ class Processor:
                     agent=self.turn.agent.name,
                 ),
             )
-        await self._part(
+        self._hold(
             {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
         )
-        await self._forget(block.part_id)
+        self.finished.append(block.part_id)
 
     async def close_open_blocks(self) -> None:
         for block_id in list(self.blocks):
             await self._close(block_id)
 
     def streamed_texts(self) -> dict[str, str]:
-        """The text streamed so far of every part still open (for finalizing an abort)."""
-        return {block.part_id: buffer.text(block.part_id) for block in self.blocks.values()}
+        """The text streamed so far of every part still open or whose finished write is
+        not in the log yet (for finalizing an abort)."""
+        part_ids = [*self.finished, *(block.part_id for block in self.blocks.values())]
+        return {part_id: buffer.text(part_id) for part_id in part_ids}
 
     async def _forget(self, part_id: str) -> None:
         buffer.close(part_id)
@@ -247,8 +297,9 @@ class Processor:
 
     async def forget(self) -> None:
         """Drop what is buffered of the parts still open (once they are finalized)."""
-        for block in list(self.blocks.values()):
-            await self._forget(block.part_id)
+        finished, self.finished = self.finished, []
+        for part_id in [*finished, *(block.part_id for block in self.blocks.values())]:
+            await self._forget(part_id)
         self.blocks.clear()
 
     # --- tools --------------------------------------------------------------------
@@ -343,7 +394,7 @@ class Processor:
             self.turn.session.pk, tenant_id=self.turn.session.tenant_id, create=False
         )
         self.snapshot_before = await asyncio.to_thread(tools.snapshot, workspace)
-        await self._part(
+        self._hold(
             {
                 "message_id": self.turn.message_id,
                 "type": "step-start",
@@ -359,7 +410,7 @@ class Processor:
         )
         after = await asyncio.to_thread(tools.snapshot, workspace)
         cost = price(turn.model, event.usage)
-        await self._part(
+        self._hold(
             {
                 "message_id": turn.message_id,
                 "type": "step-finish",
@@ -371,7 +422,7 @@ class Processor:
         )
         before = self.snapshot_before
         if before is not None and before.hash != after.hash:
-            await self._part(
+            self._hold(
                 {
                     "message_id": turn.message_id,
                     "type": "patch",

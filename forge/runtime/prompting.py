@@ -2,10 +2,11 @@
 prompt is validated (text, size, files, agent, model) and written.
 
 :func:`begin` is one unit of work: store the attachments, take the session's
-lease (recovering a dead runner's turn if its lease had expired), log the
-context blocks that changed, the user message with its parts, and the empty
-assistant message the reply will fill. Bad input raises before anything is
-written; a failure after the files were stored removes them again.
+lease (recovering a dead runner's turn if its lease had expired), and log, as
+one batch (``services.append_batch``), the context blocks that changed, the
+user message with its parts, and the empty assistant message the reply will
+fill. Bad input raises before anything is written; a failure after the files
+were stored removes them again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
-from forge.context.blocks import set_blocks
+from forge.context.blocks import blocks_update
 from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.tools import tool_specs
@@ -111,6 +112,31 @@ def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
     ]
 
 
+def model_info(agent: AgentConfig) -> dict[str, str]:
+    """The ``model`` a message of ``agent`` records; ``InvalidPrompt`` for an unknown one."""
+    try:
+        provider, model_name = split_model(agent.resolved_model)
+    except UnknownModel as exc:
+        raise InvalidPrompt(str(exc)) from None
+    return {"provider": provider, "model": model_name}
+
+
+def reply_message(
+    *, message_id: str, parent_id: str, agent: AgentConfig, model: dict[str, str]
+) -> services.UpdateMessage:
+    """The write of the empty assistant message a turn's reply fills: the one shape a
+    prompt's reply and a regenerated reply share."""
+    return services.UpdateMessage(
+        info={
+            "id": message_id,
+            "role": "assistant",
+            "parent_id": parent_id,
+            "agent": agent.name,
+            "model": model,
+        }
+    )
+
+
 def _is_inlined(attachment: Attachment) -> bool:
     """A text attachment small enough to reach the model as text."""
     if not attachment.mime.startswith(_INLINED_MIMES):
@@ -165,10 +191,7 @@ def begin(
     attachments = clean_files(files)
     agent, mentioned = choose_agent(session, text, agent_name)
     model = agent.resolved_model
-    try:
-        provider, model_name = split_model(model)
-    except UnknownModel as exc:
-        raise InvalidPrompt(str(exc)) from None
+    model_of_messages = model_info(agent)
     user_id, assistant_id = new_message_id(), new_message_id()
     stored: list[str] = []
     try:
@@ -181,32 +204,34 @@ def begin(
             )
             stored.append(path)
             file_parts.append((part_id, attachment, default_storage.url(path)))
-        # One transaction: the lease, any recovery it calls for, and the prompt.
+        # One transaction: the lease, any recovery it calls for, and the prompt's
+        # events as one batch.
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
-            set_blocks(
+            blocks = blocks_update(
                 session, [*agent_blocks(agent), *memory_blocks(session, agent.name, depth=depth)]
             )
-            model_info = {"provider": provider, "model": model_name}
-            user_info = services.update_message(
-                session=session,
-                info={"id": user_id, "role": "user", "agent": agent.name, "model": model_info},
-            ).data
-            user_parts = [
-                services.update_part(session=session, part=part).data
+            user = services.UpdateMessage(
+                info={
+                    "id": user_id,
+                    "role": "user",
+                    "agent": agent.name,
+                    "model": model_of_messages,
+                }
+            )
+            parts = [
+                services.UpdatePart(part=part)
                 for part in _user_parts(user_id, text, agent, mentioned, file_parts)
             ]
-            services.update_message(
-                session=session,
-                info={
-                    "id": assistant_id,
-                    "role": "assistant",
-                    "parent_id": user_id,
-                    "agent": agent.name,
-                    "model": model_info,
-                },
+            reply = reply_message(
+                message_id=assistant_id, parent_id=user_id, agent=agent, model=model_of_messages
             )
+            events = services.append_batch(
+                session=session, writes=[*([blocks] if blocks else []), user, *parts, reply]
+            )
+            logged = events[-len(parts) - 2 : -1]
+            user_info, user_parts = logged[0].data, [event.data for event in logged[1:]]
     except BaseException:
         for path in stored:
             default_storage.delete(path)

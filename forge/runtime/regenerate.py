@@ -10,8 +10,8 @@ that later turns built on would leave them answering a reply nobody sees.
 :func:`begin_regeneration` is one unit of work, like ``prompting.begin``: take the
 session's lease (recovering a dead runner's turn if its lease had expired), check
 that there is a last reply (and that ``message_id``, when given, names it or its
-prompt), log the context blocks that changed, and the empty assistant message
-the new reply will fill. A refusal raises before anything is written.
+prompt), log the context blocks that changed and the empty assistant message
+the new reply will fill (one batch). A refusal raises before anything is written.
 """
 
 from __future__ import annotations
@@ -20,16 +20,14 @@ from typing import Any
 
 from django.db import transaction
 
-from forge.context.blocks import set_blocks
+from forge.context.blocks import blocks_update
 from forge.context.superseded import is_reply
 from forge.errors import (
     InvalidPrompt,
     NothingToRegenerate,
     NotLastReply,
     UnknownAgent,
-    UnknownModel,
 )
-from forge.providers import split_model
 from sessions import selectors, services
 from sessions.ids import is_valid_id, new_message_id
 from sessions.models import Session
@@ -37,7 +35,7 @@ from sessions.models import Session
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .dialogue import memory_blocks
-from .prompting import agent_blocks
+from .prompting import agent_blocks, model_info, reply_message
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -85,21 +83,10 @@ def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, 
             agent = _agent_named(asked["info"].get("agent"))
         except UnknownAgent as exc:
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
-        try:
-            provider, model_name = split_model(agent.resolved_model)
-        except UnknownModel as exc:
-            raise InvalidPrompt(str(exc)) from None
-        set_blocks(session, [*agent_blocks(agent), *memory_blocks(session, agent.name)])
-        services.update_message(
-            session=session,
-            info={
-                "id": assistant_id,
-                "role": "assistant",
-                "parent_id": user_id,
-                "agent": agent.name,
-                "model": {"provider": provider, "model": model_name},
-            },
-        )
+        model = model_info(agent)  # InvalidPrompt: a model that is not configured
+        blocks = blocks_update(session, [*agent_blocks(agent), *memory_blocks(session, agent.name)])
+        reply = reply_message(message_id=assistant_id, parent_id=user_id, agent=agent, model=model)
+        services.append_batch(session=session, writes=[*([blocks] if blocks else []), reply])
     turn = Turn(
         session=session,
         user_message_id=user_id,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
+
+from django.db import transaction
 
 from forge.context import request_for, visible_history
 from forge.context.pruning import prune
 from forge.db.worker import db
-from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
+from forge.errors import CompactionFailed, ForgeError, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
 from forge.providers.events import Usage
@@ -68,6 +71,7 @@ async def run_turn(turn: Turn) -> None:
             result = await processor.run_step(provider.stream(request))
             total_cost += result.cost
             if result.error is not None:
+                await processor.write()  # what the failed step held, before anything else
                 if is_provider_overflow(result.error):
                     message = f"the model's context window overflowed: {result.error.message}"
                     outcome = False
@@ -96,14 +100,16 @@ async def run_turn(turn: Turn) -> None:
                     info["finish"] = "step-limit"
                 info["completed_at"] = format_time(now_ms())
             if final:
-                # The reply's completion and its entry in long-term memory: one unit.
-                await finish_then_cancel(db(complete_reply)(turn, info))
+                # The step's held parts, the reply's completion and its entry in
+                # long-term memory: one unit.
+                await processor.write(unit=partial(complete_reply, turn, info))
                 return
-            await finish_then_cancel(db(services.update_message)(session=session, info=info))
+            await processor.write(services.UpdateMessage(info=info))  # with the step's parts
             step += 1
     except asyncio.CancelledError:
         await asyncio.shield(
-            db(finalize_open_messages)(
+            db(_finalize)(
+                processor.take_held(),
                 session=session,
                 reason=ABORTED,
                 texts=processor.streamed_texts(),
@@ -115,7 +121,8 @@ async def run_turn(turn: Turn) -> None:
     except Exception as exc:
         logger.exception("turn of session %s failed", session.pk)
         texts = processor.streamed_texts()
-        await db(finalize_open_messages)(
+        await db(_finalize)(
+            processor.take_held(),
             session=session,
             reason=f"the reply failed: {type(exc).__name__}",
             error={
@@ -135,6 +142,20 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
+    """``finalize_open_messages`` after the writes the turn held (the finished parts of
+    the step it was in), in one transaction. Held writes that are refused are
+    logged and dropped: finalizing closes their parts from the streamed texts."""
+    with transaction.atomic():
+        if held:
+            try:
+                with transaction.atomic():
+                    services.append_batch(session=finalizing["session"], writes=held)
+            except ForgeError:
+                logger.exception("the held writes of an ended turn were refused")
+        return finalize_open_messages(**finalizing)
 
 
 def _prune(session: Any) -> None:

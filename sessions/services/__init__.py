@@ -1,19 +1,24 @@
 """All writes to the session store (CONTRACT §6).
 
 Every function is keyword-only and atomic. A write appends exactly one event
-to the session's log, projects it into messages and parts in the same
-transaction, and publishes it to the session's channel-layer group after the
-transaction commits. Bad input raises a ``ForgeError`` subclass before anything
+(``append_batch``: one event per write, in one transaction) to the session's
+log, projects it into messages and parts in the same transaction, and
+publishes it to the session's channel-layer group after the transaction
+commits. Bad input raises a ``ForgeError`` subclass before anything
 is written: no event, no row, no publish.
 
 * ``append``: the engine (sequence allocation, hash chain, projection, publish);
 * ``session``: create, rename, delete a session;
+* ``writes``: one value per write a conversation takes (``UpdatePart`` …), which
+  the single entries and ``append_batch`` validate and append the same way;
 * ``messages``: messages and parts, the free events, and the bus-only frames;
+* ``batch``: ``append_batch``, several writes as one transaction (one event each);
 * ``transfer``: rebuild a projection, fork, import a log.
 """
 
 from ..log import LOG_FORMAT, LOG_VERSION, log_header
 from .append import OPTIMISTIC_ATTEMPTS
+from .batch import append_batch
 from .messages import (
     FREE_EVENT_TYPES,
     append_event,
@@ -27,12 +32,20 @@ from .messages import (
 )
 from .session import create_session, delete_session, session_info, update_session
 from .transfer import fork_session, import_log, parse_log, rebuild_projection
+from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart, Write
 
 __all__ = [
     "FREE_EVENT_TYPES",
     "LOG_FORMAT",
     "LOG_VERSION",
     "OPTIMISTIC_ATTEMPTS",
+    "AppendEvent",
+    "RemoveMessage",
+    "RemovePart",
+    "UpdateMessage",
+    "UpdatePart",
+    "Write",
+    "append_batch",
     "append_event",
     "apublish_delta",
     "apublish_status",

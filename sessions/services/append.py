@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .. import bus, projector, sql
-from ..exceptions import InvalidEvent, NotFound, SessionMismatch
+from ..exceptions import InvalidEvent, NotFound
 from ..frames import event_frame
 from ..ids import is_valid_id, new_event_id
 from ..log import (
@@ -184,12 +184,3 @@ def _advance(session: Session, event: SessionEvent) -> None:
     """Keep the caller's Session instance in step with what the event changed."""
     if not event.type.startswith("part."):
         session.updated_at = event.at
-
-
-def existing(head: sql.Head, session: Session, kind: str, obj_id: Any) -> dict[str, Any] | None:
-    """The stored message or part being updated; refuses another session's."""
-    if head.owner is None:
-        return None
-    if head.owner != session.pk:
-        raise SessionMismatch(f"{kind} {obj_id!r} belongs to another session")
-    return head.data

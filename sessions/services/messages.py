@@ -4,114 +4,72 @@ and the bus-only frames that stream between their writes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Literal
 
-from .. import bus, sql
-from ..exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound, SessionMismatch
+from .. import bus
 from ..frames import delta_frame, status_frame
 from ..models import Session, SessionEvent
-from ..shapes import ShapeError, normalize_message, normalize_part
-from .append import commit, existing
+from .append import commit
+from .writes import (
+    FREE_EVENT_TYPES,
+    AppendEvent,
+    RemoveMessage,
+    RemovePart,
+    UpdateMessage,
+    UpdatePart,
+    Write,
+)
 
-# Event types a caller may append directly; the others have their own service.
-FREE_EVENT_TYPES = frozenset({"session.compacted", "context.updated"})
+__all__ = [
+    "FREE_EVENT_TYPES",
+    "append_event",
+    "apublish_delta",
+    "apublish_status",
+    "publish_delta",
+    "remove_message",
+    "remove_part",
+    "update_message",
+    "update_part",
+]
+
+
+def _commit(session: Session, write: Write) -> SessionEvent:
+    """Append ``write`` alone: the head it needs read (and locked), then built and written."""
+    return commit(
+        session,
+        partial(write.build, session),
+        table=write.table,
+        obj_id=write.obj_id,
+        parent_message_id=write.parent_message_id,
+    )
 
 
 def append_event(*, session: Session, type: str, data: Mapping[str, Any]) -> SessionEvent:
     """Append an event that projects to no rows (``session.compacted``, ``context.updated``)."""
-    if type not in FREE_EVENT_TYPES:
-        raise InvalidEvent(
-            f"event type {type!r} cannot be appended directly; allowed: {sorted(FREE_EVENT_TYPES)}"
-        )
-    if not isinstance(data, Mapping):
-        raise InvalidEvent("event data must be an object")
-    return commit(session, lambda head: (type, dict(data)))
-
-
-def _id_of(obj: Any) -> Any:
-    return obj.get("id") if isinstance(obj, Mapping) else None
+    write = AppendEvent(type=type, data=data)
+    write.check()  # refused before any I/O
+    return _commit(session, write)
 
 
 def update_message(*, session: Session, info: Mapping[str, Any]) -> SessionEvent:
     """Create or replace a message (``message.updated``). Omitted fields keep their value."""
-    message_id = _id_of(info)
-    parent_id = info.get("parent_id") if isinstance(info, Mapping) else None
-
-    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
-        stored = existing(head, session, "message", message_id)
-        try:
-            message = normalize_message(info, session_id=session.pk, existing=stored)
-        except ShapeError as exc:
-            raise InvalidMessage(str(exc)) from None
-        new_parent = message.get("parent_id")
-        # A parent that changed is the one ``info`` named, which the head looked up.
-        changed = new_parent and new_parent != (stored or {}).get("parent_id")
-        if changed and head.parent_owner != session.pk:
-            raise InvalidMessage(f"info.parent_id: no message {new_parent!r} in this session")
-        return "message.updated", message
-
-    return commit(
-        session,
-        build,
-        table=sql.MESSAGE,
-        obj_id=message_id,
-        parent_message_id=parent_id,
-    )
+    return _commit(session, UpdateMessage(info=info))
 
 
 def update_part(*, session: Session, part: Mapping[str, Any]) -> SessionEvent:
-    """Create or replace a part (``part.updated``). Omitted fields keep their value.
-
-    Refuses: a message of another session, an unknown type, a shape that does
-    not match the type, a type or message change, a tool state going backwards.
-    """
-    part_id = _id_of(part)
-    message_id = part.get("message_id") if isinstance(part, Mapping) else None
-
-    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
-        stored = existing(head, session, "part", part_id)
-        try:
-            normalized = normalize_part(part, session_id=session.pk, existing=stored)
-        except ShapeError as exc:
-            raise InvalidPart(str(exc)) from None
-        if stored is None:
-            if head.parent_owner is None:
-                raise InvalidPart(f"part.message_id: no message {normalized['message_id']!r}")
-            if head.parent_owner != session.pk:
-                raise SessionMismatch(
-                    f"part.message_id: message {normalized['message_id']!r} "
-                    "belongs to another session"
-                )
-        return "part.updated", normalized
-
-    return commit(session, build, table=sql.PART, obj_id=part_id, parent_message_id=message_id)
+    """Create or replace a part (``part.updated``); see :class:`~.writes.UpdatePart`."""
+    return _commit(session, UpdatePart(part=part))
 
 
 def remove_part(*, session: Session, part_id: str) -> SessionEvent:
     """Remove a part from its message (``part.removed``)."""
-
-    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
-        if head.owner != session.pk or head.data is None:
-            raise NotFound(f"no part {part_id!r} in this session")
-        message_id = head.data["message_id"]
-        return "part.removed", {
-            "session_id": session.pk,
-            "message_id": message_id,
-            "part_id": part_id,
-        }
-
-    return commit(session, build, table=sql.PART, obj_id=part_id)
+    return _commit(session, RemovePart(part_id=part_id))
 
 
 def remove_message(*, session: Session, message_id: str) -> SessionEvent:
     """Remove a message and its parts (``message.removed``)."""
-
-    def build(head: sql.Head) -> tuple[str, dict[str, Any]]:
-        if head.owner != session.pk:
-            raise NotFound(f"no message {message_id!r} in this session")
-        return "message.removed", {"session_id": session.pk, "message_id": message_id}
-
-    return commit(session, build, table=sql.MESSAGE, obj_id=message_id)
+    return _commit(session, RemoveMessage(message_id=message_id))
 
 
 # --- the bus only ---------------------------------------------------------------

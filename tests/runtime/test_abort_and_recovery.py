@@ -25,7 +25,7 @@ from forge.tools import Tool, temporary_tools
 from sessions import services
 from tests.live import server_env
 
-from .conftest import ahistory
+from .conftest import ahistory, alog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -366,3 +366,95 @@ async def test_the_janitor_finalizes_an_expired_lease_without_waiting_for_a_prom
     finally:
         janitor.stop()
     assert_nothing_open(await ahistory(session))
+
+
+# A text finished, the step not yet: the finished part's write is held for the batch
+# that ends the step (``Processor.write``), so only its opening is in the log.
+FINISHED_THEN_WAITING = [
+    {"type": "text-start", "id": "t"},
+    {"type": "text-delta", "id": "t", "delta": "All of it. "},
+    {"type": "text-end", "id": "t"},
+    {"type": "sleep", "seconds": 60},
+    {"type": "finish-step", "finish_reason": "stop"},
+]
+
+
+def _held_text_open(session: Any) -> bool:
+    """The step-start and the text part's opening are logged, its finished text is not."""
+    from sessions.models import Part
+
+    parts = {p.type: p.data for p in Part.objects.filter(session=session)}
+    return "step-start" in parts and parts.get("text", {}).get("time", {}).get("end") is None
+
+
+async def test_abort_after_a_text_finished_writes_the_held_text_with_the_finalizing(
+    session, agents, script, record
+):
+    script([FINISHED_THEN_WAITING])
+    recorder = await record(session)
+    started = await start_turn(session=session, text="answer, then wait")
+    await wait_until(lambda: _held_text_open(session))
+    await asyncio.sleep(0.3)  # the text-end has been processed (held)
+    await abort_turn(session=session)
+    assert started.task.done()
+    frames = await recorder.settle()
+    items = await ahistory(session)
+    assert_nothing_open(items)
+    reply = items[-1]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
+    assert reply["parts"][1]["text"] == "All of it."
+    log = {e["seq"]: e for e in await alog(session)}
+    events = [f for f in frames if f["kind"] == "event"]
+    # Each a frame of its own, in log order (channels-redis may drop one as the turn's
+    # abort listener is cancelled: the bus is at-most-once, clients repair from the log).
+    assert [f["seq"] for f in events] == sorted({f["seq"] for f in events})
+    assert all(f["id"] == log[f["seq"]]["id"] for f in events)
+    if django_settings.FORGE_TEST_STACK == "embedded":
+        assert [f["seq"] for f in events] == list(range(2, max(log) + 1))
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_after_a_text_finished_recovers_it_from_what_streamed(
+    session, agents, tmp_path
+):
+    """The finished text's write was held when the process died: recovery closes the
+    part with what had streamed (the Redis mirror keeps a part until its write is in);
+    without Redis, with the log's (empty) text. The log stays whole either way."""
+    script_path = tmp_path / "script.json"
+    script_path.write_text(json.dumps([FINISHED_THEN_WAITING]))
+    env = server_env(
+        FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path), FORGE_LEASE_SECONDS="1"
+    )
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await wait_until(lambda: _held_text_open(session), timeout=60)
+        await asyncio.sleep(0.5)  # the text-end has been processed (held)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL
+    await asyncio.sleep(1.1)  # its lease expires
+    recovered = await database_sync_to_async(recover_sessions)()
+    assert list(recovered) == [session.pk]
+    items = await ahistory(session)
+    assert_nothing_open(items)
+    reply = items[-1]
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
+    assert reply["parts"][1]["text"] == ("All of it." if django_settings.REDIS_URL else "")
+    assert await database_sync_to_async(verified_log)(session) == []
+
+
+def verified_log(session: Any) -> list[Any]:
+    from sessions import selectors
+
+    return selectors.verify_log(tenant=session.tenant, session=session)
