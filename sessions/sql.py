@@ -183,17 +183,22 @@ def read_batch_head(
     if dialect.postgres:
         columns = ["h.seq", "h.hash"]
         joins = f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"
-        rows = "(SELECT json_agg(json_build_array(o.id, o.session_id, o.data)) FROM {} o {})"
+        rows = "(SELECT json_agg(json_build_array(o.id, o.session_id, od.data)) FROM {} o {})"
     else:
         columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
         joins = ""
         rows = (
-            "(SELECT json_group_array(json_array(o.id, o.session_id, json(o.data))) FROM {} o {})"
+            "(SELECT json_group_array(json_array(o.id, o.session_id, json(od.data))) FROM {} o {})"
         )
     params: list[Any] = []
     for table, ids in ((MESSAGE, message_ids), (PART, part_ids)):
         if ids:
-            columns.append(rows.format(table, f"WHERE o.id IN ({', '.join(['%s'] * len(ids))})"))
+            # A row's data is its event's (see the module docstring), as in read_head.
+            where = (
+                f"JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq "
+                f"WHERE o.id IN ({', '.join(['%s'] * len(ids))})"
+            )
+            columns.append(rows.format(table, where))
             params.extend(ids)
         else:
             columns.append("NULL")
@@ -203,7 +208,7 @@ def read_batch_head(
     if row is None:
         return None
     seq, last_hash, messages, parts = row
-    head = Head(seq=seq or 0, hash=last_hash or GENESIS_HASH)
+    head = Head(seq=seq or 0, hash=digest_hex(last_hash) or GENESIS_HASH)
     return head, _stored(messages), _stored(parts)
 
 
