@@ -133,11 +133,7 @@ async def turns(args: Any) -> dict[str, Any]:
                         stream_mode="messages",
                     ):
                         streamed.append(chunk.content)
-                    text = "".join(streamed)
-                    if text != common.REPLY_TEXT:
-                        return text
-                    state = await agent.aget_state(config)
-                    return str(state.values["messages"][-1].content)
+                    return "".join(streamed)
 
                 return turn
 

@@ -131,6 +131,7 @@ class StoreRun:
         self.sizes = sizes
         self.appends: list[float] = []
         self.at: dict[str, dict[str, float]] = {}
+        self.base_bytes = 0  # the empty store: schema, and for Forge its user and tenant
 
     def record_size(self, size: int, loads: list[float], size_bytes: int) -> None:
         self.at[str(size)] = {
@@ -140,7 +141,7 @@ class StoreRun:
         }
 
     def result(self, **extra: Any) -> dict[str, Any]:
-        return {"workload": "store", "at": self.at, **extra}
+        return {"workload": "store", "at": self.at, "base_bytes": self.base_bytes, **extra}
 
 
 def run_store(
@@ -152,6 +153,7 @@ def run_store(
 ) -> dict[str, Any]:
     """The store workload with synchronous callables: ``append(n)`` writes turn ``n``."""
     run = StoreRun(args.sizes)
+    run.base_bytes = size_bytes()
     done = 0
     for size in args.sizes:
         while done < size:
@@ -172,6 +174,7 @@ async def arun_store(
 ) -> dict[str, Any]:
     """The store workload with coroutine functions (``size_bytes`` stays synchronous)."""
     run = StoreRun(args.sizes)
+    run.base_bytes = size_bytes()
     done = 0
     for size in args.sizes:
         while done < size:
@@ -191,17 +194,20 @@ async def arun_store(
 
 async def arun_turns(args: Any, turn: Callable[[int], Any], *, warmup: Any = None) -> dict:
     """The turn workload: ``warmup`` turns first (a separate session, when the script
-    gives one), then ``args.turns`` timed turns; each ``await turn(n)`` must return
-    the reply's text, which is checked to be whole."""
+    gives one), then ``args.turns`` timed turns.
+
+    ``await turn(n)`` returns the reply's text as the system handed it over, or a
+    coroutine function that reads it (called after the clock stops, for a system whose
+    loop returns nothing); either way the text is checked to be whole."""
     if warmup is not None:
         for n in range(WARMUP_TURNS):
-            check_reply(await warmup(n))
+            await check_reply(await warmup(n))
     times = []
     for n in range(args.turns):
         began = time.perf_counter()
         text = await turn(n)
         times.append(time.perf_counter() - began)
-        check_reply(text)
+        await check_reply(text)
     return {
         "workload": "turn",
         "turns": args.turns,
@@ -214,6 +220,8 @@ class IncompleteReply(Exception):
     """A system's finished reply is not the fake model's whole text."""
 
 
-def check_reply(text: Any) -> None:
+async def check_reply(text: Any) -> None:
+    if callable(text):
+        text = await text()
     if text != REPLY_TEXT:
         raise IncompleteReply(f"expected the fake model's 400 characters, got {text!r:.200}")

@@ -1,0 +1,219 @@
+"""Forge: the session store through ``sessions.services`` and a turn through ``forge.runtime``.
+
+Runs with the project's own virtual environment, on a fresh SQLite file (WAL), the
+in-memory bus (no Redis), ``FORGE_DEBUG=0``.
+
+* store: a turn is :func:`write_turn` — the runtime's write pattern for a one-step text
+  reply; the next turn's model input is ``forge.context.request_for(session)``, what the
+  run loop derives before every step.
+* turn: ``forge.runtime.start_turn`` to the end of its task, all turns inside one event
+  loop, the model a provider registered as ``bench/deltas`` that streams the same 80
+  deltas as every peer's fake model, no delay. The session has a title, so no title
+  task runs beside the turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import peers_common as common
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM = "Forge"
+
+
+def setup() -> Path:
+    """Configure Django on a fresh SQLite file, migrated; returns the file's path."""
+    directory = Path(tempfile.mkdtemp(prefix="forge-peers-forge-"))
+    path = directory / "forge.sqlite3"
+    os.environ.pop("REDIS_URL", None)
+    os.environ.update(
+        {
+            "DATABASE_URL": f"sqlite:///{path}",
+            "FORGE_DEBUG": "0",
+            "FORGE_MODEL": "bench/deltas",
+            "FORGE_SMALL_MODEL": "offline/echo",
+            "FORGE_RECOVER_ON_START": "0",
+            "FORGE_WORKSPACE_ROOT": str(directory / "workspaces"),
+            "DJANGO_SETTINGS_MODULE": "forge.settings.dev",
+        }
+    )
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return path
+
+
+def new_session(title: str) -> Any:
+    from accounts.services import create_user
+    from sessions import services
+
+    user = create_user(username=f"bench-{title}", tenant_name=f"bench-{title}", validate=False)
+    return services.create_session(user=user.user, title=title)
+
+
+def write_turn(session: Any, n: int) -> None:
+    """One turn's writes, as the runtime makes them for a one-step text reply: the prompt
+    (user message, its text part, the assistant message) in one transaction, then the
+    step-start, the finished text part, the step-finish and the message's completion,
+    each its own write. Kept behind this one function so it can follow the runtime's
+    write batching when that lands."""
+    from django.db import transaction
+
+    from sessions import services
+    from sessions.ids import new_message_id
+    from sessions.log import format_time, now_ms
+
+    model = {"provider": "bench", "model": "deltas"}
+    user_id, assistant_id = new_message_id(), new_message_id()
+    with transaction.atomic():
+        services.update_message(
+            session=session,
+            info={"id": user_id, "role": "user", "agent": "build", "model": model},
+        )
+        services.update_part(
+            session=session, part={"message_id": user_id, "type": "text", "text": common.USER_TEXT}
+        )
+        services.update_message(
+            session=session,
+            info={
+                "id": assistant_id,
+                "role": "assistant",
+                "parent_id": user_id,
+                "agent": "build",
+                "model": model,
+            },
+        )
+    started = format_time(now_ms())
+    services.update_part(
+        session=session, part={"message_id": assistant_id, "type": "step-start", "snapshot": ""}
+    )
+    services.update_part(
+        session=session,
+        part={
+            "message_id": assistant_id,
+            "type": "text",
+            "text": common.REPLY_TEXT,
+            "time": {"start": started, "end": format_time(now_ms())},
+        },
+    )
+    tokens = {"input": 100, "output": 80, "reasoning": 0, "cache_read": 0, "cache_write": 0}
+    services.update_part(
+        session=session,
+        part={
+            "message_id": assistant_id,
+            "type": "step-finish",
+            "reason": "stop",
+            "snapshot": "",
+            "tokens": tokens,
+            "cost": 0.0,
+        },
+    )
+    services.update_message(
+        session=session,
+        info={
+            "id": assistant_id,
+            "tokens": tokens,
+            "cost": 0.0,
+            "finish": "stop",
+            "completed_at": format_time(now_ms()),
+        },
+    )
+
+
+def store(args: Any, path: Path) -> dict[str, Any]:
+    from forge.context import request_for
+
+    session = new_session("store")
+
+    def load() -> None:
+        _, request = request_for(session)
+        assert request.messages
+
+    return common.run_store(
+        args,
+        append=lambda n: write_turn(session, n),
+        load=load,
+        size_bytes=lambda: common.sqlite_bytes(path),
+    )
+
+
+class DeltasProvider:
+    """Streams :data:`peers_common.DELTAS` as one text block of one step, zero delay."""
+
+    name = "bench"
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        from forge.providers import events as ev
+
+        yield ev.StartStep()
+        yield ev.TextStart("text-0")
+        for delta in common.DELTAS:
+            yield ev.TextDelta("text-0", delta)
+        yield ev.TextEnd("text-0")
+        yield ev.FinishStep("stop", ev.Usage(input=100, output=len(common.DELTAS)))
+
+
+async def turns(args: Any) -> dict[str, Any]:
+    from channels.db import database_sync_to_async
+
+    from forge import providers
+    from forge.runtime import start_turn
+    from sessions import selectors
+
+    providers.register("bench", lambda model: DeltasProvider())
+
+    async def turn_in(title: str) -> Any:
+        session = await database_sync_to_async(new_session)(title)
+
+        def reply_text(message_id: str) -> str:
+            message = selectors.get_message(
+                tenant=session.tenant, session_id=session.pk, message_id=message_id
+            )
+            return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+
+        async def turn(n: int) -> Any:
+            started = await start_turn(session=session, text=common.USER_TEXT)
+            await started.task
+
+            async def text() -> str:
+                return await database_sync_to_async(reply_text)(started.assistant_message_id)
+
+            return text
+
+        return turn
+
+    return await common.arun_turns(args, await turn_in("turn"), warmup=await turn_in("warmup"))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = common.arguments(argv)
+    if args.workload == "describe":
+        from importlib.metadata import version
+
+        result = {
+            "variants": {"": SYSTEM},
+            "versions": {"forge": version("forge"), "django": version("django")},
+        }
+    else:
+        path = setup()
+        outcome = store(args, path) if args.workload == "store" else asyncio.run(turns(args))
+        result = {"system": SYSTEM, **outcome}
+        shutil.rmtree(path.parent, ignore_errors=True)
+    common.emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
