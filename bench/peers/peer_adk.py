@@ -89,16 +89,25 @@ async def store(args: Any) -> dict[str, Any]:
             invocation = f"inv-{n}"
             await service.append_event(
                 session,
-                Event(invocation_id=invocation, author="user", content=content("user", common.USER_TEXT)),
+                Event(
+                    invocation_id=invocation,
+                    author="user",
+                    content=content("user", common.USER_TEXT),
+                ),
             )
             await service.append_event(
                 session,
-                Event(invocation_id=invocation, author="bench", content=content("model", common.REPLY_TEXT)),
+                Event(
+                    invocation_id=invocation,
+                    author="bench",
+                    content=content("model", common.REPLY_TEXT),
+                ),
             )
 
         async def load() -> None:
             loaded = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
-            assert loaded is not None and loaded.events
+            assert loaded is not None
+            assert loaded.events
 
         result = await common.arun_store(
             args, append=append, load=load, size_bytes=lambda: common.sqlite_bytes(path)

@@ -199,6 +199,7 @@ async def turns(args: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.arguments(argv)
+    result: dict[str, Any]
     if args.workload == "describe":
         from importlib.metadata import version
 

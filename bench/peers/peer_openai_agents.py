@@ -83,7 +83,7 @@ class FakeModel(Model):
             response_id=None,
         )
 
-    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         self.calls += 1
         item_id = f"msg_{self.calls}"
         seq = 0
@@ -162,7 +162,9 @@ async def store(args: Any) -> dict[str, Any]:
         session = SQLiteSession("bench", db_path=path)
 
         async def append(n: int) -> None:
-            await session.add_items([{"role": "user", "content": common.USER_TEXT}, assistant_item(n)])
+            await session.add_items(
+                [{"role": "user", "content": common.USER_TEXT}, assistant_item(n)]
+            )
 
         async def load() -> None:
             items = await session.get_items()

@@ -45,7 +45,8 @@ REPLY_TEXT = ("The plan moves the launch to May and keeps the budget flat. " * 7
 
 # The fake model's reply in the turn workload: 80 deltas of 5 characters (400 characters).
 DELTAS = [REPLY_TEXT[i : i + 5] for i in range(0, 400, 5)]
-assert len(DELTAS) == 80 and "".join(DELTAS) == REPLY_TEXT
+assert len(DELTAS) == 80
+assert "".join(DELTAS) == REPLY_TEXT
 
 
 def arguments(argv: list[str] | None = None) -> Any:
@@ -107,9 +108,7 @@ def sqlite_bytes(path: str | os.PathLike[str]) -> int:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     connection.close()
     return sum(
-        p.stat().st_size
-        for p in (path, Path(f"{path}-wal"), Path(f"{path}-journal"))
-        if p.exists()
+        p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-journal")) if p.exists()
     )
 
 
@@ -157,7 +156,9 @@ def run_store(
     done = 0
     for size in args.sizes:
         while done < size:
-            run.appends.append(timed(lambda: append(done)))
+            began = time.perf_counter()
+            append(done)
+            run.appends.append(time.perf_counter() - began)
             done += 1
         load()  # the first load after writes may pay for a cold statement cache
         loads = [timed(load) for _ in range(args.loads)]

@@ -159,7 +159,9 @@ def main() -> None:
                     flush=True,
                 )
                 try:
-                    runs[system.name][workload].append(child(system.python, system.peer.script, argv))
+                    runs[system.name][workload].append(
+                        child(system.python, system.peer.script, argv)
+                    )
                 except RuntimeError as exc:
                     notes.append(f"{system.name} {workload}, round {round_ + 1}: {exc}")
     if args.json:
@@ -172,7 +174,9 @@ def column_values(runs: dict[str, list[dict[str, Any]]], sizes: list[int]) -> li
     columns: list[list[float]] = []
     for field in ("append_ms", "load_ms", "bytes"):
         for size in sizes:
-            columns.append([r["at"][str(size)][field] for r in runs["store"] if str(size) in r["at"]])
+            columns.append(
+                [r["at"][str(size)][field] for r in runs["store"] if str(size) in r["at"]]
+            )
     columns.append([r["median_ms"] for r in runs["turn"]])
     return columns
 
@@ -200,7 +204,7 @@ def report(
             return "—"
         text = number(statistics.median(values) * factor)
         if args.ranges and len(values) > 1:
-            text += f" ({number(min(values) * factor)}–{number(max(values) * factor)})"
+            text += f" ({number(min(values) * factor)}-{number(max(values) * factor)})"
         return text
 
     table, medians = [], {}
