@@ -64,15 +64,15 @@ def new_session(title: str) -> Any:
 
 
 def write_turn(session: Any, n: int) -> None:
-    """One turn's writes, as the runtime makes them for a one-step text reply: the prompt
-    (user message, its text part, the assistant message) in one transaction, then the
-    step-start, the finished text part, the step-finish and the message's completion,
-    each its own write. Kept behind this one function so it can follow the runtime's
-    write batching when that lands."""
+    """One turn's writes, as the runtime makes them for a one-step text reply (8 events):
+    the prompt (user message, its text part, the assistant message) in one transaction,
+    then each its own write: the step-start, the text part opened empty (text-start),
+    the same part finished (text-end), the step-finish, the message's completion.
+    Kept behind this one function so it follows the runtime's write batching."""
     from django.db import transaction
 
     from sessions import services
-    from sessions.ids import new_message_id
+    from sessions.ids import new_message_id, new_part_id
     from sessions.log import format_time, now_ms
 
     model = {"provider": "bench", "model": "deltas"}
@@ -95,13 +95,25 @@ def write_turn(session: Any, n: int) -> None:
                 "model": model,
             },
         )
-    started = format_time(now_ms())
     services.update_part(
         session=session, part={"message_id": assistant_id, "type": "step-start", "snapshot": ""}
+    )
+    started = format_time(now_ms())
+    text_id = new_part_id()
+    services.update_part(
+        session=session,
+        part={
+            "id": text_id,
+            "message_id": assistant_id,
+            "type": "text",
+            "text": "",
+            "time": {"start": started},
+        },
     )
     services.update_part(
         session=session,
         part={
+            "id": text_id,
             "message_id": assistant_id,
             "type": "text",
             "text": common.REPLY_TEXT,
