@@ -81,3 +81,38 @@ def test_quick_run_measures_forge_and_prints_the_ratio_to_each_peer(tmp_path):
     assert any(n.startswith("note: LangGraph skipped: no virtual environment") for n in notes)
     assert any(n.startswith("note: Google ADK skipped: no virtual environment") for n in notes)
     assert "stub-sdk 9.9" in done.stdout
+
+
+@pytest.fixture
+def peer_forge():
+    sys.path.insert(0, str(ROOT / "bench" / "peers"))
+    try:
+        import peer_forge
+
+        yield peer_forge
+    finally:
+        sys.path.remove(str(ROOT / "bench" / "peers"))
+
+
+def test_forge_store_turn_is_the_runtimes_writes_and_the_next_request_holds_it(peer_forge, session):
+    """The benchmark's Forge turn writes what the runtime writes for a one-step text reply
+    (8 events), and the model input derived from the log holds every turn, in order."""
+    from forge.context import request_for
+    from sessions.models import SessionEvent
+
+    events = SessionEvent.objects.filter(session=session).order_by("seq")
+    before = events.count()
+    peer_forge.write_turn(session, 0)
+    peer_forge.write_turn(session, 1)
+    written = list(events.filter(seq__gt=before).values_list("type", "data"))
+    turn = ["message.updated", "part.updated", "message.updated"] + ["part.updated"] * 4
+    assert [kind for kind, _ in written] == [*turn, "message.updated"] * 2
+    parts = [data["type"] for kind, data in written[:8] if kind == "part.updated"]
+    assert parts == ["text", "step-start", "text", "text", "step-finish"]
+    assert written[7][1]["finish"] == "stop"
+    _, request = request_for(session)
+    assert [m["role"] for m in request.messages] == ["user", "assistant"] * 2
+    texts = [str(m["content"]) for m in request.messages]
+    common = peer_forge.common
+    assert all(common.USER_TEXT in t for t in texts[0::2])
+    assert all(common.REPLY_TEXT in t for t in texts[1::2])

@@ -63,85 +63,110 @@ def new_session(title: str) -> Any:
     return services.create_session(user=user.user, title=title)
 
 
-def write_turn(session: Any, n: int) -> None:
-    """One turn's writes, as the runtime makes them for a one-step text reply (8 events):
-    the prompt (user message, its text part, the assistant message) in one transaction,
-    then each its own write: the step-start, the text part opened empty (text-start),
-    the same part finished (text-end), the step-finish, the message's completion.
-    Kept behind this one function so it follows the runtime's write batching."""
-    from django.db import transaction
-
-    from sessions import services
+def turn_writes(n: int) -> list[list[tuple[str, dict[str, Any]]]]:
+    """One turn's writes as the runtime makes them for a one-step text reply (8 events),
+    grouped by transaction as today's runtime commits them: the prompt (user message, its
+    text part, the assistant message) together, then each its own: the step-start, the
+    text part opened empty (text-start), the same part finished (text-end), the
+    step-finish, the message's completion. Each write is ``("message", info)`` or
+    ``("part", part)``."""
     from sessions.ids import new_message_id, new_part_id
     from sessions.log import format_time, now_ms
 
     model = {"provider": "bench", "model": "deltas"}
-    user_id, assistant_id = new_message_id(), new_message_id()
-    with transaction.atomic():
-        services.update_message(
-            session=session,
-            info={"id": user_id, "role": "user", "agent": "build", "model": model},
-        )
-        services.update_part(
-            session=session, part={"message_id": user_id, "type": "text", "text": common.USER_TEXT}
-        )
-        services.update_message(
-            session=session,
-            info={
-                "id": assistant_id,
-                "role": "assistant",
-                "parent_id": user_id,
-                "agent": "build",
-                "model": model,
-            },
-        )
-    services.update_part(
-        session=session, part={"message_id": assistant_id, "type": "step-start", "snapshot": ""}
-    )
+    user_id, assistant_id, text_id = new_message_id(), new_message_id(), new_part_id()
     started = format_time(now_ms())
-    text_id = new_part_id()
-    services.update_part(
-        session=session,
-        part={
-            "id": text_id,
-            "message_id": assistant_id,
-            "type": "text",
-            "text": "",
-            "time": {"start": started},
-        },
-    )
-    services.update_part(
-        session=session,
-        part={
-            "id": text_id,
-            "message_id": assistant_id,
-            "type": "text",
-            "text": common.REPLY_TEXT,
-            "time": {"start": started, "end": format_time(now_ms())},
-        },
-    )
+    text = {"id": text_id, "message_id": assistant_id, "type": "text"}
     tokens = {"input": 100, "output": 80, "reasoning": 0, "cache_read": 0, "cache_write": 0}
-    services.update_part(
-        session=session,
-        part={
-            "message_id": assistant_id,
-            "type": "step-finish",
-            "reason": "stop",
-            "snapshot": "",
-            "tokens": tokens,
-            "cost": 0.0,
-        },
-    )
-    services.update_message(
-        session=session,
-        info={
-            "id": assistant_id,
-            "tokens": tokens,
-            "cost": 0.0,
-            "finish": "stop",
-            "completed_at": format_time(now_ms()),
-        },
-    )
+    return [
+        [
+            ("message", {"id": user_id, "role": "user", "agent": "build", "model": model}),
+            ("part", {"message_id": user_id, "type": "text", "text": common.USER_TEXT}),
+            (
+                "message",
+                {
+                    "id": assistant_id,
+                    "role": "assistant",
+                    "parent_id": user_id,
+                    "agent": "build",
+                    "model": model,
+                },
+            ),
+        ],
+        [("part", {"message_id": assistant_id, "type": "step-start", "snapshot": ""})],
+        [("part", {**text, "text": "", "time": {"start": started}})],
+        [
+            (
+                "part",
+                {
+                    **text,
+                    "text": common.REPLY_TEXT,
+                    "time": {"start": started, "end": format_time(now_ms())},
+                },
+            )
+        ],
+        [
+            (
+                "part",
+                {
+                    "message_id": assistant_id,
+                    "type": "step-finish",
+                    "reason": "stop",
+                    "snapshot": "",
+                    "tokens": tokens,
+                    "cost": 0.0,
+                },
+            )
+        ],
+        [
+            (
+                "message",
+                {
+                    "id": assistant_id,
+                    "tokens": tokens,
+                    "cost": 0.0,
+                    "finish": "stop",
+                    "completed_at": format_time(now_ms()),
+                },
+            )
+        ],
+    ]
+
+
+# Where the runtime batches a step's writes (``services.append_batch``), a one-text turn
+# commits three units: the prompt; the step-start with the opened text part (held until
+# the part opens); the finished text part, the step-finish and the completion (held
+# until the message update that ends the step). Indexes into :func:`turn_writes`' groups.
+BATCHED_UNITS = [[0], [1, 2], [3, 4, 5]]
+
+
+def write_turn(session: Any, n: int) -> None:
+    """Write turn ``n`` the way the runtime does: one ``services.append_batch`` per unit
+    where the store has it, else one transaction per group of :func:`turn_writes`
+    (single entries). The only place the benchmark writes a Forge turn."""
+    from django.db import transaction
+
+    from sessions import services
+
+    groups = turn_writes(n)
+    append_batch = getattr(services, "append_batch", None)
+    if append_batch is not None:
+        as_write = {
+            "message": lambda info: services.UpdateMessage(info=info),  # type: ignore[attr-defined,unused-ignore]
+            "part": lambda part: services.UpdatePart(part=part),  # type: ignore[attr-defined,unused-ignore]
+        }
+        for unit in BATCHED_UNITS:
+            writes = [as_write[kind](data) for g in unit for kind, data in groups[g]]
+            append_batch(session=session, writes=writes)
+        return
+    single = {
+        "message": lambda info: services.update_message(session=session, info=info),
+        "part": lambda part: services.update_part(session=session, part=part),
+    }
+    for group in groups:
+        with transaction.atomic():
+            for kind, data in group:
+                single[kind](data)
 
 
 def store(args: Any, path: Path) -> dict[str, Any]:
