@@ -128,15 +128,20 @@ async def turns(args: Any) -> dict[str, Any]:
             session = await service.create_session(app_name=APP, user_id=USER)
 
             async def turn(n: int) -> str:
-                final = ""
+                final, deltas = "", []
                 async for event in runner.run_async(
                     user_id=USER,
                     session_id=session.id,
                     new_message=content("user", common.USER_TEXT),
                     run_config=config,
                 ):
-                    if not event.partial and event.content and event.content.parts:
-                        final = "".join(p.text or "" for p in event.content.parts)
+                    if event.content and event.content.parts:
+                        text = "".join(p.text or "" for p in event.content.parts)
+                        if event.partial:
+                            deltas.append(text)
+                        else:
+                            final = text
+                common.check_streamed(deltas)
                 return final
 
             return turn

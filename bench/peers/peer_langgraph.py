@@ -132,7 +132,9 @@ async def turns(args: Any) -> dict[str, Any]:
                         config,
                         stream_mode="messages",
                     ):
-                        streamed.append(chunk.content)
+                        if chunk.content:  # langchain-core closes a stream with an empty chunk
+                            streamed.append(chunk.content)
+                    common.check_streamed(streamed)
                     return "".join(streamed)
 
                 return turn

@@ -187,8 +187,13 @@ async def turns(args: Any) -> dict[str, Any]:
         def turn_in(name: str) -> Any:
             async def turn(n: int) -> str:
                 result = Runner.run_streamed(agent, common.USER_TEXT, session=sessions[name])
-                async for _ in result.stream_events():
-                    pass
+                deltas = []
+                async for event in result.stream_events():
+                    if event.type == "raw_response_event" and isinstance(
+                        event.data, ResponseTextDeltaEvent
+                    ):
+                        deltas.append(event.data.delta)
+                common.check_streamed(deltas)
                 return str(result.final_output)
 
             return turn

@@ -221,6 +221,12 @@ class IncompleteReply(Exception):
     """A system's finished reply is not the fake model's whole text."""
 
 
+def check_streamed(deltas: list[str]) -> None:
+    """The deltas a system's loop handed its caller are the fake model's, one by one."""
+    if deltas != DELTAS:
+        raise IncompleteReply(f"expected the fake model's 80 deltas, got {len(deltas)}")
+
+
 async def check_reply(text: Any) -> None:
     if callable(text):
         text = await text()
