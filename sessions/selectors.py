@@ -386,7 +386,11 @@ def log_from(*, tenant: Tenant, session: Session, seq: int) -> list[tuple[int, s
         cursor.execute(query, [session.pk, tenant.pk, seq])
         rows = cursor.fetchall()
     decode = field.from_db_value  # no expression: the column read whole
-    return [(s, h, t, decode(d, None, connection)) for s, h, t, d in rows]  # type: ignore[arg-type]
+    # The hash column holds raw bytes (migration 0008); callers compare hex, as log_head gives.
+    return [
+        (s, str(sql.digest_hex(h)), t, decode(d, None, connection))  # type: ignore[arg-type]
+        for s, h, t, d in rows
+    ]
 
 
 def message_start_seq(*, tenant: Tenant, session: Session, message_id: str) -> int | None:
