@@ -327,6 +327,20 @@ def get_message(*, tenant: Tenant, session_id: str, message_id: str) -> dict[str
     return with_parts(tenant, session, [row])[0]
 
 
+def messages_by_id(
+    *, tenant: Tenant, session: Session, message_ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Messages of ``session`` with their parts, ``{id: {info, parts}}``, in two queries
+    whatever their number (missing ids are left out): for a caller that holds the
+    session already, e.g. the runtime recording a finished exchange."""
+    rows = list(
+        Message.objects.filter(tenant=tenant, session=session, pk__in=message_ids)
+        .order_by("id")
+        .values_list("id", "data")
+    )
+    return {item["info"]["id"]: item for item in with_parts(tenant, session, rows)}
+
+
 def history_at(*, tenant: Tenant, session: Session, seq: int) -> list[dict[str, Any]]:
     """The history as it was right after event ``seq``, folded from the log."""
     events = SessionEvent.objects.filter(tenant=tenant, session=session, seq__lte=seq)

@@ -50,12 +50,10 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
         if turn.depth or user is None:
             return
         tenant = session.tenant
-        asked = selectors.get_message(
-            tenant=tenant, session_id=session.pk, message_id=turn.user_message_id
+        exchange = selectors.messages_by_id(
+            tenant=tenant, session=session, message_ids=[turn.user_message_id, turn.message_id]
         )
-        answered = selectors.get_message(
-            tenant=tenant, session_id=session.pk, message_id=turn.message_id
-        )
+        asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
         old = turn.supersedes
         recorded = old is not None and bool(old.get("completed_at")) and not old.get("error")
         messages = [
