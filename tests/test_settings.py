@@ -77,7 +77,10 @@ def test_sqlite_urls_get_wal_a_busy_timeout_and_immediate_transactions():
 
 def test_redis_url_switches_the_channel_layer():
     assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
-    redis = channel_layers("redis://127.0.0.1:6379/0")["default"]
+    pubsub = channel_layers("redis://127.0.0.1:6379/0", layer="pubsub")["default"]
+    assert pubsub["BACKEND"] == "channels_redis.pubsub.RedisPubSubChannelLayer"
+    assert pubsub["CONFIG"]["hosts"][0]["address"] == "redis://127.0.0.1:6379/0"
+    redis = channel_layers("redis://127.0.0.1:6379/0", layer="core")["default"]
     assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     (host,) = redis["CONFIG"]["hosts"]
     assert host["address"] == "redis://127.0.0.1:6379/0"

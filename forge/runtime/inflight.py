@@ -6,7 +6,7 @@ aborted or whose process died.
 
 * :data:`buffer`, in the process running the turn, is authoritative for it;
 * with ``REDIS_URL`` set, every part is mirrored in Redis (:class:`RedisMirror`),
-  each delta appended *before* it is published, so a snapshot read by any
+  each window of deltas (``forge.runtime.deltas``) appended *before* it is published, so a snapshot read by any
   process covers every delta a subscriber could have missed, and a crashed
   runner's streamed text survives it (keys expire after a day).
 """
@@ -157,6 +157,22 @@ class RedisMirror:
             await self._client().append(self._text_key(part_id), delta)
         except _redis_errors() as exc:
             _unreachable(exc, "appending a delta")
+
+    async def append_many(self, texts: dict[str, str]) -> None:
+        """Append to several parts' texts at once (a window of deltas): one round trip."""
+        if not texts:
+            return
+        try:
+            if len(texts) == 1:
+                [(part_id, text)] = texts.items()
+                await self._client().append(self._text_key(part_id), text)
+                return
+            async with self._client().pipeline(transaction=False) as pipe:
+                for part_id, text in texts.items():
+                    pipe.append(self._text_key(part_id), text)
+                await pipe.execute()
+        except _redis_errors() as exc:
+            _unreachable(exc, "appending deltas")
 
     async def close(self, *, session_id: str, part_id: str) -> None:
         try:

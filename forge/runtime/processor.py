@@ -11,8 +11,11 @@
 | start-step / finish-step         | step-start / step-finish part            | yes         |
 | (after a step that changed files) | a patch part                            | yes         |
 
-Deltas are published with the offset of the text before them and kept in the
-in-flight buffer (for snapshots, and for finalizing an aborted reply).
+Deltas are kept in the in-flight buffer at once (for snapshots, and for
+finalizing an aborted reply) and published in short time windows
+(``forge.runtime.deltas``), each frame with the offset of its first character;
+the window is flushed before every batch of writes, so frames and events keep
+the model's order.
 
 Writes are batched (``services.append_batch``), one transaction per batch, run
 off the event loop. What nobody waits for is *held*: the step-start, a
@@ -41,6 +44,7 @@ from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
+from .deltas import DeltaWindow
 from .inflight import buffer, mirror
 from .turn import Turn
 
@@ -111,6 +115,7 @@ class Processor:
         self.snapshot_before: tools.Snapshot | None = None
         self.held: list[services.Write] = []  # written with the next write, in order
         self.finished: list[str] = []  # parts whose buffers go once their held write is in
+        self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
 
     # --- writes -------------------------------------------------------------------
 
@@ -129,6 +134,9 @@ class Processor:
         batch, self.held = [*self.held, *writes], []
         if not batch:
             return None
+        # What streamed before these writes reaches clients before their events, and the
+        # mirror before a finished part's keys are dropped.
+        await self.window.flush()
         if unit is None:
             work = db(services.append_batch)(session=self.turn.session, writes=batch)
         else:
@@ -247,17 +255,7 @@ class Processor:
         if not event.delta:
             return
         offset = buffer.append(block.part_id, event.delta)
-        shared = mirror()
-        if shared is not None:  # in Redis before it is published: snapshots never miss it
-            await shared.append(block.part_id, event.delta)
-        await services.apublish_delta(
-            session=self.turn.session,
-            message_id=self.turn.message_id,
-            part_id=block.part_id,
-            field="text",
-            offset=offset,
-            delta=event.delta,
-        )
+        await self.window.add(block.part_id, offset, event.delta)
 
     async def _close(self, block_id: str) -> None:
         block = self.blocks.pop(block_id, None)
@@ -295,8 +293,14 @@ class Processor:
         if shared is not None:
             await shared.close(session_id=self.turn.session.pk, part_id=part_id)
 
+    async def flush(self) -> None:
+        """Publish the deltas still in the window (before finalizing an abort or a failure,
+        so the stored text is what clients were sent)."""
+        await self.window.flush()
+
     async def forget(self) -> None:
         """Drop what is buffered of the parts still open (once they are finalized)."""
+        await self.window.flush()  # nothing may reach the mirror after its keys are gone
         finished, self.finished = self.finished, []
         for part_id in [*finished, *(block.part_id for block in self.blocks.values())]:
             await self._forget(part_id)

@@ -107,6 +107,9 @@ async def run_turn(turn: Turn) -> None:
             await processor.write(services.UpdateMessage(info=info))  # with the step's parts
             step += 1
     except asyncio.CancelledError:
+        # What is still in the delta window reaches clients before the reply is
+        # finalized with the buffer's text: the stored text is exactly what they saw.
+        await asyncio.shield(processor.flush())
         await asyncio.shield(
             db(_finalize)(
                 processor.take_held(),
@@ -120,6 +123,7 @@ async def run_turn(turn: Turn) -> None:
         raise
     except Exception as exc:
         logger.exception("turn of session %s failed", session.pk)
+        await processor.flush()
         texts = processor.streamed_texts()
         await db(_finalize)(
             processor.take_held(),

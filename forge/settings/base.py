@@ -138,7 +138,21 @@ REDIS_URL = env_str("REDIS_URL")
 FORGE_REDIS_PREFIX = env_str("FORGE_REDIS_PREFIX", "forge")
 
 
-def channel_layers(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
+# Which channels-redis layer carries frames between processes: "pubsub" (Redis
+# PUBLISH/SUBSCRIBE: one command per frame, pushed to the processes subscribed
+# to the group; nothing is stored) or "core" (per-channel sorted sets, a Lua
+# script per group send and a blocking pop per receive). Frames are ephemeral and
+# clients repair any loss from the log and snapshots, so pub/sub fits; see
+# docs/benchmarks.md for the measurement behind the default.
+FORGE_CHANNEL_LAYER = env_str("FORGE_CHANNEL_LAYER", "pubsub")
+if FORGE_CHANNEL_LAYER not in ("pubsub", "core"):
+    raise ValueError(f"FORGE_CHANNEL_LAYER must be 'pubsub' or 'core': {FORGE_CHANNEL_LAYER!r}")
+
+
+def channel_layers(
+    redis_url: str, *, prefix: str = "forge", layer: str | None = None
+) -> dict[str, Any]:
+    layer = layer or FORGE_CHANNEL_LAYER
     if not redis_url:
         return {
             "default": {
@@ -150,6 +164,13 @@ def channel_layers(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
     # up reading after 5 s by default, so a receive could time out just as the server
     # answered, losing the message it had popped. Read for longer than the wait.
     host = {"address": redis_url, "socket_timeout": 10, "health_check_interval": 15}
+    if layer == "pubsub":
+        return {
+            "default": {
+                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                "CONFIG": {"hosts": [host], "prefix": prefix},
+            }
+        }
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -260,6 +281,10 @@ FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
 
 FORGE_INFLIGHT_PREFIX = FORGE_REDIS_PREFIX
+# A reply's deltas are published in windows of this many milliseconds: one frame
+# per streaming part and window, flushed at once at a part's end, before every
+# write to the log, and on abort (forge.runtime.deltas). 0: a frame per delta.
+FORGE_DELTA_WINDOW_MS = env_int("FORGE_DELTA_WINDOW_MS", 40)
 
 # One runner per session: a lease in the database, renewed while the turn runs.
 FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)
