@@ -208,7 +208,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run_size(
-    bases: list[str], pids: list[int], token: str, sessions: int, deltas: int, rate: int
+    bases: list[str],
+    pids: list[int],
+    token: str,
+    sessions: int,
+    deltas: int,
+    rate: int,
+    profile: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
     headers = {"Authorization": f"Token {token}", "Origin": bases[0]}
     limits = httpx.Limits(max_connections=20)
@@ -244,11 +250,26 @@ async def run_size(
         cpu_before = sum(cpu_seconds(p) for p in pids)
         client_cpu = time.process_time()
         started = time.monotonic()
+        spies = []
+        if profile is not None:  # py-spy on each server while the replies stream
+            spy, folder = profile
+            spies = [
+                subprocess.Popen(
+                    [spy, "record", "--pid", str(pid), "--duration", str(int(deltas / rate * 2)),
+                     "--rate", "250", "--format", "raw", "--nonblocking",
+                     "-o", str(folder / f"profile-{sessions}-{pid}.txt")],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for pid in pids
+            ]
         go.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=deltas / rate * 20 + 120)
         elapsed = time.monotonic() - started
         cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
         client_cpu = time.process_time() - client_cpu
+        for spy_process in spies:
+            spy_process.wait(60)
         stored = await asyncio.gather(
             *(stored_text(https[n % 2], c.session_id) for n, c in enumerate(clients))
         )
@@ -302,6 +323,9 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=None)
     parser.add_argument("--layer", choices=["pubsub", "core"], default=None)
     parser.add_argument(
+        "--py-spy", help="the py-spy executable: record each server while replies stream"
+    )
+    parser.add_argument(
         "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     parser.add_argument(
@@ -337,8 +361,11 @@ def main() -> None:
                     time.sleep(0.1)
         pids = [s.pid for s in servers]
         for size in [int(s) for s in args.sessions.split(",")]:
+            profile = (args.py_spy, logs) if args.py_spy else None
             rows.append(
-                asyncio.run(run_size(bases, pids, token, size, args.deltas, args.rate))
+                asyncio.run(
+                    run_size(bases, pids, token, size, args.deltas, args.rate, profile)
+                )
             )
             time.sleep(1.0)
     finally:
