@@ -15,7 +15,7 @@ from django.contrib.auth.models import AnonymousUser
 from forge.access import user_for_authorization
 
 
-def _authorization(scope: dict[str, Any]) -> bytes | None:
+def authorization(scope: dict[str, Any]) -> bytes | None:
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             return bytes(value)
@@ -26,7 +26,7 @@ async def current_user(scope: dict[str, Any]) -> Any:
     """The socket's user as of now: its token authenticated again, or its
     session cookie's session read again from the session store. A deleted token,
     an inactive user, or a session that was logged out is an anonymous user."""
-    header = _authorization(scope)
+    header = authorization(scope)
     if header is not None:
         return await database_sync_to_async(user_for_authorization)(header or b" ")
     cookie = scope.get("session")
@@ -41,7 +41,7 @@ class TokenAuthMiddleware(BaseMiddleware):
     """An ``Authorization`` header decides who the socket's user is; otherwise the cookie."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if _authorization(scope) is not None:
+        if authorization(scope) is not None:
             scope = {**scope, "user": await current_user(scope)}
         return await super().__call__(scope, receive, send)
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from accounts import tenancy
 from accounts.exceptions import ForgeError
 from forge import runtime
-from forge.access import session_of
+from forge.access import session_of, user_for_authorization
 from forge.errors import NotAuthenticated
 from forge.params import parse_seq
 from forge.throttling import PromptRateThrottle
@@ -30,7 +30,7 @@ from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_
 from sessions.models import Session
 
 from . import hub, limits
-from .auth import current_user
+from .auth import authorization, current_user
 from .stream import SessionStream
 
 logger = logging.getLogger(__name__)
@@ -220,15 +220,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # deactivated or logged out, or removed from the tenant since the socket
         # opened can watch no longer and start nothing (4401). The fresh session
         # also carries a title or agent changed since.
+        throttle = PromptRateThrottle()
         try:
-            user = await current_user(self.scope)
-            session = await database_sync_to_async(session_of)(user, self.session.pk)
+            session, allowed = await self._admit(throttle)
         except ForgeError as exc:
             await self._error("not_authenticated", str(exc), client_id=client_id)
             await self._close_unauthenticated()
             return
-        throttle = PromptRateThrottle()
-        if not await database_sync_to_async(throttle.allow_user)(user):
+        if not allowed:
             wait = throttle.wait()
             await self._error(
                 "throttled",
@@ -251,6 +250,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 assistant_message_id=started.assistant_message_id,
             )
         )
+
+    async def _admit(self, throttle: PromptRateThrottle) -> tuple[Session, bool]:
+        """The session as of now, for the socket's user as of now, and whether the prompt
+        throttle lets this prompt through: one trip to the database thread for a token
+        socket (many sockets prompting at once queue on that one thread)."""
+
+        def check(user: Any) -> tuple[Session, bool]:
+            session = session_of(user, self.session.pk)
+            return session, throttle.allow_user(user)
+
+        token = authorization(self.scope)
+        if token is not None:
+            return await database_sync_to_async(
+                lambda: check(user_for_authorization(token or b" "))
+            )()
+        return await database_sync_to_async(check)(await current_user(self.scope))
 
     async def _abort(self, content: dict[str, Any]) -> None:
         # Aborting waits for the turn to be finalized; do it beside, not inside, this handler.

@@ -238,7 +238,10 @@ async def test_connecting_mid_reply_gives_a_snapshot_then_the_rest_without_holes
     await first.connect()
     await first.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
     ack, before = await until_ack(first)
-    seen = before + await frames_until(first, lambda f: sum(x["kind"] == "delta" for x in f) >= 100)
+    # A third of the reply (deltas travel coalesced: count words, not frames).
+    seen = before + await frames_until(
+        first, lambda f: sum(len(x["delta"].split()) for x in f if x["kind"] == "delta") >= 100
+    )
     last_seq = max(f["seq"] for f in seen if f["kind"] == "event")
     await first.disconnect()
     second = socket(session.pk, token, after=last_seq)
@@ -262,9 +265,10 @@ async def test_connecting_mid_reply_gives_a_snapshot_then_the_rest_without_holes
 
 
 async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
-    session, token, agents, script, monkeypatch
+    session, token, agents, script, monkeypatch, settings
 ):
     """Drop every third frame on its way through the channel layer."""
+    settings.FORGE_DELTA_WINDOW_MS = 0  # a frame per delta: many frames to lose
     deltas = words(150)
     script([paced(deltas, 0.002)])
     layer = get_channel_layer()
