@@ -239,9 +239,7 @@ async def run_size(
         go = asyncio.Event()
         tasks = [
             asyncio.create_task(
-                run_client(
-                    c, {**headers, "Origin": bases[n % 2]}, ready, go, f"{deltas} {rate}"
-                )
+                run_client(c, {**headers, "Origin": bases[n % 2]}, ready, go, f"{deltas} {rate}")
             )
             for n, c in enumerate(clients)
         ]
@@ -255,9 +253,21 @@ async def run_size(
             spy, folder = profile
             spies = [
                 subprocess.Popen(
-                    [spy, "record", "--pid", str(pid), "--duration", str(int(deltas / rate * 2)),
-                     "--rate", "250", "--format", "raw", "--nonblocking",
-                     "-o", str(folder / f"profile-{sessions}-{pid}.txt")],
+                    [
+                        spy,
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--duration",
+                        str(int(deltas / rate * 2)),
+                        "--rate",
+                        "250",
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "-o",
+                        str(folder / f"profile-{sessions}-{pid}.txt"),
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
@@ -303,7 +313,16 @@ async def run_size(
 
 def start_daphne(app_dir: Path, env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "forge.asgi:application"],
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "forge.asgi:application",
+        ],
         cwd=app_dir,
         env=env,
         stdout=log.open("wb"),
@@ -363,9 +382,7 @@ def main() -> None:
         for size in [int(s) for s in args.sessions.split(",")]:
             profile = (args.py_spy, logs) if args.py_spy else None
             rows.append(
-                asyncio.run(
-                    run_size(bases, pids, token, size, args.deltas, args.rate, profile)
-                )
+                asyncio.run(run_size(bases, pids, token, size, args.deltas, args.rate, profile))
             )
             time.sleep(1.0)
     finally:

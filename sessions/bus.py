@@ -103,18 +103,20 @@ class _LoopPublisher:
         if self.draining is None or self.draining.done():
             self.draining = self.loop.create_task(self._drain())
 
+    BATCH = 200  # frames handed to the layer at once, at most
+
     async def _drain(self) -> None:
         layer = get_channel_layer()
         try:
             while self.queue:
-                group, frame = self.queue.popleft()
-                for merged in merge_deltas(self._deltas_following(group, frame)):
-                    try:
-                        await layer.group_send(group, _message(merged))
-                    except Exception:
-                        logger.exception(
-                            "could not publish %s %s", merged.get("type"), merged.get("seq")
-                        )
+                ready: list[tuple[str, Frame]] = []
+                while self.queue and len(ready) < self.BATCH:
+                    group, frame = self.queue.popleft()
+                    ready += [
+                        (group, merged)
+                        for merged in merge_deltas(self._deltas_following(group, frame))
+                    ]
+                await _send_all(layer, ready)
         finally:
             if not self.queue:
                 self.drained.set()
@@ -127,6 +129,55 @@ class _LoopPublisher:
             while self.queue and self.queue[0][0] == group and is_delta(self.queue[0][1]):
                 run.append(self.queue.popleft()[1])
         return run
+
+
+async def _send_all(layer: Any, frames: list[tuple[str, Frame]]) -> None:
+    """Hand frames to the layer in order: one pipeline of PUBLISH commands with the
+    Redis pub/sub layer (a window of deltas of every turn of the process is one
+    round trip, not one per frame), else a ``group_send`` each."""
+    publish = _pipelined(layer) if len(frames) > 1 else None
+    if publish is not None:
+        try:
+            await publish(frames)
+        except Exception:  # frames lost like a layer loses them: clients repair the gap
+            logger.exception("could not publish %d frames", len(frames))
+        return
+    for group, frame in frames:
+        try:
+            await layer.group_send(group, _message(frame))
+        except Exception:
+            logger.exception("could not publish %s %s", frame.get("type"), frame.get("seq"))
+
+
+def _pipelined(layer: Any) -> Any:
+    """A pipelined ``group_send`` of many frames for channels-redis's pub/sub layer, or
+    None for any other layer (or one whose ``group_send`` was replaced, as tests that
+    inject faults do). It publishes exactly what ``group_send`` would: the layer's
+    serialization, to the layer's channel for the group, on the shard's connection
+    and under the shard's lock (channels-redis 4.x internals)."""
+    try:
+        from channels_redis.pubsub import RedisPubSubChannelLayer
+    except ImportError:  # pragma: no cover - channels-redis is a dependency
+        return None
+    if not isinstance(layer, RedisPubSubChannelLayer) or "group_send" in vars(layer):
+        return None
+
+    async def publish(frames: list[tuple[str, Frame]]) -> None:
+        loop_layer = layer._get_layer()
+        shards: dict[Any, list[tuple[str, bytes]]] = {}
+        for group, frame in frames:
+            channel = loop_layer._get_group_channel_name(group)
+            payload = layer.serialize(_message(frame))
+            shards.setdefault(loop_layer._get_shard(channel), []).append((channel, payload))
+        for shard, messages in shards.items():
+            async with shard._lock:
+                shard._ensure_redis()
+                async with shard._redis.pipeline(transaction=False) as pipe:
+                    for channel, payload in messages:
+                        pipe.publish(channel, payload)
+                    await pipe.execute()
+
+    return publish
 
 
 _publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPublisher] = (

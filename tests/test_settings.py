@@ -104,7 +104,10 @@ def test_the_embedded_stack_really_is_sqlite_in_wal_mode():
 @pytest.mark.django_db
 def test_the_server_stack_really_is_postgresql_and_redis():
     assert connection.vendor == "postgresql"
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == {
-        "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "core": "channels_redis.core.RedisChannelLayer",
-    }[settings.FORGE_CHANNEL_LAYER]
+    assert (
+        settings.CHANNEL_LAYERS["default"]["BACKEND"]
+        == {
+            "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "core": "channels_redis.core.RedisChannelLayer",
+        }[settings.FORGE_CHANNEL_LAYER]
+    )

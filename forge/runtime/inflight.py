@@ -6,8 +6,9 @@ aborted or whose process died.
 
 * :data:`buffer`, in the process running the turn, is authoritative for it;
 * with ``REDIS_URL`` set, every part is mirrored in Redis (:class:`RedisMirror`),
-  each window of deltas (``forge.runtime.deltas``) appended *before* it is published, so a snapshot read by any
-  process covers every delta a subscriber could have missed, and a crashed
+  each window of deltas (``forge.runtime.deltas``) appended *before* it is
+  published, so a snapshot read by any process covers every delta a
+  subscriber could have missed, and a crashed
   runner's streamed text survives it (keys expire after a day).
 """
 
