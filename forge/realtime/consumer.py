@@ -118,7 +118,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         quiet = settings.FORGE_STREAM_RESYNC_SECONDS
         while True:
             try:
-                frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
+                # Not wait_for: that wraps every wait in a task of its own (per frame and socket).
+                async with asyncio.timeout(quiet):
+                    frames = await subscriber.batch()
             except TimeoutError:
                 if self.stream.needs_resync:  # activity went quiet: was its tail lost?
                     for out in await self.stream.resync():

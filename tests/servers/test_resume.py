@@ -39,7 +39,7 @@ def test_cut_off_at_a_random_point_of_a_5000_delta_reply_then_resume(
 ) -> None:
     seed = random.randrange(1_000_000)
     cut_after = random.Random(seed).randrange(100, WORDS - 100)
-    print(f"seed {seed}: cutting the socket after {cut_after} text deltas")
+    print(f"seed {seed}: cutting the socket after {cut_after} words of text deltas")
     two_processes = bool(settings.REDIS_URL)
     # Paced (about ten seconds for the reply) so the cut lands while it still streams.
     with daphne(tmp_path, "a", FORGE_ECHO_DELAY="0.002") as first:
@@ -62,7 +62,7 @@ def test_cut_off_at_a_random_point_of_a_5000_delta_reply_then_resume(
                     if frame["kind"] == "event":
                         last_seq = frame["seq"]
                     if frame["kind"] == "delta" and frame["message_id"] == reply_id:
-                        deltas += 1
+                        deltas += len(frame["delta"].split())  # a frame carries a window
             assert reply_id is not None
             # The socket is gone mid-reply; reconnect (to the other process) after the last seq.
             resumed_kinds: list[str] = []
