@@ -169,10 +169,21 @@ class Client:
         return False
 
     def whole(self) -> bool:
-        if self.final is None or self.error:
-            return False
-        streamed = [t for t in self.text.values() if t.rstrip() == self.final]
-        return bool(streamed) and len(self.final.split()) == self.deltas
+        return self.why_not_whole(self.final) is None
+
+    def why_not_whole(self, stored: str | None) -> str | None:
+        """None when the streamed text, the finished part's and the stored one are one and
+        the same whole reply; else what differs."""
+        if self.error or self.final is None:
+            return self.error or "no finished text part"
+        if len(self.final.split()) != self.deltas:
+            return f"the finished part has {len(self.final.split())} deltas"
+        if not any(t.rstrip() == self.final for t in self.text.values()):
+            got = max((len(t.rstrip()) for t in self.text.values()), default=0)
+            return f"streamed {got} of {len(self.final)} characters"
+        if stored != self.final:
+            return "the stored part differs"
+        return None
 
 
 async def run_client(
@@ -286,7 +297,8 @@ async def run_size(
     finally:
         for http in https:
             await http.aclose()
-    whole = sum(c.whole() and s == c.final for c, s in zip(clients, stored, strict=True))
+    why = [c.why_not_whole(s) for c, s in zip(clients, stored, strict=True)]
+    whole = why.count(None)
     firsts = [c.first_delta for c in clients if c.first_delta is not None]
     dones = [c.done for c in clients if c.done is not None]
     latencies = [x for c in clients for x in c.latencies]
@@ -308,6 +320,7 @@ async def run_size(
         "snapshots": sum(c.snapshots for c in clients),
         "whole": whole,
         "errors": sorted({c.error for c in clients if c.error}),
+        "not_whole": sorted({w for w in why if w is not None}),
     }
 
 
@@ -432,10 +445,10 @@ def main() -> None:
     ]
     print_table(header, table)
     for r in rows:
-        if r["holes"] or r["snapshots"] or r["errors"]:
+        if r["holes"] or r["snapshots"] or r["errors"] or r["not_whole"]:
             print(
                 f"S={r['sessions']}: {r['holes']} offset holes, {r['snapshots']} snapshots, "
-                f"errors: {r['errors']}"
+                f"errors: {r['errors']}, not whole: {r['not_whole']}"
             )
     print(f"server logs: {logs}")
 
