@@ -40,11 +40,16 @@ def lease_seconds() -> float:
     return float(settings.FORGE_LEASE_SECONDS)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     """Take the session's lease for this process, or raise ``SessionBusy``.
 
     Returns the expired lease it replaced, if any, so the caller recovers it.
+
+    Part of the prompt's transaction (no savepoint of its own: a refusal rolls
+    the whole prompt back). The session row's lock serialises acquirers, so the
+    lease row read under it can be inserted or updated plainly, without
+    ``update_or_create``'s savepoints and second lock: this runs before every turn.
     """
     now = timezone.now()
     # Serialise acquirers of one session on its row (the same lock writers take).
@@ -52,18 +57,17 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     current = SessionLease.objects.filter(session_id=session.pk).first()
     if current is not None and current.expires_at > now:
         raise SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
-    SessionLease.objects.update_or_create(
-        session_id=session.pk,
-        defaults={
-            "owner": OWNER,
-            "message_id": message_id,
-            "acquired_at": now,
-            "heartbeat_at": now,
-            "expires_at": now + timedelta(seconds=lease_seconds()),
-        },
-    )
+    held = {
+        "owner": OWNER,
+        "message_id": message_id,
+        "acquired_at": now,
+        "heartbeat_at": now,
+        "expires_at": now + timedelta(seconds=lease_seconds()),
+    }
     if current is None:
+        SessionLease.objects.create(session_id=session.pk, **held)
         return None
+    SessionLease.objects.filter(session_id=session.pk).update(**held)
     return DeadLease(owner=current.owner, message_id=current.message_id)
 
 
