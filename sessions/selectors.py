@@ -382,7 +382,9 @@ def log_head(*, tenant: Tenant, session: Session) -> tuple[int, str]:
     return (row[0], row[1]) if row else (0, "")
 
 
-def log_from(*, tenant: Tenant, session: Session, seq: int) -> list[tuple[int, str, str, Any]]:
+def log_from(
+    *, tenant: Tenant, session: Session, seq: int, limit: int | None = None
+) -> list[tuple[int, str, str, Any]]:
     """``(seq, hash, type, data)`` of the session's events from ``seq`` on (inclusive),
     oldest first: one indexed range read, whose cost is the events read, not the log.
 
@@ -396,8 +398,12 @@ def log_from(*, tenant: Tenant, session: Session, seq: int) -> list[tuple[int, s
         f"SELECT seq, hash, type, data FROM {sql.EVENT} "  # noqa: S608 (table names only)
         "WHERE session_id = %s AND tenant_id = %s AND seq >= %s ORDER BY seq"
     )
+    params: list[Any] = [session.pk, tenant.pk, seq]
+    if limit is not None:  # at most ``limit`` events
+        query += " LIMIT %s"
+        params.append(limit)
     with connection.cursor() as cursor:
-        cursor.execute(query, [session.pk, tenant.pk, seq])
+        cursor.execute(query, params)
         rows = cursor.fetchall()
     decode = field.from_db_value  # no expression: the column read whole
     # The hash column holds raw bytes (migration 0008); callers compare hex, as log_head gives.

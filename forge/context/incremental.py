@@ -56,6 +56,10 @@ from .visible import read_history, visible_history
 _GENERATED_ID = re.compile(r"[a-z]+_[0-9A-HJKMNP-TV-Z]{26}")
 
 
+# A missing state is folded from the log's start when the log has fewer events than this.
+FOLD_FROM_START_EVENTS = 200
+
+
 class Fallback(Exception):
     """An event the fold does not apply incrementally; the message says which."""
 
@@ -133,6 +137,25 @@ class Derived:
             },
             rendered={str(item["info"]["id"]): item_messages(item) for item in kept},
             blocks=fold_context(selectors.context_updates(tenant=tenant, session=session)),
+        )
+
+    @classmethod
+    def empty(cls, session: Session) -> Derived:
+        """The derived context of an empty log (seq 0): folding a short log from here is
+        cheaper than the full derivation's reads (see ``ContextCache._current``)."""
+        return cls(
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+            seq=0,
+            hash="",
+            start=None,
+            items={},
+            last_id=None,
+            order=[],
+            kept=[],
+            replies={},
+            rendered={},
+            blocks={},
         )
 
     def __len__(self) -> int:
@@ -310,17 +333,32 @@ class ContextCache:
                 self.stats[f"fallback:{exc}"] += 1
         else:
             self.stats["miss"] += 1
+        # A short log (a new chat's first turns) is folded from the start: one read of
+        # its events instead of the full derivation's several. A long one, or one the
+        # fold cannot apply (a compaction boundary ...), is derived in full.
+        derived = Derived.empty(session)
+        try:
+            self._catch_up(session, derived, limit=FOLD_FROM_START_EVENTS)
+            self.stats["seeded from start"] += 1
+            return derived
+        except Fallback as exc:
+            self.stats[f"full:{exc}"] += 1
         return Derived.seed(session)
 
-    def _catch_up(self, session: Session, derived: Derived) -> None:
-        rows = selectors.log_from(tenant=session.tenant, session=session, seq=max(derived.seq, 1))
+    def _catch_up(self, session: Session, derived: Derived, limit: int | None = None) -> None:
+        rows = selectors.log_from(
+            tenant=session.tenant, session=session, seq=max(derived.seq, 1), limit=limit
+        )
+        if limit is not None and len(rows) >= limit:
+            raise Fallback("long")
         if derived.seq:
             if not rows or rows[0][0] != derived.seq or rows[0][1] != derived.hash:
                 raise Fallback("stale")  # the log it was derived from is gone
             rows = rows[1:]
         for seq, event_hash, type, data in rows:
             derived.fold(seq, event_hash, type, data)
-        self.stats["folded"] += len(rows)
+        # Events folded onto a cached state (a short log folded from its start is not one).
+        self.stats["folded" if limit is None else "folded from start"] += len(rows)
 
 
 def _json(value: Any) -> str:

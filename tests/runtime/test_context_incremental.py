@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given
@@ -89,6 +90,36 @@ def assert_equal_to_full(session: Any) -> tuple[str, Any]:
     result = request_for(session)
     assert request_bytes(result) == request_bytes(full_request(session))
     return result
+
+
+def test_a_short_log_is_folded_from_its_start_in_one_query(session):
+    for n in range(3):
+        turn(session, n, tool=n == 1)
+    with CaptureQueriesContext(connection) as queries:
+        assert_equal_to_full(session)
+    assert cache.stats["miss"] == 1
+    assert cache.stats["seeded from start"] == 1
+    assert len([q for q in queries if "sessionevent" in q["sql"]]) >= 1
+    # The request itself was one read (the rest are the full derivation compared here).
+    cache.clear()
+    with CaptureQueriesContext(connection) as queries:
+        request_for(session)
+    assert len(queries) == 1 + (len(full_queries(session)) if settings.FORGE_CONTEXT_VERIFY else 0)
+
+
+def test_a_long_log_is_derived_in_full(session, monkeypatch):
+    monkeypatch.setattr("forge.context.incremental.FOLD_FROM_START_EVENTS", 10)
+    for n in range(3):
+        turn(session, n)
+    assert_equal_to_full(session)
+    assert cache.stats["full:long"] == 1
+    assert cache.stats["seeded from start"] == 0
+
+
+def full_queries(session: Any) -> list[Any]:
+    with CaptureQueriesContext(connection) as queries:
+        full_request(session)
+    return list(queries)
 
 
 def test_a_hit_reads_only_the_events_after_its_head_in_one_query(session):
