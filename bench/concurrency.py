@@ -91,6 +91,9 @@ def server_env(args: argparse.Namespace, db_url: str, app_dir: Path) -> dict[str
             "FORGE_LEASE_SECONDS": "60",
         }
     )
+    for setting in args.server_env:
+        key, _, value = setting.partition("=")
+        env[key] = value
     if args.window_ms is not None:
         env["FORGE_DELTA_WINDOW_MS"] = str(args.window_ms)
     if args.layer is not None:
@@ -354,6 +357,13 @@ def main() -> None:
     parser.add_argument("--app-dir", type=Path, default=ROOT)
     parser.add_argument("--window-ms", type=int, default=None)
     parser.add_argument("--layer", choices=["pubsub", "core"], default=None)
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the servers, e.g. FORGE_DB_POOL=8 (repeatable)",
+    )
     parser.add_argument(
         "--py-spy", help="the py-spy executable: record each server while replies stream"
     )

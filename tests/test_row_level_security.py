@@ -93,3 +93,43 @@ def test_the_application_role_cannot_bypass_row_level_security():
         assert cursor.fetchone() == (False, False)
         cursor.execute("SELECT count(*) FROM pg_tables WHERE tableowner = %s", [APP_ROLE])
         assert cursor.fetchone() == (0,)
+
+
+def test_pooled_connections_set_the_role_and_tenants_again_on_every_checkout(two_tenants, settings):
+    """A pool of one connection (FORGE_DB_POOL) serving as the application role, used by
+    two threads' connection wrappers, one per tenant, in turn: the same server
+    connection arrives carrying the other tenant's setting, and each wrapper's raw read
+    still sees its own tenant's rows only (a wrapper forgets what it sent at checkout)."""
+    from forge.db.postgresql import base as app_backend
+    from forge.settings.base import database_config
+
+    mine, theirs = two_tenants
+    config = {**connection.settings_dict, **database_config("postgres://x@y/z", pool=1)}
+    config.update(
+        {k: connection.settings_dict[k] for k in ("NAME", "USER", "HOST", "PORT", "PASSWORD")}
+    )
+    settings.FORGE_DB_APP_ROLE = APP_ROLE
+    app_backend.serve_as_app()
+    wrappers = {
+        tenant.pk: app_backend.DatabaseWrapper(config, alias="pooled") for tenant in two_tenants
+    }
+    backends: set[int] = set()
+    try:
+        for _ in range(3):
+            for tenant in (mine, theirs):
+                pooled = wrappers[tenant.pk]
+                with tenancy.scope([tenant.pk]), pooled.cursor() as cursor:
+                    cursor.execute("SELECT DISTINCT tenant_id FROM forge_sessions_session")
+                    assert [row[0] for row in cursor.fetchall()] == [tenant.pk]
+                    cursor.execute("SELECT pg_backend_pid(), current_user")
+                    pid, role = cursor.fetchone()
+                backends.add(pid)
+                assert role == APP_ROLE
+                pooled.close()  # back to the pool
+        assert len(backends) == 1  # one server connection, both tenants, in turn
+    finally:
+        for pooled in wrappers.values():
+            pooled.close()
+        wrappers[mine.pk].close_pool()
+        settings.FORGE_DB_APP_ROLE = ""
+        app_backend.serve_as_app()

@@ -75,6 +75,16 @@ def test_sqlite_urls_get_wal_a_busy_timeout_and_immediate_transactions():
     assert database_config("postgres://u@h:5432/d")["ENGINE"] == "forge.db.postgresql"
 
 
+def test_postgresql_gets_a_connection_pool_per_process(monkeypatch):
+    assert database_config("postgres://u@h:5432/d")["OPTIONS"]["pool"]["max_size"] == 8
+    monkeypatch.setenv("FORGE_DB_POOL", "3")
+    assert database_config("postgres://u@h:5432/d")["OPTIONS"]["pool"]["max_size"] == 3
+    monkeypatch.setenv("FORGE_DB_POOL", "0")
+    assert "pool" not in database_config("postgres://u@h:5432/d").get("OPTIONS", {})
+    assert "pool" not in database_config("postgres://u@h:5432/d", pool=0).get("OPTIONS", {})
+    assert "pool" not in database_config("sqlite:////tmp/x.sqlite3")["OPTIONS"]
+
+
 def test_redis_url_switches_the_channel_layer():
     assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     pubsub = channel_layers("redis://127.0.0.1:6379/0", layer="pubsub")["default"]

@@ -95,8 +95,13 @@ LOGIN_REDIRECT_URL = "/"
 DEFAULT_DATABASE_URL = f"sqlite:///{VAR_DIR / 'forge.sqlite3'}"
 
 
-def database_config(url: str) -> dict[str, Any]:
+def database_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
     """One ``DATABASES`` entry from a URL, tuned for Forge's write pattern.
+
+    PostgreSQL: a connection pool of ``pool`` connections per process (default
+    ``FORGE_DB_POOL``, 8; 0: a new connection per unit of work, as Django does).
+    Row-level security stays exact on a pooled connection: ``forge.db.postgresql``
+    sets the role and re-sends the visible tenants on every checkout.
 
     SQLite: WAL journal, ``synchronous=NORMAL`` (durable across process crashes,
     the WAL recommendation), a busy timeout, and ``BEGIN IMMEDIATE`` for every
@@ -116,6 +121,14 @@ def database_config(url: str) -> dict[str, Any]:
         # Django's backend plus the application role of row-level security.
         config["ENGINE"] = "forge.db.postgresql"
         config["CONN_HEALTH_CHECKS"] = True
+        # A pool per process (Django's psycopg pool): Channels closes a consumer's
+        # connection after every database_sync_to_async call, and without a pool each
+        # call opened a new connection, a new server process, before a prompt could start.
+        if pool is None:
+            pool = env_int("FORGE_DB_POOL", 8)
+        if pool > 0:
+            options = config.setdefault("OPTIONS", {})
+            options["pool"] = {"min_size": 1, "max_size": pool, "timeout": 30}
     return config
 
 

@@ -34,7 +34,9 @@ FORGE_TEST_REDIS_URL = env_str("FORGE_TEST_REDIS_URL")
 _run_tag = f"forge-test-{os.getpid()}"
 
 if FORGE_TEST_STACK == "server" and FORGE_TEST_DATABASE_URL:
-    DATABASES = {"default": database_config(FORGE_TEST_DATABASE_URL)}
+    # No pool in process: the test database must be droppable at the end. The servers
+    # the tests start (forge.settings.dev) use one.
+    DATABASES = {"default": database_config(FORGE_TEST_DATABASE_URL, pool=0)}
 else:
     _sqlite_file = os.path.join(tempfile.gettempdir(), f"{_run_tag}.sqlite3")
     DATABASES = {"default": database_config(f"sqlite:///{_sqlite_file}")}
