@@ -36,7 +36,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -55,6 +55,8 @@ from .visible import read_history, visible_history
 # collation; an id of another shape (an imported log's) is never ordered here.
 _GENERATED_ID = re.compile(r"[a-z]+_[0-9A-HJKMNP-TV-Z]{26}")
 
+
+T = TypeVar("T")
 
 # A missing state is folded from the log's start when the log has fewer events than this.
 FOLD_FROM_START_EVENTS = 200
@@ -299,25 +301,30 @@ class ContextCache:
 
     def request(self, session: Session) -> tuple[str, ModelRequest]:
         """The session's next model input at the log's end (see the module's docstring)."""
-        if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
-            return full_request(session)
-        derived = self._current(session)
-        result = derived.request()
-        self._put(derived)
-        if settings.FORGE_CONTEXT_VERIFY:
-            verify(session, derived.seq, request_bytes(result), lambda: full_request(session))
-        return result
+        return self._serve(session, Derived.request, full_request, request_bytes)
 
     def history(self, session: Session) -> list[dict[str, Any]]:
         """The visible history at the log's end (``forge.context.visible.visible_history``),
         from the same cached state: the run loop's pruning reads it every turn."""
+        return self._serve(session, Derived.history, visible_history, _json)
+
+    def _serve(
+        self,
+        session: Session,
+        read: Callable[[Derived], T],
+        full: Callable[[Session], T],
+        encode: Callable[[T], str],
+    ) -> T:
+        """``read`` of the session's state caught up with the log, put back in the cache;
+        ``full(session)`` when the cache is off; compared with it under
+        ``FORGE_CONTEXT_VERIFY`` (``encode`` gives the bytes compared)."""
         if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
-            return visible_history(session)
+            return full(session)
         derived = self._current(session)
-        result = derived.history()
+        result = read(derived)
         self._put(derived)
         if settings.FORGE_CONTEXT_VERIFY:
-            verify(session, derived.seq, _json(result), lambda: visible_history(session))
+            verify(session, derived.seq, encode(result), lambda: full(session), encode)
         return result
 
     def _current(self, session: Session) -> Derived:
@@ -365,14 +372,16 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def verify(session: Session, seq: int, have: str, full: Callable[[], Any]) -> None:
+def verify(
+    session: Session, seq: int, have: str, full: Callable[[], Any], encode: Callable[[Any], str]
+) -> None:
     """Raise :class:`ContextCacheMismatch` unless ``have`` (a cached result as of ``seq``,
-    as JSON) is byte-for-byte what ``full`` derives from the log. Skipped when the log
-    moved past ``seq`` meanwhile (the two would describe different logs)."""
+    encoded) is byte-for-byte what ``full`` derives from the log, encoded alike. Skipped
+    when the log moved past ``seq`` meanwhile (the two would describe different logs)."""
     expected = full()
     if selectors.log_head(tenant=session.tenant, session=session)[0] != seq:
         return
-    want = request_bytes(expected) if isinstance(expected, tuple) else _json(expected)
+    want = encode(expected)
     if want != have:
         raise ContextCacheMismatch(
             f"session {session.pk} at seq {seq}: the cached context differs from the log's\n"
