@@ -42,7 +42,7 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
     engine_arguments,
     per_engine,
     print_table,
-    use_fresh_database,
+    start_django,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,16 +54,8 @@ TURN_EVENTS = 8
 
 def worker(engine: str, events: int, turns: int, postgres_url: str) -> dict[str, Any]:
     """Runs in a child process: set up a fresh database, append, measure."""
-    use_fresh_database(engine, postgres_url, BENCH_DB)
-    os.environ.pop("REDIS_URL", None)
-    os.environ["FORGE_DEBUG"] = "0"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"
-    sys.path.insert(0, str(ROOT))
+    start_django(engine, postgres_url, BENCH_DB)
 
-    import django
-
-    django.setup()
-    from django.core.management import call_command
     from django.db import connection, transaction
 
     from accounts.services import create_user
@@ -72,7 +64,6 @@ def worker(engine: str, events: int, turns: int, postgres_url: str) -> dict[str,
     from sessions.log import format_time, now_ms
     from sessions.models import SessionEvent
 
-    call_command("migrate", verbosity=0)
     user = create_user(username="bench", tenant_name="bench", validate=False).user
     session = services.create_session(user=user, title="bench")
     message_id = services.update_message(session=session, info={"role": "user"}).data["id"]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from append import stored_bytes  # bench/ comes first on sys.path: python bench/<name>.py
-from table import engine_arguments, per_engine, print_table, use_fresh_database
+from table import engine_arguments, per_engine, print_table, start_django
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_context"
@@ -221,16 +220,8 @@ def next_turn_rows(user: Any, turns_list: list[int]) -> list[dict[str, Any]]:
 
 
 def worker(engine: str, sizes: list[int], postgres_url: str, turns: list[int]) -> dict[str, Any]:
-    use_fresh_database(engine, postgres_url, BENCH_DB)
-    os.environ.pop("REDIS_URL", None)
-    os.environ["FORGE_DEBUG"] = "0"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"
-    sys.path.insert(0, str(ROOT))
+    start_django(engine, postgres_url, BENCH_DB)
 
-    import django
-
-    django.setup()
-    from django.core.management import call_command
     from django.db import connection
 
     from accounts.services import create_user
@@ -241,7 +232,6 @@ def worker(engine: str, sizes: list[int], postgres_url: str, turns: list[int]) -
     from sessions.ids import new_session_id
     from sessions.models import Message
 
-    call_command("migrate", verbosity=0)
     user = create_user(username="bench", tenant_name="bench", validate=False).user
     rows = []
     for size in sizes:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -41,7 +40,7 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
     engine_arguments,
     per_engine,
     print_table,
-    use_fresh_database,
+    start_django,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,23 +202,14 @@ def prose(rng: random.Random, length: int) -> str:
 
 def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> dict[str, Any]:
     """Runs in a child process: a fresh database, N turns, sizes at each N."""
-    use_fresh_database(engine, postgres_url, BENCH_DB)
-    os.environ.pop("REDIS_URL", None)
-    os.environ["FORGE_DEBUG"] = "0"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"
-    sys.path.insert(0, str(ROOT))
+    start_django(engine, postgres_url, BENCH_DB)
 
-    import django
-
-    django.setup()
-    from django.core.management import call_command
     from django.db import connection
 
     from accounts.services import create_user
     from sessions import services
     from sessions.ids import new_message_id
 
-    call_command("migrate", verbosity=0)
     user = create_user(username="bench", tenant_name="bench", validate=False).user
     session = services.create_session(user=user, title="bench")
     rng = random.Random(11)

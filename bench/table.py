@@ -68,3 +68,23 @@ def per_engine(script: str, engines: str, argv: list[str]) -> list[dict[str, Any
             sys.exit(f"{engine} run failed:\n{child.stderr}")
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
     return results
+
+
+def start_django(engine: str, postgres_url: str, name: str, **env: str) -> None:
+    """In a benchmark's worker process: an empty database (:func:`use_fresh_database`),
+    the development settings without Redis (the in-memory channel layer) plus ``env``,
+    Django set up and migrated."""
+    import os
+    import sys
+    from pathlib import Path
+
+    use_fresh_database(engine, postgres_url, name)
+    os.environ.pop("REDIS_URL", None)
+    os.environ.update({"FORGE_DEBUG": "0", "DJANGO_SETTINGS_MODULE": "forge.settings.dev", **env})
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
