@@ -220,6 +220,41 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
     _own_loop().run_until_complete(get_channel_layer().group_send(group, _message(frame)))
 
 
+def publish_many(session_id: str, frames: list[dict[str, Any]]) -> None:
+    """:func:`publish` for several frames of one session, in order, at the cost of one:
+    one hand-over to the server loop's outbox, or one run of this thread's own loop
+    (a batch's frames, published after its commit)."""
+    if get_channel_layer() is None or not frames:
+        return
+    group = session_group(session_id)
+    loop = server_loop()
+    if loop is not None:
+        loop.call_soon_threadsafe(_enqueue_many, loop, group, frames)
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("bus.publish_many() called from a running event loop")
+
+    async def send_all() -> None:
+        layer = get_channel_layer()
+        for frame in frames:  # one lost frame does not lose the rest (clients repair gaps)
+            try:
+                await layer.group_send(group, _message(frame))
+            except Exception:
+                logger.exception("could not publish %s seq %s", frame.get("type"), frame.get("seq"))
+
+    _own_loop().run_until_complete(send_all())
+
+
+def _enqueue_many(loop: asyncio.AbstractEventLoop, group: str, frames: list[Frame]) -> None:
+    publisher = _publisher(loop)
+    for frame in frames:
+        publisher.put(group, frame)
+
+
 async def apublish(session_id: str, frame: dict[str, Any]) -> None:
     """Send one frame to the session's group, from async code (in order with the rest)."""
     if get_channel_layer() is None:
@@ -243,3 +278,12 @@ def publish_after_commit(session_id: str, frame: dict[str, Any]) -> None:
         publish(session_id, frame)
     except Exception:
         logger.exception("could not publish %s seq %s", frame.get("type"), frame.get("seq"))
+
+
+def publish_many_after_commit(session_id: str, frames: list[dict[str, Any]]) -> None:
+    """``transaction.on_commit`` target for a batch's frames (see
+    :func:`publish_after_commit`)."""
+    try:
+        publish_many(session_id, frames)
+    except Exception:
+        logger.exception("could not publish %d frames of session %s", len(frames), session_id)

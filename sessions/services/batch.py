@@ -146,8 +146,7 @@ def _prepare_all(
 
 
 def _publish_all(session_id: str, frames: list[dict[str, Any]]) -> None:
-    for frame in frames:
-        bus.publish_after_commit(session_id, frame)
+    bus.publish_many_after_commit(session_id, frames)
 
 
 def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEvent]:

@@ -108,3 +108,39 @@ async def test_a_sync_caller_with_no_event_loop_publishes_too(session):
     event = await asyncio.to_thread(write_from_a_plain_thread)
     frame = await next_frame(layer, channel)
     assert (frame["seq"], frame["id"]) == (event.seq, event.id)
+
+
+async def test_a_batch_from_a_plain_thread_publishes_its_frames_in_order(session, monkeypatch):
+    """A batch's frames go out together after its commit; a frame the layer refuses is
+    logged and the rest still go (clients repair the gap from the log)."""
+    layer, channel = await subscribe(session)
+    sent = layer.group_send
+    refused: list[int] = []
+
+    async def refuse_the_second(group: str, message: dict) -> None:
+        if message["frame"]["seq"] == 4 and not refused:  # the batch's second (seq 1: created)
+            refused.append(4)
+            raise ConnectionError("the layer is away")
+        await sent(group, message)
+
+    monkeypatch.setattr(layer, "group_send", refuse_the_second)
+
+    def write_a_batch() -> list[Any]:
+        try:
+            message = services.update_message(session=session, info={"role": "user"})
+            return services.append_batch(
+                session=session,
+                writes=[
+                    services.UpdatePart(
+                        part={"message_id": message.data["id"], "type": "text", "text": f"t{n}"}
+                    )
+                    for n in range(3)
+                ],
+            )
+        finally:
+            connection.close()
+
+    await asyncio.to_thread(write_a_batch)
+    seqs = [(await next_frame(layer, channel))["seq"] for _ in range(3)]
+    assert seqs == [2, 3, 5]
+    assert refused == [4]
