@@ -192,24 +192,29 @@ def _publisher(loop: asyncio.AbstractEventLoop) -> _LoopPublisher:
     return publisher
 
 
-def _enqueue(loop: asyncio.AbstractEventLoop, group: str, frame: Frame) -> None:
-    _publisher(loop).put(group, frame)
-
-
 def publish(session_id: str, frame: dict[str, Any]) -> None:
-    """Send one frame to the session's group, from synchronous code.
+    """Send one frame to the session's group, from synchronous code (see
+    :func:`publish_many`)."""
+    publish_many(session_id, [frame])
 
-    In a thread working for an event loop (``sync_to_async``), the frame joins
+
+def publish_many(session_id: str, frames: list[dict[str, Any]]) -> None:
+    """Send frames of one session to its group, in order, from synchronous code, at the
+    cost of one hand-over (a batch's frames, published after its commit).
+
+    In a thread working for an event loop (``sync_to_async``), the frames join
     that loop's ordered outbox and this returns at once. Elsewhere (management
-    commands, scripts) it is sent on a loop of this thread's own, and this
-    returns once it is sent.
+    commands, scripts) they are sent on a loop of this thread's own, and this
+    returns once they are sent: a frame the layer refuses does not keep the rest
+    from going (clients repair gaps from the log); the first refusal is raised
+    after them.
     """
-    if get_channel_layer() is None:
+    if get_channel_layer() is None or not frames:
         return
     group = session_group(session_id)
     loop = server_loop()
     if loop is not None:
-        loop.call_soon_threadsafe(_enqueue, loop, group, frame)
+        loop.call_soon_threadsafe(_enqueue, loop, group, frames)
         return
     try:
         asyncio.get_running_loop()
@@ -217,39 +222,22 @@ def publish(session_id: str, frame: dict[str, Any]) -> None:
         pass
     else:
         raise RuntimeError("bus.publish() called from a running event loop: await apublish()")
-    _own_loop().run_until_complete(get_channel_layer().group_send(group, _message(frame)))
-
-
-def publish_many(session_id: str, frames: list[dict[str, Any]]) -> None:
-    """:func:`publish` for several frames of one session, in order, at the cost of one:
-    one hand-over to the server loop's outbox, or one run of this thread's own loop
-    (a batch's frames, published after its commit)."""
-    if get_channel_layer() is None or not frames:
-        return
-    group = session_group(session_id)
-    loop = server_loop()
-    if loop is not None:
-        loop.call_soon_threadsafe(_enqueue_many, loop, group, frames)
-        return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("bus.publish_many() called from a running event loop")
 
     async def send_all() -> None:
         layer = get_channel_layer()
-        for frame in frames:  # one lost frame does not lose the rest (clients repair gaps)
+        refused: Exception | None = None
+        for frame in frames:
             try:
                 await layer.group_send(group, _message(frame))
-            except Exception:
-                logger.exception("could not publish %s seq %s", frame.get("type"), frame.get("seq"))
+            except Exception as exc:
+                refused = refused or exc
+        if refused is not None:
+            raise refused
 
     _own_loop().run_until_complete(send_all())
 
 
-def _enqueue_many(loop: asyncio.AbstractEventLoop, group: str, frames: list[Frame]) -> None:
+def _enqueue(loop: asyncio.AbstractEventLoop, group: str, frames: list[Frame]) -> None:
     publisher = _publisher(loop)
     for frame in frames:
         publisher.put(group, frame)
