@@ -51,3 +51,14 @@ def scope(tenants: Iterable[int] | str) -> Iterator[None]:
         yield
     finally:
         _visible.reset(token)
+
+
+@contextlib.contextmanager
+def scope_value(value: str) -> Iterator[None]:
+    """See again, inside the block only, what :func:`visible` returned earlier (for work
+    that runs later on behalf of the same caller, such as a streamed response's body)."""
+    token = _visible.set(value)
+    try:
+        yield
+    finally:
+        _visible.reset(token)

@@ -12,11 +12,11 @@ left to their own defaults.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
 
 from accounts import tenancy
 from accounts.models import Membership
@@ -58,7 +58,64 @@ class TenancyMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         user = getattr(request, "user", None)
         with tenancy.scope(tenants_of(user)):
-            return self.get_response(request)
+            response = self.get_response(request)
+            if isinstance(response, StreamingHttpResponse) and not isinstance(
+                response, FileResponse
+            ):
+                keep_tenants(response, tenancy.visible())
+            return response
+
+
+def keep_tenants(response: StreamingHttpResponse, tenants: str) -> None:
+    """Read ``response``'s body under ``tenants``, as its view saw them.
+
+    A streamed body (the export, SSE, the AI SDK stream) is read by the server
+    after the view returned and this middleware's scope ended, in a context of its
+    own (a worker thread for a synchronous iterator). Under row-level security a
+    query there would see no tenant at all: the export once came back as its header
+    line only. Every step of the body's iterator runs in the view's scope again; the
+    scope is never held across a ``yield``, so it cannot leak into the server's code.
+    (Files, ``FileResponse``, read no table and keep their server's file fast path.)
+    """
+    content = response.streaming_content
+    if response.is_async:
+        response.streaming_content = _scoped_async(content, tenants)
+    else:
+        response.streaming_content = _scoped(content, tenants)
+
+
+def _scoped(content: Any, tenants: str) -> Iterator[Any]:
+    iterator = iter(content)
+    try:
+        while True:
+            with tenancy.scope_value(tenants):
+                try:
+                    chunk = next(iterator)
+                except StopIteration:
+                    return
+            yield chunk
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            with tenancy.scope_value(tenants):
+                close()
+
+
+async def _scoped_async(content: Any, tenants: str) -> AsyncIterator[Any]:
+    iterator = aiter(content)
+    try:
+        while True:
+            with tenancy.scope_value(tenants):
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    return
+            yield chunk
+    finally:
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            with tenancy.scope_value(tenants):
+                await close()
 
 
 def tenants_of(user: Any) -> list[int] | str:
