@@ -13,8 +13,9 @@ class ForgeConfig(AppConfig):
 
         from django.conf import settings
 
-        # Register the built-in tools: the workspace tools and the task tool.
-        from forge import tools  # noqa: F401
+        # Register the system checks, and the built-in tools: the workspace tools and
+        # the task tool.
+        from forge import checks, tools  # noqa: F401
         from forge.runtime import subtask  # noqa: F401
 
         # A deleted session's uploads and workspace go with it.

@@ -13,8 +13,10 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from accounts import tenancy  # noqa: E402
+from forge.checks import require_collected_static  # noqa: E402
 from forge.db.postgresql.base import serve_as_app  # noqa: E402
 
+require_collected_static()  # DEBUG off: refuse to start rather than answer 500 on every page
 serve_as_app()  # PostgreSQL: act as FORGE_DB_APP_ROLE, under row-level security
 
 if settings.FORGE_RECOVER_ON_START:
