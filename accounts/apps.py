@@ -5,3 +5,8 @@ class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Accounts and tenants"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .tokens import hide_keys
+
+        hide_keys()

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, Permission
+from django.db.models import QuerySet
 
 from .exceptions import NoTenant
-from .models import Membership, Tenant
+from .models import Membership, Tenant, User
 
-__all__ = ["NoTenant", "is_member", "tenant_for_user"]
+__all__ = [
+    "NoTenant",
+    "is_member",
+    "members_of",
+    "permission_ids_of",
+    "tenant_for_user",
+    "tenant_ids_of",
+    "users_managed_by",
+]
 
 
 def tenant_for_user(user: AbstractBaseUser | AnonymousUser) -> Tenant:
@@ -28,3 +39,57 @@ def tenant_for_user(user: AbstractBaseUser | AnonymousUser) -> Tenant:
 
 def is_member(*, user: AbstractBaseUser, tenant: Tenant) -> bool:
     return Membership.objects.filter(user_id=user.pk, tenant=tenant).exists()
+
+
+def tenant_ids_of(user: AbstractBaseUser | AnonymousUser) -> list[int]:
+    """The ids of every tenant ``user`` is a member of (none for an anonymous user)."""
+    if not user.is_authenticated:
+        return []
+    return list(Membership.objects.filter(user_id=user.pk).values_list("tenant_id", flat=True))
+
+
+def members_of(tenant_ids: Iterable[int]) -> QuerySet[User]:
+    """Every user with a membership in at least one of these tenants, each once."""
+    return User.objects.filter(
+        pk__in=Membership.objects.filter(tenant_id__in=list(tenant_ids)).values("user_id")
+    )
+
+
+def permission_ids_of(user: User) -> set[int]:
+    """The ids of the permissions ``user`` holds, directly or through a group, whether or
+    not the account is active or a superuser (Django's ``get_all_permissions`` answers
+    nothing for an inactive user, which must not make a strong account look weak)."""
+    direct = Permission.objects.filter(user=user)
+    grouped = Permission.objects.filter(group__user=user)
+    return set(direct.values_list("pk", flat=True)) | set(grouped.values_list("pk", flat=True))
+
+
+def users_managed_by(editor: User) -> QuerySet[User]:
+    """The users a non-superuser ``editor`` may change, delete, or issue tokens for: those
+    who are no more powerful than the editor, so that taking one over (setting their
+    password, minting their token) gains the editor nothing. That is, users
+
+    * who are not superusers,
+    * whose every tenant is one of the editor's (a user shared with a tenant the
+      editor is not in would carry the editor into it),
+    * whose every permission, direct or through a group, the editor holds too.
+
+    The editor is among them. Superusers manage everyone; this is not asked for them.
+    """
+    tenants = tenant_ids_of(editor)
+    held = permission_ids_of(editor)
+    not_held = Permission.objects.exclude(pk__in=held)
+    elsewhere = Membership.objects.exclude(tenant_id__in=tenants).values("user_id")
+    stronger_direct = User.user_permissions.through.objects.filter(permission__in=not_held).values(
+        "user_id"
+    )
+    stronger_grouped = User.groups.through.objects.filter(group__permissions__in=not_held).values(
+        "user_id"
+    )
+    return (
+        members_of(tenants)
+        .filter(is_superuser=False)
+        .exclude(pk__in=elsewhere)
+        .exclude(pk__in=stronger_direct)
+        .exclude(pk__in=stronger_grouped)
+    )

@@ -62,3 +62,9 @@ def create_user(
     )
     token = Token.objects.create(user=user).key if with_token else None
     return CreatedUser(user=user, tenant=tenant, tenant_created=tenant_created, token=token)
+
+
+def join_tenant(*, user: User, tenant: Tenant) -> Membership:
+    """Make ``user`` a member of ``tenant`` (idempotent: an existing membership is kept)."""
+    membership, _ = Membership.objects.get_or_create(user=user, tenant=tenant)
+    return membership

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from accounts.admin import TenantScopedAdmin
 from forge.context import COMPACTION_PROMPT, request_for
 from forge.context.compacted import filter_compacted
 from forge.context.pruning import PLACEHOLDER_START, is_pruned
@@ -64,8 +65,11 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(SessionLease)
-class SessionLeaseAdmin(admin.ModelAdmin):
-    """Who runs which turn right now. Read-only: leases belong to the runtime."""
+class SessionLeaseAdmin(TenantScopedAdmin, admin.ModelAdmin):
+    """Who runs which turn right now, in the staff user's tenants. Read-only: leases
+    belong to the runtime."""
+
+    tenant_path = "session__tenant"
 
     list_display = ("session", "owner", "message_id", "heartbeat_at", "expires_at", "live")
     search_fields = ("=session__id", "owner")

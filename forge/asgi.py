@@ -41,12 +41,15 @@ start_janitor()
 from channels.routing import URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from forge.nul import RefuseNulSockets  # noqa: E402
 from forge.realtime.auth import SocketAuthStack  # noqa: E402
 from forge.realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(SocketAuthStack(URLRouter(websocket_urlpatterns))),
+        "websocket": RefuseNulSockets(
+            AllowedHostsOriginValidator(SocketAuthStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

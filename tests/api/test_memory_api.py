@@ -192,7 +192,6 @@ HOSTILE = [
     "summary : rocket",
     "scope:t1",
     "'; DROP TABLE memory_memoryslice; --",
-    "\x00rocket",
     "rocket \\ / | & ! : < > @ @@ ~ ^ -",
     "",
     "   ",
@@ -223,12 +222,13 @@ def test_query_syntax_is_plain_text_never_a_500(api, mine, query):
         ("/api/memory/search/?q=x&limit=%D9%A3", "invalid_cursor"),  # Arabic-Indic 3
         ("/api/memory/search/?q=x&limit=%EF%BC%95", "invalid_cursor"),  # fullwidth 5
         ("/api/memory/search/?q=x&agent=" + "a" * 65, "invalid_query"),
-        ("/api/memory/search/?q=x&agent=a%00b", "invalid_query"),
+        ("/api/memory/search/?q=x&agent=a%00b", "invalid"),  # a NUL anywhere: forge/nul.py
+        ("/api/memory/search/?q=%00rocket", "invalid"),
         ("/api/memory/cores/?limit=0", "invalid_cursor"),
         ("/api/memory/cores/?limit=201", "invalid_cursor"),
         ("/api/memory/cores/?limit=%D9%A3", "invalid_cursor"),
         ("/api/memory/cores/?cursor=bogus", "invalid_cursor"),
-        ("/api/memory/cores/?agent=a%00b", "invalid_query"),
+        ("/api/memory/cores/?agent=a%00b", "invalid"),
         ("/api/memory/units/{unit}/?limit=1001", "invalid_cursor"),
         ("/api/memory/units/{unit}/?offset=-1", "invalid_cursor"),
         ("/api/memory/units/{unit}/?offset=%D9%A3", "invalid_cursor"),

@@ -100,3 +100,39 @@ def test_the_session_page_shows_what_the_model_sees_with_hidden_and_pruned_items
     assert "0 hidden" in then.text
     bad = admin_client.get(url + "?at=999999")
     assert "at must be a seq" in bad.text
+
+
+def test_staff_see_only_the_leases_of_their_tenants_sessions(session, tenant, other_user):
+    """Issue 17: the lease list showed every tenant's session ids to any staff user."""
+    from datetime import timedelta
+
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+    from django.utils import timezone
+
+    from accounts.models import Membership, User
+    from forge.models import SessionLease
+
+    now = timezone.now()
+    SessionLease.objects.create(
+        session=session,
+        owner="worker-7",
+        message_id="msg_1",
+        acquired_at=now,
+        heartbeat_at=now,
+        expires_at=now + timedelta(minutes=1),
+    )
+    view = Permission.objects.get(codename="view_sessionlease")
+    listings = {}
+    for name, member_of in (("outsider", other_user.memberships.get().tenant), ("insider", tenant)):
+        staff = User.objects.create_user(username=name, password="pw-staff-123", is_staff=True)
+        Membership.objects.create(tenant=member_of, user=staff)
+        staff.user_permissions.set([view])
+        client = Client()
+        client.force_login(staff)
+        listings[name] = client.get(reverse("admin:forge_sessionlease_changelist"))
+        assert listings[name].status_code == 200
+    assert "worker-7" not in listings["outsider"].text
+    assert "First chat" not in listings["outsider"].text
+    assert "worker-7" in listings["insider"].text
+    assert "First chat" in listings["insider"].text
