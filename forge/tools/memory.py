@@ -9,8 +9,10 @@ another agent or another tenant is answered exactly like a missing one (a tool
 error), never with its data.
 
 * ``memory_search {query, limit?}``: slices whose summary matches, best first,
-  as text: score, slice id, unit id, the message range ``[start, end)`` and the
+  as text: rank, slice id, unit id, the message range ``[start, end)`` and the
   summary (each cut at :data:`SUMMARY_MAX_CHARS`). ``limit`` 1..20, default 5.
+  No score: the order is all there is, and it depends on the speaker's memory
+  alone (``memory.search``).
 * ``memory_read {slice_id}`` or ``{unit_id, start?, end?}``: the raw messages of
   the slice's range, or of the unit's ``[start, end)`` (``start`` default 0,
   ``end`` default ``start + READ_MAX_MESSAGES``), at most
@@ -119,10 +121,10 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             metadata={"count": 0, "slice_ids": []},
         )
     lines = [f"{len(hits)} memory slice{'s' if len(hits) != 1 else ''} for {shown!r}, best first:"]
-    for rank, hit in enumerate(hits, 1):
+    for hit in hits:
         item = hit.slice
         lines.append(
-            f"{rank}. score {hit.score:.3f} | slice {item.pk} | unit {item.unit_id} "
+            f"{hit.rank}. slice {item.pk} | unit {item.unit_id} "
             f"| messages [{item.start_index}, {item.end_index}) "
             f"| {format_time(item.created_at)}"
         )

@@ -118,7 +118,8 @@ async def test_search_gives_the_owners_slices_for_this_agent_only(ctx, memories)
     assert f"slice {item.pk}" in result.output
     assert f"unit {item.unit_id}" in result.output
     assert f"messages [{item.start_index}, {item.end_index})" in result.output
-    assert "score " in result.output
+    assert f"1. slice {item.pk} | unit" in result.output  # a rank, no score
+    assert "score" not in result.output
     assert "We deployed the rocket service" in result.output
     for other in ("Carol", "engines", "Another tenant"):
         assert other not in result.output
