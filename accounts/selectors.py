@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, Permission
 from django.db.models import QuerySet
@@ -14,6 +16,7 @@ from .models import Membership, Tenant, User
 __all__ = [
     "NoTenant",
     "is_member",
+    "member",
     "members_of",
     "permission_ids_of",
     "tenant_for_user",
@@ -93,3 +96,15 @@ def users_managed_by(editor: User) -> QuerySet[User]:
         .exclude(pk__in=stronger_direct)
         .exclude(pk__in=stronger_grouped)
     )
+
+
+def member(*, tenant: Tenant, user_id: Any) -> AbstractBaseUser | None:
+    """The user ``user_id`` if they are a member of ``tenant`` (one query), else None: for
+    an id read from a log (a turn's speaker), which may name a user since deleted, one
+    who left the tenant, or, in an imported log, nobody of this database."""
+    if isinstance(user_id, bool) or not isinstance(user_id, int):
+        return None
+    found: AbstractBaseUser | None = (
+        get_user_model().objects.filter(pk=user_id, memberships__tenant=tenant).first()
+    )
+    return found

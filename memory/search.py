@@ -3,10 +3,15 @@
 * SQLite: the FTS5 table ``memory_slice_fts(summary, scope)`` (porter stemming,
   diacritics folded); a slice's row id is kept in ``MemorySlice.search_rowid``
   and a trigger drops the row when the slice is deleted. ``scope`` holds the
-  tenant, so a query only walks its tenant's postings. Ranked by BM25.
+  tenant, so a query only walks its tenant's postings.
 * PostgreSQL: the column ``memory_memoryslice.search_document`` with a GIN
   index, built with the text search configuration ``FORGE_MEMORY_SEARCH_CONFIG``
-  (default ``english``). Ranked by ``ts_rank_cd``.
+  (default ``english``).
+
+Both rank the same way, from the searched memory alone (:func:`search`): FTS5's
+bm25 takes its word statistics from the whole index, every tenant's rows, so its
+scores (and the order they give) would move when another tenant's memory gained
+a word (issue 17).
 
 The index is kept current by the built-in AfterRolling consumer
 :func:`index_consumer`; ``roll_dialogs`` indexes any slice it missed (a
@@ -20,6 +25,7 @@ matching, the ones matching more ranking higher. FTS syntax in the input
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -77,6 +83,16 @@ def _sqlite_match(words: Sequence[str], tenant_id: int) -> str:
     return f'summary : ({phrases}) AND scope : "t{tenant_id}"'
 
 
+def _tsquery(words: Sequence[str]) -> str:
+    return " | ".join(f"'{w}'" for w in words)  # words hold no quote: letters and digits
+
+
+def weight(total: int, holding: int) -> float:
+    """How much matching a word counts: BM25's inverse document frequency, over the
+    searched memory alone (``total`` slices, ``holding`` of which hold the word)."""
+    return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
+
+
 def search(
     *,
     tenant_id: int,
@@ -84,8 +100,18 @@ def search(
     user_id: int | None = None,
     agent: str | None = None,
     limit: int = 10,
-) -> list[tuple[str, float]]:
-    """``(slice id, score)`` best first (higher score = better match)."""
+) -> list[str]:
+    """Ids of the matching slices, best first.
+
+    The order depends on the searched memory alone (the tenant's, narrowed to
+    ``user_id`` and ``agent`` when given), never on other tenants' rows, which
+    share the index (issue 17): first the sum of the weights of the words a slice
+    matches (:func:`weight`, from how many of the searched slices hold each word,
+    counted here, not taken from the engine's whole-index statistics such as
+    FTS5's bm25), then a measure of the slice alone (SQLite: how many of its words
+    match; PostgreSQL: ``ts_rank_cd``), then the newest first. Scores are not
+    returned: a caller sees ranks.
+    """
     if not words:
         return []
     joins = ""
@@ -100,25 +126,102 @@ def search(
             where.append("c.agent = %s")
             params.append(agent)
     extra = "".join(f" AND {w}" for w in where)
+    scope = (joins, extra, params)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            tsquery = " | ".join(f"'{w}'" for w in words)
-            cursor.execute(
-                f"SELECT s.id, ts_rank_cd(s.search_document, q, 32) AS score "
-                f"FROM {SLICE} s CROSS JOIN to_tsquery(%s::regconfig, %s) q{joins} "
-                f"WHERE s.search_document @@ q AND s.tenant_id = %s{extra} "
-                f"ORDER BY score DESC, s.created_at DESC, s.id DESC LIMIT %s",
-                [search_config(), tsquery, tenant_id, *params, limit],
-            )
-        else:
-            cursor.execute(
-                f"SELECT s.id, -bm25({FTS_TABLE}, 1.0, 0.0) AS score "
-                f"FROM {FTS_TABLE} JOIN {SLICE} s ON s.search_rowid = {FTS_TABLE}.rowid{joins} "
-                f"WHERE {FTS_TABLE} MATCH %s AND s.tenant_id = %s{extra} "
-                f"ORDER BY score DESC, s.created_at DESC, s.id DESC LIMIT %s",
-                [_sqlite_match(words, tenant_id), tenant_id, *params, limit],
-            )
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+            return _search_postgres(cursor, tenant_id, words, scope, limit)
+        return _search_sqlite(cursor, tenant_id, words, scope, limit)
+
+
+Scope = tuple[str, str, list[Any]]  # joins, extra WHERE, their parameters
+
+
+def _search_sqlite(
+    cursor: Any, tenant_id: int, words: Sequence[str], scope: Scope, limit: int
+) -> list[str]:
+    joins, extra, params = scope
+    matching = (
+        f"FROM {FTS_TABLE} JOIN {SLICE} s ON s.search_rowid = {FTS_TABLE}.rowid{joins} "
+        f"WHERE {FTS_TABLE} MATCH %s AND s.tenant_id = %s{extra}"
+    )
+    # One statement: the searched slices, and how many of them hold each word.
+    cursor.execute(
+        f"SELECT (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s AND s.indexed"
+        f"{extra})" + "".join(f", (SELECT count(*) {matching})" for _ in words),
+        [
+            tenant_id,
+            *params,
+            *[v for w in words for v in (_sqlite_match([w], tenant_id), tenant_id, *params)],
+        ],
+    )
+    total, *holding = cursor.fetchone()
+    weighted = [(w, weight(total, n)) for w, n in zip(words, holding, strict=True) if n]
+    if not weighted:
+        return []
+    score = " + ".join(
+        f"(CASE WHEN s.search_rowid IN (SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} "
+        f"MATCH %s) THEN %s ELSE 0.0 END)"
+        for _ in weighted
+    )
+    marked = f"highlight({FTS_TABLE}, 0, char(1), '')"  # each matching word opens a mark
+    cursor.execute(
+        f"SELECT s.id {matching} ORDER BY ({score}) DESC, "
+        f"length({marked}) - length(replace({marked}, char(1), '')) DESC, "
+        f"s.created_at DESC, s.id DESC LIMIT %s",
+        [
+            _sqlite_match([w for w, _ in weighted], tenant_id),
+            tenant_id,
+            *params,
+            *[v for w, x in weighted for v in (_sqlite_match([w], tenant_id), x)],
+            limit,
+        ],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _search_postgres(
+    cursor: Any, tenant_id: int, words: Sequence[str], scope: Scope, limit: int
+) -> list[str]:
+    joins, extra, params = scope
+    config = search_config()
+    cursor.execute(
+        f"SELECT (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s AND s.indexed"
+        f"{extra})"
+        + "".join(
+            f", (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s{extra} "
+            f"AND s.search_document @@ to_tsquery(%s::regconfig, %s))"
+            for _ in words
+        ),
+        [
+            tenant_id,
+            *params,
+            *[v for w in words for v in (tenant_id, *params, config, _tsquery([w]))],
+        ],
+    )
+    total, *holding = cursor.fetchone()
+    weighted = [(w, weight(total, n)) for w, n in zip(words, holding, strict=True) if n]
+    if not weighted:
+        return []
+    score = " + ".join(
+        "(CASE WHEN s.search_document @@ to_tsquery(%s::regconfig, %s) "
+        "THEN %s::float8 ELSE 0.0 END)"
+        for _ in weighted
+    )
+    cursor.execute(
+        f"SELECT s.id FROM {SLICE} s CROSS JOIN to_tsquery(%s::regconfig, %s) q{joins} "
+        f"WHERE s.search_document @@ q AND s.tenant_id = %s{extra} "
+        f"ORDER BY ({score}) DESC, ts_rank_cd(s.search_document, q, 32) DESC, "
+        f"s.created_at DESC, s.id DESC LIMIT %s",
+        [
+            config,
+            _tsquery([w for w, _ in weighted]),
+            tenant_id,
+            *params,
+            *[v for w, x in weighted for v in (config, _tsquery([w]), x)],
+            limit,
+        ],
+    )
+    return [row[0] for row in cursor.fetchall()]
 
 
 def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_BATCH) -> int:

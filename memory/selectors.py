@@ -216,7 +216,7 @@ def history_block(
 @dataclass(frozen=True)
 class SliceHit:
     slice: MemorySlice  # with ``unit`` and ``unit.core`` loaded
-    score: float  # higher is better; comparable within one result only
+    rank: int  # 1 = best; a position, never a score (scores would tell of other tenants)
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -224,7 +224,7 @@ class SliceHit:
             "unit_id": self.slice.unit_id,
             "core_id": self.slice.unit.core_id,
             "agent": self.slice.unit.core.agent,
-            "score": self.score,
+            "rank": self.rank,
         }
 
 
@@ -236,12 +236,14 @@ def search_slices(
     agent: str | None = None,
     limit: int = SEARCH_LIMIT,
 ) -> list[SliceHit]:
-    """Slices of the tenant whose summary matches ``query``, best first.
+    """Slices of the tenant whose summary matches ``query``, best first, ranked 1, 2, 3 …
 
-    Any word of the query may match; slices matching more (and rarer) words rank
-    higher. Query syntax is not interpreted: quotes, ``*``, ``NEAR``, ``OR`` and
-    parentheses are plain text. A query with no words gives ``[]``; one over
-    ``QUERY_MAX`` characters, or a limit outside 1..100, raises ``InvalidQuery``.
+    Any word of the query may match; slices matching more (and rarer, among the
+    searched slices) words rank higher. The answer depends on the searched memory
+    alone, never on other tenants' (``search.search``). Query syntax is not
+    interpreted: quotes, ``*``, ``NEAR``, ``OR`` and parentheses are plain text. A
+    query with no words gives ``[]``; one over ``QUERY_MAX`` characters, or a limit
+    outside 1..100, raises ``InvalidQuery``.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= search.LIMIT_MAX:
         raise InvalidQuery(f"limit must be an integer from 1 to {search.LIMIT_MAX}")
@@ -257,11 +259,10 @@ def search_slices(
     )
     if not found:
         return []
-    slices = MemorySlice.objects.select_related("unit", "unit__core").in_bulk(
-        [slice_id for slice_id, _ in found]
-    )
-    return [
-        SliceHit(slice=slices[slice_id], score=score)
-        for slice_id, score in found
+    slices = MemorySlice.objects.select_related("unit", "unit__core").in_bulk(found)
+    kept = [
+        slices[slice_id]
+        for slice_id in found
         if slice_id in slices and slices[slice_id].tenant_id == tenant.pk
     ]
+    return [SliceHit(slice=item, rank=rank) for rank, item in enumerate(kept, 1)]

@@ -39,15 +39,21 @@ class SearchHit:
     part_id: str
     role: str
     snippet: str
-    rank: float
+    rank: int  # 1 = best; a position, never a score
 
 
 def search_history(
     *, tenant: Tenant, session: Session, query: str, limit: int = 10
 ) -> list[SearchHit]:
     """Full-text search over every part of the session (whatever compaction or pruning
-    hid from the model), best first: SQLite FTS5 (bm25) or PostgreSQL full text
-    (``ts_rank`` over a GIN-indexed tsvector). Every word of ``query`` must match.
+    hid from the model), best first, ranked 1, 2, 3 …: SQLite FTS5 or PostgreSQL
+    full text (a GIN-indexed tsvector). Every word of ``query`` must match.
+
+    The order is a measure of each part alone, then the newest first: on SQLite how
+    many of its words match (FTS5's bm25 is not used: its word statistics span the
+    whole index, every tenant's parts, so the order would move when another tenant
+    wrote; issue 17), on PostgreSQL ``ts_rank`` (per document already). Hits carry
+    their rank, never a score.
 
     A part's text lives in its event only (migration 0006): both engines search the
     current event of each of the session's parts."""
@@ -70,12 +76,14 @@ def search_history(
             )
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
+            marked = f"highlight({_FTS_TABLE}, 0, char(1), '')"  # a mark per matching word
             cursor.execute(
-                f"SELECT p.message_id, p.id, bm25({_FTS_TABLE}) AS rank, "  # noqa: S608
+                f"SELECT p.message_id, p.id, "  # noqa: S608
+                f"length({marked}) - length(replace({marked}, char(1), '')) AS rank, "
                 f"{_FTS_TABLE}.body FROM {_FTS_TABLE} "
                 f"JOIN {_PART_TABLE} p ON p.rowid = {_FTS_TABLE}.rowid "
                 f"WHERE {_FTS_TABLE} MATCH %s AND p.session_id = %s "
-                "ORDER BY rank, p.id DESC LIMIT %s",
+                "ORDER BY rank DESC, p.id DESC LIMIT %s",
                 [match, session.pk, limit],
             )
         rows = cursor.fetchall()
@@ -84,16 +92,16 @@ def search_history(
             tenant=tenant, session=session, id__in={row[0] for row in rows}
         ).values_list("id", "role")
     )
+    kept = [row for row in rows if row[0] in roles]
     return [
         SearchHit(
             message_id=message_id,
             part_id=part_id,
-            role=roles.get(message_id, ""),
+            role=roles[message_id],
             snippet=_focus(str(text or ""), words),
-            rank=abs(float(rank or 0)),
+            rank=rank,
         )
-        for message_id, part_id, rank, text in rows
-        if message_id in roles
+        for rank, (message_id, part_id, _measure, text) in enumerate(kept, 1)
     ]
 
 

@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection
 from django.db.models import QuerySet
 
 from accounts.models import Tenant
+from accounts.selectors import member
 
 from . import sql
 from .exceptions import InvalidCursor, NotFound
@@ -325,6 +327,28 @@ def get_message(*, tenant: Tenant, session_id: str, message_id: str) -> dict[str
     if row is None:
         raise NotFound(f"no message {message_id!r} in this session")
     return with_parts(tenant, session, [row])[0]
+
+
+def message_info(*, tenant: Tenant, session: Session, message_id: str) -> dict[str, Any] | None:
+    """One message's ``info`` (no parts), or None when the session has no such message."""
+    if not is_valid_id(message_id):
+        return None
+    data: dict[str, Any] | None = (
+        Message.objects.filter(tenant=tenant, session=session, pk=message_id)
+        .values_list("data", flat=True)
+        .first()
+    )
+    return data
+
+
+def speaker(*, tenant: Tenant, session: Session, message_id: str) -> AbstractBaseUser | None:
+    """Who spoke the turn of message ``message_id``: the user its info's ``user_id``
+    names (on a reply, whose prompt or regeneration it answers), when still a member
+    of the tenant. None for a message logged without one (before speakers were
+    recorded) and for a user since deleted or gone from the tenant: their turn has no
+    memory. Read from the store, so any process finishing a turn knows its speaker."""
+    info = message_info(tenant=tenant, session=session, message_id=message_id)
+    return None if info is None else member(tenant=tenant, user_id=info.get("user_id"))
 
 
 def messages_by_id(

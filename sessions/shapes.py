@@ -195,6 +195,13 @@ def v_opt_count(path: str, value: Any) -> int | None:
     return None if value is None else v_count(path, value)
 
 
+def v_user_id(path: str, value: Any) -> int:
+    """A user's id (the speaker of a turn): a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(path, "a user id (a positive integer)", value)
+    return value
+
+
 # --- tool state ----------------------------------------------------------------
 
 _TOOL_STATE_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
@@ -318,9 +325,14 @@ def _check_tool_transition(old: str, new: str) -> None:
 
 # --- messages ------------------------------------------------------------------
 
+# ``user_id``: who spoke. On a prompt, the user who sent it; on a reply, the user whose
+# prompt (or regeneration) it answers, so the turn's speaker is in the log for every
+# process that finishes the turn. Optional, with no default: logs written before it
+# existed (and their exports) stay canonical.
 _MESSAGE_COMMON: dict[str, tuple[Validator, Any]] = {
     "agent": (v_opt_str, None),
     "model": (v_model, None),
+    "user_id": (v_user_id, _OPTIONAL),
 }
 MESSAGE_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
     "user": dict(_MESSAGE_COMMON),

@@ -29,10 +29,11 @@ import base64
 import binascii
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -246,7 +247,11 @@ class ChatView(APIView):
             session = session_of(request.user, chat_id, tenant=tenant)  # never created here
 
             def start() -> runtime.PromptResult:
-                return runtime.regenerate(session=session, message_id=message_id)
+                return runtime.regenerate(
+                    session=session,
+                    message_id=message_id,
+                    speaker=cast(AbstractBaseUser, request.user),
+                )
         else:
             text, files = _prompt_of(body)
             text = clean_text(text)  # before anything is written (a new chat included)
@@ -254,7 +259,12 @@ class ChatView(APIView):
             session = _chat_session(request.user, tenant, chat_id)
 
             def start() -> runtime.PromptResult:
-                return runtime.prompt(session=session, text=text, files=files)
+                return runtime.prompt(
+                    session=session,
+                    text=text,
+                    files=files,
+                    speaker=cast(AbstractBaseUser, request.user),
+                )
 
         head = selectors.head_seq(tenant=tenant, session_id=session.pk)
         limits.take(_owner(request))

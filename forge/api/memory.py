@@ -10,7 +10,8 @@
   indexes are always over the whole unit.
 * ``GET /api/memory/search/?q=&agent=&limit=``: the best ``limit`` (1..100,
   default 10) slices whose summary matches ``q``, each ``{slice, unit_id,
-  core_id, agent, score}``. One page (``next`` is always null). ``q`` missing is
+  core_id, agent, rank}`` (``rank`` 1 = best; no score, whose value would
+  depend on other tenants' memory). One page (``next`` is always null). ``q`` missing is
   a 400; a ``q`` with no words (empty, only punctuation) gives no results.
 
 Thin: parse, call a ``memory.selectors`` read, shape the answer. Everything is
@@ -109,7 +110,10 @@ class MemoryHitSerializer(serializers.Serializer):
     unit_id = serializers.CharField()
     core_id = serializers.CharField()
     agent = serializers.CharField()
-    score = serializers.FloatField(help_text="higher is better; comparable within one answer")
+    rank = serializers.IntegerField(
+        min_value=1,
+        help_text="1 = the best hit; the order depends on the caller's tenant's memory alone",
+    )
 
 
 class MemorySearchSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ in one place, ``forge.api.errors``."""
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -196,6 +196,8 @@ class SessionViewSet(GenericViewSet):
             agent=prompt.validated_data["agent"],
             files=files,
             wait=wait,
+            # Memory is the speaker's, whoever owns the session (authenticated: get_object).
+            speaker=cast(AbstractBaseUser, request.user),
         )
         body: dict[str, Any] = {
             "message": result.message,

@@ -224,7 +224,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # also carries a title or agent changed since.
         throttle = PromptRateThrottle()
         try:
-            session, allowed = await self._admit(throttle)
+            session, speaker, allowed = await self._admit(throttle)
         except ForgeError as exc:
             await self._error("not_authenticated", str(exc), client_id=client_id)
             await self._close_unauthenticated()
@@ -240,7 +240,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             started = await runtime.start_turn(
-                session=session, text=content.get("text"), agent=content.get("agent")
+                session=session,
+                text=content.get("text"),
+                agent=content.get("agent"),
+                speaker=speaker,  # memory is the speaker's, whoever owns the session
             )
         except ForgeError as exc:
             await self._error(exc.code, str(exc), client_id=client_id)
@@ -253,14 +256,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
         )
 
-    async def _admit(self, throttle: PromptRateThrottle) -> tuple[Session, bool]:
-        """The session as of now, for the socket's user as of now, and whether the prompt
-        throttle lets this prompt through: one trip to the database thread for a token
-        socket (many sockets prompting at once queue on that one thread)."""
+    async def _admit(self, throttle: PromptRateThrottle) -> tuple[Session, Any, bool]:
+        """The session as of now, the socket's user as of now (the prompt's speaker), and
+        whether the prompt throttle lets this prompt through: one trip to the database
+        thread for a token socket (many sockets prompting at once queue on that one
+        thread)."""
 
-        def check(user: Any) -> tuple[Session, bool]:
+        def check(user: Any) -> tuple[Session, Any, bool]:
             session = session_of(user, self.session.pk)
-            return session, throttle.allow_user(user)
+            return session, user, throttle.allow_user(user)
 
         token = authorization(self.scope)
         if token is not None:

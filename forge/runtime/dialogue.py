@@ -1,21 +1,30 @@
 """Where the runtime meets long-term memory (the seed's CommunicationProducer step).
 
+Memory is the speaker's (CONTRACT §2): a session is shared by its tenant, but
+memory belongs to (tenant, user, agent), and the user is the one who spoke the
+turn (sent the prompt, or asked for the regeneration), whoever owns the
+session. The speaker is logged on the prompt and on the reply (``user_id``);
+finishing a turn reads it from the reply, as the memory tools do.
+
 * :func:`complete_reply`: a reply that finishes normally is completed (its last
   step's held parts and the message update, one batch) in one transaction
   with the append of that turn's user input and the assistant's
   final text (not reasoning, not tool output) to the dialogue window of the
-  core of (tenant, user, agent). Aborted and failed replies never get here.
+  core of (tenant, speaker, agent). Aborted and failed replies never get here.
   A regenerated reply records its text only when the reply it replaces had
-  recorded the prompt already (that one finished normally); the window is
-  append-only, so the replaced answer stays in it.
-* :func:`memory_blocks`: at the start of a turn, the core's current
+  recorded the prompt already in the same speaker's window (that one finished
+  normally, for the same user); the window is append-only, so the replaced
+  answer stays in it. A user who regenerates another's reply asked that prompt
+  again: their window gets the prompt and the new answer.
+* :func:`memory_blocks`: at the start of a turn, the speaker's core's current
   ``dialog_history`` block (or its removal), for ``set_blocks`` to log when it
   changed, so the model's view of memory is in the session's log and a request
-  stays replayable from it.
+  stays replayable from it. When the next turn's speaker is another user, the
+  block changes to theirs (or is removed): one user never sees another's.
 
 Subtasks (a turn started by another turn's ``task`` tool) are the agent talking
 to itself, not dialogue with the user: they are neither recorded nor given the
-block.
+block (their memory tools still read the speaker's memory, which they inherit).
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
+from accounts.selectors import member
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from sessions import selectors, services
@@ -40,22 +51,36 @@ def _text(item: dict[str, Any]) -> str:
     ).strip()
 
 
+def speaker_id(info: dict[str, Any], session: Session) -> Any:
+    """The id of the user a logged reply answered: its ``user_id``; a reply logged
+    before speakers were recorded was the session owner's."""
+    return info.get("user_id", session.user_id)
+
+
 def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Write] = ()) -> None:
     """Write the last step's ``held`` writes and the finished reply's message update
-    (one batch), and record the exchange, atomically."""
+    (one batch), and record the exchange in the speaker's window, atomically."""
     session = turn.session
     with transaction.atomic():
         services.append_batch(session=session, writes=[*held, services.UpdateMessage(info=info)])
-        user = session.user
-        if turn.depth or user is None:
+        if turn.depth:
             return
         tenant = session.tenant
         exchange = selectors.messages_by_id(
             tenant=tenant, session=session, message_ids=[turn.user_message_id, turn.message_id]
         )
         asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
+        # From the log, not from this process: the speaker the reply records.
+        speaker = member(tenant=tenant, user_id=answered["info"].get("user_id"))
+        if speaker is None:
+            return  # no speaker logged, or one gone from the tenant: no memory to write
         old = turn.supersedes
-        recorded = old is not None and bool(old.get("completed_at")) and not old.get("error")
+        recorded = (
+            old is not None
+            and bool(old.get("completed_at"))
+            and not old.get("error")
+            and speaker_id(old, session) == speaker.pk
+        )
         messages = [
             {
                 "role": item["info"]["role"],
@@ -68,20 +93,23 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
         ]
         if messages:
             memory_services.append_dialogue(
-                tenant=tenant, user=user, agent=turn.agent.name, messages=messages
+                tenant=tenant, user=speaker, agent=turn.agent.name, messages=messages
             )
 
 
-def memory_blocks(session: Session, agent: str, *, depth: int = 0) -> list[dict[str, Any]]:
-    """The ``dialog_history`` block the turn's model should see: the core's current one,
-    or a removal of any earlier one when the core has none."""
-    user = session.user
-    if depth or user is None:
+def memory_blocks(
+    session: Session, agent: str, speaker: AbstractBaseUser | None, *, depth: int = 0
+) -> list[dict[str, Any]]:
+    """The ``dialog_history`` block the turn's model should see: the speaker's core's
+    current one, or a removal of any earlier one (another speaker's included) when
+    that core has none."""
+    if depth:
         return []
-    core = memory_selectors.find_core(tenant=session.tenant, user=user, agent=agent)
+    removed = [{"kind": "dialog_history", "key": "memory", "removed": True}]
+    if speaker is None:
+        return removed
+    core = memory_selectors.find_core(tenant=session.tenant, user=speaker, agent=agent)
     block = (
         memory_selectors.dialog_history_block(tenant=session.tenant, core=core) if core else None
     )
-    if block is None:
-        return [{"kind": "dialog_history", "key": "memory", "removed": True}]
-    return [block]
+    return removed if block is None else [block]

@@ -18,15 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from accounts.selectors import is_member
 from forge.context.blocks import blocks_update
 from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.tools import tool_specs
 from sessions import services
+from sessions.exceptions import NotFound
 from sessions.ids import new_message_id, new_part_id
 from sessions.models import Session
 
@@ -122,10 +125,16 @@ def model_info(agent: AgentConfig) -> dict[str, str]:
 
 
 def reply_message(
-    *, message_id: str, parent_id: str, agent: AgentConfig, model: dict[str, str]
+    *,
+    message_id: str,
+    parent_id: str,
+    agent: AgentConfig,
+    model: dict[str, str],
+    speaker: AbstractBaseUser | None,
 ) -> services.UpdateMessage:
     """The write of the empty assistant message a turn's reply fills: the one shape a
-    prompt's reply and a regenerated reply share."""
+    prompt's reply and a regenerated reply share. It names the turn's speaker, so
+    whoever finishes the turn reads it from the log."""
     return services.UpdateMessage(
         info={
             "id": message_id,
@@ -133,8 +142,24 @@ def reply_message(
             "parent_id": parent_id,
             "agent": agent.name,
             "model": model,
+            **speaker_field(speaker),
         }
     )
+
+
+def speaker_field(speaker: AbstractBaseUser | None) -> dict[str, Any]:
+    """``{"user_id": …}`` of a message the speaker's turn logs (nothing without one)."""
+    return {} if speaker is None else {"user_id": speaker.pk}
+
+
+def check_speaker(session: Session, speaker: AbstractBaseUser | None) -> AbstractBaseUser | None:
+    """The turn's speaker: the user given, who must be a member of the session's tenant
+    (the faces only pass such users), or the session's owner when none is given."""
+    if speaker is None:
+        return session.user
+    if speaker.pk != session.user_id and not is_member(user=speaker, tenant=session.tenant):
+        raise NotFound(f"no session {session.pk!r}")  # as for a session of another tenant
+    return speaker
 
 
 def _is_inlined(attachment: Attachment) -> bool:
@@ -179,14 +204,22 @@ def _user_parts(
 
 
 def begin(
-    session: Session, text: Any, agent_name: Any, files: Sequence[Attachment], depth: int = 0
+    session: Session,
+    text: Any,
+    agent_name: Any,
+    files: Sequence[Attachment],
+    depth: int = 0,
+    speaker: AbstractBaseUser | None = None,
 ) -> tuple[Turn, dict[str, Any]]:
     """Validate, take the lease, and log the prompt (one unit of work).
 
+    ``speaker`` is the user who sent the prompt (None: the session's owner); the
+    prompt and the reply record them, and the turn's memory is theirs.
     Returns the turn to run and the logged user message ``{info, parts}``.
     Raises ``InvalidPrompt`` (``PromptTooLarge``), ``UnknownAgent``,
     ``SessionBusy``: then nothing is written.
     """
+    speaker = check_speaker(session, speaker)
     text = clean_text(text)
     attachments = clean_files(files)
     agent, mentioned = choose_agent(session, text, agent_name)
@@ -210,7 +243,8 @@ def begin(
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
             blocks = blocks_update(
-                session, [*agent_blocks(agent), *memory_blocks(session, agent.name, depth=depth)]
+                session,
+                [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker, depth=depth)],
             )
             user = services.UpdateMessage(
                 info={
@@ -218,6 +252,7 @@ def begin(
                     "role": "user",
                     "agent": agent.name,
                     "model": model_of_messages,
+                    **speaker_field(speaker),
                 }
             )
             parts = [
@@ -225,7 +260,11 @@ def begin(
                 for part in _user_parts(user_id, text, agent, mentioned, file_parts)
             ]
             reply = reply_message(
-                message_id=assistant_id, parent_id=user_id, agent=agent, model=model_of_messages
+                message_id=assistant_id,
+                parent_id=user_id,
+                agent=agent,
+                model=model_of_messages,
+                speaker=speaker,
             )
             events = services.append_batch(
                 session=session, writes=[*([blocks] if blocks else []), user, *parts, reply]
@@ -243,5 +282,6 @@ def begin(
         agent=agent,
         model=model,
         depth=depth,
+        speaker=speaker,
     )
     return turn, {"info": user_info, "parts": user_parts}

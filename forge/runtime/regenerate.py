@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from forge.context.blocks import blocks_update
@@ -35,7 +36,7 @@ from sessions.models import Session
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .dialogue import memory_blocks
-from .prompting import agent_blocks, model_info, reply_message
+from .prompting import agent_blocks, check_speaker, model_info, reply_message
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -48,11 +49,15 @@ def _agent_named(name: Any) -> AgentConfig:
     return get_agent(name)  # UnknownAgent: it was removed since
 
 
-def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, dict[str, Any]]:
+def begin_regeneration(
+    session: Session, message_id: Any = None, speaker: AbstractBaseUser | None = None
+) -> tuple[Turn, dict[str, Any]]:
     """Take the lease and log a new, empty reply to the last reply's prompt.
 
     ``message_id`` (optional, the AI SDK's ``messageId``) must name the chat's last
-    reply or its user message. Returns the turn to run and the user message
+    reply or its user message. ``speaker`` is the user asking for it (None: the
+    session's owner): the new reply records them, and the turn's memory is theirs,
+    whoever sent the prompt. Returns the turn to run and the user message
     ``{info, parts}``. Raises ``SessionBusy`` (a turn runs), ``NothingToRegenerate``
     (no reply to a prompt is the chat's last assistant message), ``NotLastReply``,
     ``InvalidPrompt`` (a malformed ``message_id``), ``UnknownAgent``: then nothing
@@ -60,6 +65,7 @@ def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, 
     """
     if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
         raise InvalidPrompt("messageId must be a message id")
+    speaker = check_speaker(session, speaker)
     tenant = session.tenant
     assistant_id = new_message_id()
     with transaction.atomic():
@@ -84,8 +90,12 @@ def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, 
         except UnknownAgent as exc:
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
         model = model_info(agent)  # InvalidPrompt: a model that is not configured
-        blocks = blocks_update(session, [*agent_blocks(agent), *memory_blocks(session, agent.name)])
-        reply = reply_message(message_id=assistant_id, parent_id=user_id, agent=agent, model=model)
+        blocks = blocks_update(
+            session, [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker)]
+        )
+        reply = reply_message(
+            message_id=assistant_id, parent_id=user_id, agent=agent, model=model, speaker=speaker
+        )
         services.append_batch(session=session, writes=[*([blocks] if blocks else []), reply])
     turn = Turn(
         session=session,
@@ -94,5 +104,6 @@ def begin_regeneration(session: Session, message_id: Any = None) -> tuple[Turn, 
         agent=agent,
         model=agent.resolved_model,
         supersedes=old,
+        speaker=speaker,
     )
     return turn, asked

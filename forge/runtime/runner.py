@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
 from accounts import tenancy
@@ -101,24 +102,31 @@ async def start_turn(
     agent: Any = None,
     files: Sequence[Attachment] = (),
     depth: int = 0,
+    speaker: AbstractBaseUser | None = None,
 ) -> StartedTurn:
     """Log the prompt and start the reply as a task of the running event loop.
 
     The one entry of every face (the socket directly, HTTP through ``sync.prompt``).
     ``text`` and ``agent`` are taken as received: the prompt is validated here.
+    ``speaker`` is the user who sent it: every face passes its caller, since the
+    turn's memory is theirs (CONTRACT §2); None (code that acts for the owner, such
+    as tests and commands) means the session's owner.
     Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
-    turn, user_message = await db(begin)(session, text, agent, files, depth)
+    turn, user_message = await db(begin)(session, text, agent, files, depth, speaker)
     return _start(turn, user_message)
 
 
-async def start_regeneration(*, session: Session, message_id: Any = None) -> StartedTurn:
+async def start_regeneration(
+    *, session: Session, message_id: Any = None, speaker: AbstractBaseUser | None = None
+) -> StartedTurn:
     """Answer the last reply's prompt again, as a new reply (``regenerate.begin_regeneration``),
     run like any turn. ``message_id``, when given, must name the last reply or its
-    prompt. Raises ``NothingToRegenerate`` / ``NotLastReply`` / ``SessionBusy`` before
-    anything is written."""
-    turn, user_message = await db(begin_regeneration)(session, message_id)
+    prompt; ``speaker`` is the user asking (as for :func:`start_turn`). Raises
+    ``NothingToRegenerate`` / ``NotLastReply`` / ``SessionBusy`` before anything is
+    written."""
+    turn, user_message = await db(begin_regeneration)(session, message_id, speaker)
     return _start(turn, user_message)
 
 

@@ -28,7 +28,8 @@ class _Started(Protocol):
     def task(self) -> asyncio.Task[None]: ...
 
 
-# ``start_turn(session=, text=, agent=, depth=)``: passed in by the runner (which imports this).
+# ``start_turn(session=, text=, agent=, depth=, speaker=)``: passed in by the runner (which
+# imports this).
 StartTurn = Callable[..., Awaitable[_Started]]
 
 
@@ -68,7 +69,14 @@ def subtask_runner(
             child, part_id = await db(_open_subtask)(parent, agent, prompt, description)
         except UnknownAgent as exc:
             raise ToolError(str(exc)) from None
-        started = await start(session=child, text=prompt, agent=agent, depth=parent.depth + 1)
+        # The child's turn is the parent's speaker's: its memory tools read their memory.
+        started = await start(
+            session=child,
+            text=prompt,
+            agent=agent,
+            depth=parent.depth + 1,
+            speaker=parent.speaker,
+        )
         try:
             await asyncio.shield(started.task)
         except asyncio.CancelledError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.contrib.auth.base_user import AbstractBaseUser
 
 from sessions import bus, selectors
 from sessions.models import Session
@@ -36,22 +37,35 @@ def prompt(
     agent: Any = None,
     files: Sequence[Attachment] = (),
     wait: bool = False,
+    speaker: AbstractBaseUser | None = None,
 ) -> PromptResult:
-    """:func:`~forge.runtime.runner.start_turn` from synchronous code.
+    """:func:`~forge.runtime.runner.start_turn` from synchronous code (``speaker``: the
+    user who sent the prompt; None for the session's owner).
 
     Returns once the prompt is logged, or with ``wait`` (and always where no
     server loop runs) once the reply is finished, with the reply.
     """
     return _started(
-        session, lambda: start_turn(session=session, text=text, agent=agent, files=files), wait
+        session,
+        lambda: start_turn(session=session, text=text, agent=agent, files=files, speaker=speaker),
+        wait,
     )
 
 
-def regenerate(*, session: Session, message_id: Any = None, wait: bool = False) -> PromptResult:
+def regenerate(
+    *,
+    session: Session,
+    message_id: Any = None,
+    wait: bool = False,
+    speaker: AbstractBaseUser | None = None,
+) -> PromptResult:
     """:func:`~forge.runtime.runner.start_regeneration` from synchronous code; ``message``
-    is the prompt answered again. Returns as :func:`prompt` does."""
+    is the prompt answered again, ``speaker`` the user asking. Returns as :func:`prompt`
+    does."""
     return _started(
-        session, lambda: start_regeneration(session=session, message_id=message_id), wait
+        session,
+        lambda: start_regeneration(session=session, message_id=message_id, speaker=speaker),
+        wait,
     )
 
 

@@ -24,6 +24,10 @@ class Turn:
     run_subtask: Callable[[str, str, str], Awaitable[ToolResult]] | None = None
     depth: int = 0  # subtask nesting
     supersedes: dict[str, Any] | None = None  # the reply a regenerated turn replaces (its info)
+    # Who spoke: the user who sent the prompt (or asked for the regeneration); a
+    # subtask's is its parent's. Also logged, as the prompt's and the reply's
+    # ``user_id``, which is what finishing the turn and the memory tools read.
+    speaker: Any = None
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

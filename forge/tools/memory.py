@@ -1,13 +1,18 @@
 """The model's long-term memory tools: ``memory_search`` and ``memory_read``.
 
-Both see one memory only: the core of the session's owner with the agent that
-runs the call (``ToolContext.agent``), in the session's tenant. A slice or unit
-of another user, another agent or another tenant is answered exactly like a
-missing one (a tool error), never with its data.
+Both see one memory only: the core of the turn's speaker (the user who sent the
+prompt or asked for the regeneration, whoever owns the session; CONTRACT §2)
+with the agent that runs the call (``ToolContext.agent``), in the session's
+tenant. The speaker is read from the log: the ``user_id`` of the reply the call
+belongs to (``ToolContext.message_id``). A slice or unit of another user,
+another agent or another tenant is answered exactly like a missing one (a tool
+error), never with its data.
 
 * ``memory_search {query, limit?}``: slices whose summary matches, best first,
-  as text: score, slice id, unit id, the message range ``[start, end)`` and the
+  as text: rank, slice id, unit id, the message range ``[start, end)`` and the
   summary (each cut at :data:`SUMMARY_MAX_CHARS`). ``limit`` 1..20, default 5.
+  No score: the order is all there is, and it depends on the speaker's memory
+  alone (``memory.search``).
 * ``memory_read {slice_id}`` or ``{unit_id, start?, end?}``: the raw messages of
   the slice's range, or of the unit's ``[start, end)`` (``start`` default 0,
   ``end`` default ``start + READ_MAX_MESSAGES``), at most
@@ -47,7 +52,7 @@ ID = {"type": "string", "minLength": 1, "maxLength": 64}
 
 @dataclass(frozen=True)
 class Scope:
-    """Whose memory a call may see: (tenant, session owner, agent)."""
+    """Whose memory a call may see: (tenant, the turn's speaker, agent)."""
 
     tenant: Tenant
     user: Any
@@ -71,9 +76,10 @@ def scope_of(ctx: ToolContext) -> Scope:
         session = sessions.get_session(tenant=tenant, session_id=ctx.session_id)
     except ForgeError as exc:
         raise ToolError(f"long-term memory is unavailable: {exc}") from None
-    if session.user_id is None:
-        raise ToolError("long-term memory is unavailable: this session has no owner")
-    return Scope(tenant=tenant, user=session.user, agent=ctx.agent)
+    speaker = sessions.speaker(tenant=tenant, session=session, message_id=ctx.message_id)
+    if speaker is None:
+        raise ToolError("long-term memory is unavailable: this turn has no speaker")
+    return Scope(tenant=tenant, user=speaker, agent=ctx.agent)
 
 
 async def off_the_loop(
@@ -115,10 +121,10 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             metadata={"count": 0, "slice_ids": []},
         )
     lines = [f"{len(hits)} memory slice{'s' if len(hits) != 1 else ''} for {shown!r}, best first:"]
-    for rank, hit in enumerate(hits, 1):
+    for hit in hits:
         item = hit.slice
         lines.append(
-            f"{rank}. score {hit.score:.3f} | slice {item.pk} | unit {item.unit_id} "
+            f"{hit.rank}. slice {item.pk} | unit {item.unit_id} "
             f"| messages [{item.start_index}, {item.end_index}) "
             f"| {format_time(item.created_at)}"
         )

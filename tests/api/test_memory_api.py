@@ -160,15 +160,15 @@ def test_a_large_units_messages_are_paged_with_offset_and_limit(api, tenant, use
 # --- search ---------------------------------------------------------------------------------
 
 
-def test_search_ranks_hits_with_scores_and_their_unit(api, tenant, user, mine):
+def test_search_ranks_hits_and_gives_their_unit(api, tenant, user, mine):
     remember(tenant, user, "explore", "Rocket engines and rocket fuel")
     body = api.get("/api/memory/search/?q=rocket").json()
     assert set(body) == {"results", "next", "previous"}
     assert body["next"] is None
     hits = body["results"]
     assert len(hits) == 2
-    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "score"}
-    assert hits[0]["score"] >= hits[1]["score"]
+    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "rank"}
+    assert [h["rank"] for h in hits] == [1, 2]
     assert {h["agent"] for h in hits} == {"build", "explore"}
     mine_hit = next(h for h in hits if h["agent"] == "build")
     assert mine_hit["unit_id"] == unit_of(mine).pk

@@ -74,10 +74,10 @@ def ids(hits: list[selectors.SliceHit]) -> list[str]:
 def test_search_finds_ranked_slices_with_their_unit(tenant, corpus):
     hits = selectors.search_slices(tenant=tenant, query="deploy")
     assert set(ids(hits)) == {corpus["deploy"].pk, corpus["both"].pk}
-    assert all(hit.score > 0 for hit in hits)
-    assert hits[0].score >= hits[1].score
+    assert [hit.rank for hit in hits] == [1, 2]
     wire = hits[0].wire()
-    assert set(wire) == {"slice", "unit_id", "core_id", "agent", "score"}
+    assert set(wire) == {"slice", "unit_id", "core_id", "agent", "rank"}
+    assert wire["rank"] == 1
     assert wire["slice"]["id"] == hits[0].slice.pk
     assert wire["unit_id"] == hits[0].slice.unit_id
 
@@ -197,3 +197,30 @@ def test_slices_written_by_services_are_indexed_on_commit(tenant, user):
         item.pk,
         restored.pk,
     }
+
+
+def test_a_narrowed_search_ranks_by_the_narrowed_memory_alone(tenant, user):
+    """Word weights come from the slices searched: with ``user`` (and ``agent``) given,
+    those of that user's memory, so another member's memory cannot move the order
+    (the ``memory_search`` tool searches the speaker's memory only)."""
+    from accounts.models import Membership, User
+
+    apple = write_slice(tenant, user, "build", "The apple orchard report.")
+    banana = write_slice(tenant, user, "build", "The banana harvest report.")
+
+    def order() -> list[str]:
+        hits = selectors.search_slices(
+            tenant=tenant, query="apple banana", user=user, agent="build"
+        )
+        return ids(hits)
+
+    before = order()
+    assert set(before) == {apple.pk, banana.pk}
+    carol = User.objects.create_user(username="carol", password="pw-carol-123")
+    Membership.objects.create(tenant=tenant, user=carol)
+    for n in range(5):
+        write_slice(tenant, carol, "build", f"Banana bread number {n}, banana again.")
+    assert order() == before
+    # Over the whole tenant, banana is now common and apple rare: apple ranks first.
+    whole = ids(selectors.search_slices(tenant=tenant, query="apple banana"))
+    assert whole[0] == apple.pk

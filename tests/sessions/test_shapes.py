@@ -175,6 +175,10 @@ def test_messages_by_role():
         ({"role": "assistant", "model": {"provider": "p"}}, "model.model: required"),
         ({"role": "assistant", "cost": -1}, "must not be negative"),
         ({"role": "user", "created_at": "soon"}, "created_at"),
+        ({"role": "user", "user_id": "7"}, "info.user_id: expected a user id"),
+        ({"role": "assistant", "user_id": 0}, "info.user_id: expected a user id"),
+        ({"role": "assistant", "user_id": True}, "info.user_id: expected a user id"),
+        ({"role": "user", "user_id": None}, "info.user_id: expected a user id"),
     ],
 )
 def test_message_shape_errors(info, message):
@@ -186,3 +190,14 @@ def test_a_message_keeps_its_role():
     existing = normalize_message({"role": "user", "id": "msg_1"}, session_id=S, existing=None)
     with pytest.raises(ShapeError, match="cannot become"):
         normalize_message({"id": "msg_1", "role": "assistant"}, session_id=S, existing=existing)
+
+
+def test_the_speaker_is_optional_kept_by_updates_and_never_defaulted():
+    """``user_id`` (who spoke) is logged when given and kept by later updates; a message
+    without one stays without one, so logs written before it existed stay canonical."""
+    spoken = normalize_message({"role": "assistant", "user_id": 7}, session_id=S, existing=None)
+    assert spoken["user_id"] == 7
+    later = normalize_message({"finish": "stop"}, session_id=S, existing=spoken)
+    assert later["user_id"] == 7
+    unspoken = normalize_message({"role": "user"}, session_id=S, existing=None)
+    assert "user_id" not in unspoken

@@ -72,9 +72,28 @@ def memories(tenant: Any, user: Any, carol: Any, other_user: Any) -> dict[str, M
     }
 
 
+def spoken(session: Any, speaker: Any | None) -> str:
+    """A prompt and its reply, logged as a turn of ``speaker`` logs them (None: as before
+    speakers were recorded); the reply's id, which a tool call's context names."""
+    from sessions import services
+
+    said = {} if speaker is None else {"user_id": speaker.pk}
+    asked = services.update_message(session=session, info={"role": "user", **said})
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": asked.data["id"], **said}
+    )
+    return str(reply.data["id"])
+
+
 @pytest.fixture
-def ctx(session: Any, tmp_path: Path) -> ToolContext:
-    return make_context(tmp_path, session_id=session.pk, tenant_id=session.tenant_id)
+def ctx(session: Any, user: Any, tmp_path: Path) -> ToolContext:
+    """A call in a turn of alice (the session's owner)."""
+    return make_context(
+        tmp_path,
+        session_id=session.pk,
+        tenant_id=session.tenant_id,
+        message_id=spoken(session, user),
+    )
 
 
 def indexes(output: str) -> list[int]:
@@ -99,7 +118,8 @@ async def test_search_gives_the_owners_slices_for_this_agent_only(ctx, memories)
     assert f"slice {item.pk}" in result.output
     assert f"unit {item.unit_id}" in result.output
     assert f"messages [{item.start_index}, {item.end_index})" in result.output
-    assert "score " in result.output
+    assert f"1. slice {item.pk} | unit" in result.output  # a rank, no score
+    assert "score" not in result.output
     assert "We deployed the rocket service" in result.output
     for other in ("Carol", "engines", "Another tenant"):
         assert other not in result.output
@@ -144,7 +164,7 @@ async def test_bad_search_input_is_a_tool_error(ctx, memories, args, message):
     assert message in await refused("memory_search", args, ctx)
 
 
-async def test_a_session_without_an_owner_or_of_another_tenant_has_no_memory(
+async def test_a_session_of_another_tenant_or_a_turn_without_a_speaker_has_no_memory(
     ctx, session, other_user, memories
 ):
     other_tenant = await database_sync_to_async(lambda: other_user.tenants.get())()
@@ -152,12 +172,28 @@ async def test_a_session_without_an_owner_or_of_another_tenant_has_no_memory(
     assert "no session" in await refused("memory_search", {"query": "rocket"}, wrong_tenant)
     missing = make_context(ctx.workspace, session_id="ses_missing", tenant_id=ctx.tenant_id)
     assert "no session" in await refused("memory_read", {"unit_id": "mun_x"}, missing)
+    # A reply logged with no speaker (before speakers were recorded), or one naming a
+    # user of another tenant (an imported log may), or no reply at all: nobody's memory.
+    for speaker in (None, other_user):
+        reply_id = await database_sync_to_async(spoken)(session, speaker)
+        unspoken = dataclasses.replace(ctx, message_id=reply_id)
+        assert "no speaker" in await refused("memory_search", {"query": "rocket"}, unspoken)
+    nowhere = dataclasses.replace(ctx, message_id="msg_missing")
+    assert "no speaker" in await refused("memory_read", {"unit_id": "mun_x"}, nowhere)
 
-    def orphan() -> None:
-        type(session).objects.filter(pk=session.pk).update(user=None)
 
-    await database_sync_to_async(orphan)()
-    assert "no owner" in await refused("memory_search", {"query": "rocket"}, ctx)
+async def test_the_speaker_not_the_owner_is_whose_memory_a_call_sees(ctx, session, memories):
+    """carol speaks in alice's session: her own memory, never alice's (CONTRACT §2)."""
+    carol = await database_sync_to_async(lambda: memories["carols"].user)()
+    as_carol = dataclasses.replace(
+        ctx, message_id=await database_sync_to_async(spoken)(session, carol)
+    )
+    found = await call("memory_search", {"query": "rocket"}, as_carol)
+    assert "Carol's secret rocket launch codes" in found.output
+    assert "We deployed" not in found.output
+    mine = await database_sync_to_async(slice_of)(memories["mine"])
+    message = await refused("memory_read", {"slice_id": mine.pk}, as_carol)
+    assert message == f"no memory slice {mine.pk!r}"
 
 
 # --- memory_read ----------------------------------------------------------------------------
