@@ -5,10 +5,12 @@ in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
+import io
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
@@ -24,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from accounts.models import Tenant
-from forge import runtime
+from forge import runtime, server_limits
 from forge.access import session_of, tenant_of
 from forge.context import request_for
 from forge.errors import SessionBusy
@@ -284,11 +286,26 @@ class SessionViewSet(GenericViewSet):
     @extend_schema(
         request={"application/x-ndjson": OpenApiTypes.STR}, responses={201: OpenApiTypes.OBJECT}
     )
-    @action(detail=False, methods=["post"], url_path="import", parser_classes=[NDJSONParser])
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        url_name="import",
+        parser_classes=[NDJSONParser],
+    )
     def import_(self, request: Request) -> Response:
-        body = request.data if isinstance(request.data, bytes) else b""
-        events = services.parse_log(body.splitlines())
-        self.tenant  # noqa: B018 - the caller must belong to a tenant
-        copy = request.query_params.get("copy") in ("1", "true", "yes")
-        session = services.import_log(user=self.user, events=events, copy=copy)
+        """Import an export file as a **copy**: new ids and a new chain recording the
+        source's id and head hash, whatever ``?copy`` says. A session id an importer
+        chose is never kept here, so no one can squat an id, or learn whether one
+        exists; the operator's ``import_session`` may keep free ids.
+
+        The caller's tenant is checked first, then the size (``FORGE_MAX_IMPORT_BYTES``,
+        413: by ``Content-Length`` before anything is read; under daphne the server
+        refuses it as it arrives, ``forge.server_limits``), and only then is the file
+        read and parsed."""
+        self.tenant  # noqa: B018 - the caller must belong to a tenant, before any reading
+        request.data  # noqa: B018 - the media type must be an export file's (else 415)
+        body = server_limits.read_body(request._request, limit=settings.FORGE_MAX_IMPORT_BYTES)
+        events = services.parse_log(io.BytesIO(body))
+        session = services.import_log(user=self.user, events=events, copy=True)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)
