@@ -14,12 +14,12 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +36,7 @@ from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.models import Session
 
+from .paging import CheckedCursorPagination
 from .parsers import NDJSONParser, SafeJSONParser
 from .serializers import (
     ForkSerializer,
@@ -47,11 +48,19 @@ from .serializers import (
 )
 
 
-class SessionPagination(CursorPagination):
+class SessionPagination(CheckedCursorPagination):
+    """Most recent first; ``limit`` 1 to 200 and the cursor checked (``forge.api.paging``):
+    a position is a time, as DRF writes ``updated_at`` into the cursor."""
+
     ordering = ("-updated_at", "-id")
     page_size = 50
-    page_size_query_param = "limit"
     max_page_size = 200
+
+    def check_position(self, position: str) -> bool:
+        try:
+            return parse_datetime(position) is not None
+        except ValueError:  # well formed, but no date (a 13th month)
+            return False
 
 
 def _url(request: Request, **params: Any) -> str:
