@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -49,6 +49,7 @@ from accounts.models import Tenant
 from forge import runtime
 from forge.access import chat_of, tenant_of
 from forge.api.parsers import SafeJSONParser
+from forge.api.schema import errors
 from forge.context.superseded import is_reply
 from forge.params import parse_limit
 from forge.realtime import hub, limits
@@ -239,7 +240,8 @@ class ChatView(APIView):
         return [*super().get_throttles(), PromptRateThrottle()]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT, responses={(200, "text/event-stream"): OpenApiTypes.STR}
+        request=OpenApiTypes.OBJECT,
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(404, 409, 413)},
     )
     def post(self, request: Request) -> StreamingHttpResponse:
         tenant = tenant_of(request.user)
@@ -292,7 +294,13 @@ class ChatMessagesView(APIView):
     restore it on load. Paged like the session's history: the newest page first,
     messages oldest first in a page, ``next`` the URL of the older page."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("limit", int, description="messages per page, at most 200"),
+            OpenApiParameter("before", str, description="the next page's cursor"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Request, chat_id: str) -> Response:
         tenant = tenant_of(request.user)
         session = chat_of(request.user, chat_id, tenant=tenant)
@@ -341,7 +349,7 @@ def _current(session: Session, items: list[dict[str, Any]]) -> list[dict[str, An
 class ChatStopView(APIView):
     """``POST /api/chat/{id}/stop``: abort the running reply; 204 once it is finalized."""
 
-    @extend_schema(request=None, responses={204: None})
+    @extend_schema(request=None, responses={204: None, **errors(409)})
     def post(self, request: Request, chat_id: str) -> Response:
         session = chat_of(request.user, chat_id)
         runtime.abort(session=session)

@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -38,6 +38,7 @@ from sessions.models import Session
 
 from .paging import CheckedCursorPagination
 from .parsers import NDJSONParser, SafeJSONParser
+from .schema import errors
 from .serializers import (
     ForkSerializer,
     PromptSerializer,
@@ -133,6 +134,7 @@ class SessionViewSet(GenericViewSet):
         services.update_session(session=session, **data.validated_data)
         return Response(self._session_body(session))
 
+    @extend_schema(responses={204: None, **errors(409)})
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         if runtime.is_busy(session_id=session.pk):
@@ -149,7 +151,15 @@ class SessionViewSet(GenericViewSet):
             OpenApiParameter("before", str, description="the next page's cursor"),
         ],
     )
-    @extend_schema(methods=["POST"], request=PromptSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        methods=["POST"],
+        request=PromptSerializer,
+        responses={
+            202: OpenApiTypes.OBJECT,
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="with ?wait=1"),
+            **errors(409, 413),
+        },
+    )
     @action(
         detail=True,
         methods=["get", "post"],
@@ -238,14 +248,14 @@ class SessionViewSet(GenericViewSet):
             response["Link"] = f'<{next_url}>; rel="next"'
         return response
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(409)})
     @action(detail=True, methods=["post"])
     def abort(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         runtime.abort(session=session)
         return Response({"aborted": True, "session": self._session_body(session)})
 
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT, **errors(400, 409, 502)})
     @action(detail=True, methods=["post"])
     def compact(self, request: Request, pk: str) -> Response:
         """Start compacting now: 202, then the boundary's frames on the session's stream
@@ -293,7 +303,8 @@ class SessionViewSet(GenericViewSet):
         return response
 
     @extend_schema(
-        request={"application/x-ndjson": OpenApiTypes.STR}, responses={201: OpenApiTypes.OBJECT}
+        request={"application/x-ndjson": OpenApiTypes.STR},
+        responses={201: OpenApiTypes.OBJECT, **errors(413)},
     )
     @action(
         detail=False,
