@@ -278,6 +278,7 @@ class Processor:
                     agent=self.turn.agent.name,
                 ),
             )
+            text = ev.without_nul(text)  # a hook's NUL too: the log stores none
         self._hold(
             {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
         )

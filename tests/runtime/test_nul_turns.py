@@ -167,3 +167,21 @@ async def test_through_the_openai_provider_a_nul_in_arguments_or_text_fails_noth
     assert texts(reply_item) == ["Writing\ufffd it.", "The file has a NUL; I left it out."]
     assert reply_item["info"]["error"] is None
     assert reply_item["info"]["finish"] == "stop"
+
+
+async def test_a_text_complete_hook_that_adds_a_nul_fails_nothing(session, agents, settings):
+    from forge import hooks
+
+    settings.FORGE_MODEL = "offline/echo"
+
+    def stamp(text: str, context: hooks.TextContext) -> str:
+        return text + "\x00"
+
+    hooks.text_complete.register(stamp)
+    try:
+        await run(session, "hello")
+    finally:
+        hooks.text_complete.unregister(stamp)
+    reply = reply_of(await ahistory(session))
+    assert texts(reply) == ["hello\ufffd"]
+    assert reply["info"]["error"] is None
