@@ -164,6 +164,9 @@ def test_daphne_answers_413_to_a_content_length_over_the_limit_before_reading_th
     assert body["error"]["code"] == "too_large"
     assert sent < announced // 10  # answered while the client was still sending
     assert "refused a request body" in server.output()
+    # The server goes on serving.
+    auth = {"Authorization": f"Token {token}"}
+    assert httpx.get(f"{server.url}/api/sessions/", headers=auth, timeout=10).status_code == 200
 
 
 @pytest.mark.django_db(transaction=True)
