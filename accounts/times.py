@@ -19,8 +19,13 @@ def format_time(value: datetime) -> str:
 
 def parse_time(value: str) -> datetime:
     """An ISO-8601 time with a zone, as UTC truncated to milliseconds; ``ValueError`` else."""
+    if not isinstance(value, str):
+        raise ValueError(f"a time is a string, not {type(value).__name__}")
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         raise ValueError(f"time {value!r} has no time zone")
-    parsed = parsed.astimezone(UTC)
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 at +01:00 is before the first UTC day
+        raise ValueError(f"time {value!r} is out of range") from None
     return parsed.replace(microsecond=parsed.microsecond - parsed.microsecond % 1000)

@@ -67,3 +67,11 @@ def tenant_of(user: Any) -> Tenant:
 def session_of(user: Any, session_id: str, *, tenant: Tenant | None = None) -> Session:
     """The caller's session ``session_id``; raises as :func:`tenant_of`, or ``NotFound``."""
     return selectors.get_session(tenant=tenant or tenant_of(user), session_id=session_id)
+
+
+def chat_of(user: Any, chat_id: str, *, tenant: Tenant | None = None) -> Session:
+    """The caller's session that ``chat_id`` names as a chat (the AI SDK routes): the
+    tenant's session with that id, or with that chat alias; raises as
+    :func:`session_of`. Whatever another tenant holds under the same id is never
+    seen, nor told apart from nothing."""
+    return selectors.get_chat_session(tenant=tenant or tenant_of(user), chat_id=chat_id)

@@ -19,6 +19,10 @@ from forge.db.postgresql.base import serve_as_app  # noqa: E402
 require_collected_static()  # DEBUG off: refuse to start rather than answer 500 on every page
 serve_as_app()  # PostgreSQL: act as FORGE_DB_APP_ROLE, under row-level security
 
+from forge import server_limits  # noqa: E402
+
+server_limits.install()  # daphne refuses a body over its route's limit as it arrives
+
 if settings.FORGE_RECOVER_ON_START:
     # Turns a crashed process left open are finalized before serving (sessions
     # another live process runs hold a live lease and are left alone).

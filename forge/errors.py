@@ -8,6 +8,7 @@ from __future__ import annotations
 from accounts.exceptions import ForgeError
 
 __all__ = [
+    "BodyTooLarge",
     "CompactionFailed",
     "Conflict",
     "ForgeError",
@@ -31,6 +32,14 @@ class InvalidPrompt(ForgeError, ValueError):
 
 class PromptTooLarge(InvalidPrompt):
     """A prompt over ``FORGE_MAX_PROMPT_BYTES`` (413 on HTTP, ``too_large`` on the socket)."""
+
+    code = "too_large"
+    status = 413
+
+
+class BodyTooLarge(ForgeError):
+    """A request body over its route's limit (``FORGE_MAX_IMPORT_BYTES`` for an import),
+    refused before it is read past the limit."""
 
     code = "too_large"
     status = 413

@@ -48,9 +48,24 @@ class Session(models.Model):
     # Set by ``services.delete_session`` only: lets the database trigger allow
     # deleting this session's events, as part of deleting the whole session.
     deleting = models.BooleanField(default=False)
+    # The id a client chose for this session as a chat (the AI SDK's ``useChat`` id):
+    # unique within the tenant only, so a client's choice never collides with, nor
+    # reveals, another tenant's. Not in the log: an alias of the API face, like the
+    # owner and the tenant (an imported copy has none). NULL: no alias, which the
+    # partial unique index leaves out.
+    chat_alias = models.CharField(  # noqa: DJ001 - NULL, not "", is "no alias"
+        max_length=ID_LENGTH, null=True, blank=True, editable=False
+    )
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-updated_at"], name="session_tenant_recent")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "chat_alias"],
+                condition=models.Q(chat_alias__isnull=False),
+                name="session_tenant_chat_alias",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.title or self.id

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.models import Tenant
 from accounts.selectors import member
@@ -52,6 +52,22 @@ def get_session(*, tenant: Tenant, session_id: str) -> Session:
         return Session.objects.select_related("tenant").get(tenant=tenant, pk=session_id)
     except Session.DoesNotExist:
         raise NotFound(f"no session {session_id!r}") from None
+
+
+def get_chat_session(*, tenant: Tenant, chat_id: str) -> Session:
+    """The tenant's session that ``chat_id`` names as a chat: the session with that id,
+    else the one with that chat alias (``Session.chat_alias``). ``NotFound`` when the
+    tenant has neither, whatever other tenants have."""
+    if not is_valid_id(chat_id):
+        raise NotFound(f"no chat {chat_id!r}")
+    found = list(
+        Session.objects.select_related("tenant")
+        .filter(Q(pk=chat_id) | Q(chat_alias=chat_id), tenant=tenant)
+        .order_by("pk")[:2]
+    )
+    if not found:
+        raise NotFound(f"no chat {chat_id!r}")
+    return next((session for session in found if session.pk == chat_id), found[0])
 
 
 def list_sessions(*, tenant: Tenant) -> QuerySet[Session]:

@@ -40,6 +40,35 @@ class ShapeError(ValueError):
     """Raised by field validators; the caller wraps it into the public exception."""
 
 
+NUL = "\x00"
+
+
+def nul_path(value: Any, path: str) -> str | None:
+    """Where ``value`` holds a NUL character (U+0000) in a string, a key included, as a
+    path from ``path`` (``part.state.input.content``, ``data.blocks[0].text``); None
+    when it holds none. Iterative: any depth that JSON could encode is walked.
+
+    The log refuses NUL in every string (``services.append``): PostgreSQL can store
+    it neither in ``jsonb`` nor in ``text``, and a log must read the same on both
+    stacks, so SQLite refuses it too."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return where
+        elif isinstance(item, Mapping):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str) and NUL in key:
+                    return f"{where}[{key!r}]"
+                children.append((child, f"{where}.{key}"))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(c, f"{where}[{i}]") for i, c in enumerate(item)]))
+    return None
+
+
 Validator = Callable[[str, Any], Any]
 _REQUIRED = object()  # the field must be given
 _OPTIONAL = object()  # the field may be absent and gets no default

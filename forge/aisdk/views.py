@@ -1,11 +1,12 @@
 """The Vercel AI SDK's chat routes (``useChat``'s default transport) over Forge sessions.
 
-* ``POST /api/chat`` ``{id, messages, trigger, messageId?}``: ``id`` is the Forge
-  session id (created on first use with that id, in the caller's tenant; an id
-  of another tenant is a 404). Only the last message is read, and it must be the
-  user's: its text parts (joined by blank lines) and ``data:`` URL file parts
-  become the prompt, through the runtime's one entry. The answer is the UI
-  message stream of the reply (:mod:`forge.aisdk.chunks`).
+* ``POST /api/chat`` ``{id, messages, trigger, messageId?}``: ``id`` names the chat
+  in the caller's tenant: a Forge session id, or a chat id the client chose, which
+  becomes the alias of a new session (server-minted id) on first use. Chat ids are
+  per tenant: another tenant's ids are never seen. Only the last message is read,
+  and it must be the user's: its text parts (joined by blank lines) and ``data:``
+  URL file parts become the prompt, through the runtime's one entry. The answer is
+  the UI message stream of the reply (:mod:`forge.aisdk.chunks`).
   ``trigger: "regenerate-message"`` answers the chat's last reply's prompt again
   (``messages`` is not read; ``messageId``, optional, must name that reply or its
   prompt): a *new* assistant message with the same parent, streamed like any
@@ -37,7 +38,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -47,8 +48,9 @@ from rest_framework.views import APIView
 from accounts import tenancy
 from accounts.models import Tenant
 from forge import runtime
-from forge.access import session_of, tenant_of
+from forge.access import chat_of, tenant_of
 from forge.api.parsers import SafeJSONParser
+from forge.api.schema import errors
 from forge.context.superseded import is_reply
 from forge.params import parse_limit
 from forge.realtime import hub, limits
@@ -215,17 +217,19 @@ def _attachment(part: dict[str, Any], index: int) -> runtime.Attachment:
 
 
 def _chat_session(user: Any, tenant: Tenant, chat_id: str) -> Session:
-    """The caller's session ``chat_id``, created with that id when no session has it.
-    An id taken in another tenant is a 404 (``NotFound``), as on every route."""
+    """The caller's chat ``chat_id`` (:func:`forge.access.chat_of`: the tenant's session
+    with that id or that chat alias), created when the tenant has none: a session with
+    a server-minted id and ``chat_id`` as its alias. Chat ids are per tenant, so an id
+    another tenant chose first is no obstacle, and nothing tells that it exists."""
     try:
-        return session_of(user, chat_id, tenant=tenant)
+        return chat_of(user, chat_id, tenant=tenant)
     except NotFound:
         pass
     try:
         with transaction.atomic():
-            return services.create_session(user=user, tenant=tenant, session_id=chat_id)
+            return services.create_session(user=user, tenant=tenant, chat_alias=chat_id)
     except IntegrityError:
-        return session_of(user, chat_id, tenant=tenant)  # a concurrent create, or NotFound
+        return chat_of(user, chat_id, tenant=tenant)  # a concurrent create of the same chat
 
 
 class ChatView(APIView):
@@ -237,14 +241,15 @@ class ChatView(APIView):
         return [*super().get_throttles(), PromptRateThrottle()]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT, responses={(200, "text/event-stream"): OpenApiTypes.STR}
+        request=OpenApiTypes.OBJECT,
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(404, 409, 413)},
     )
     def post(self, request: Request) -> StreamingHttpResponse:
         tenant = tenant_of(request.user)
         body, chat_id, trigger = _chat_request(request.data)
         if trigger == "regenerate-message":
             message_id = _regenerated_id(body)
-            session = session_of(request.user, chat_id, tenant=tenant)  # never created here
+            session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
 
             def start() -> runtime.PromptResult:
                 return runtime.regenerate(
@@ -282,7 +287,7 @@ class ChatStreamView(APIView):
     @extend_schema(responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None})
     def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
         tenant = tenant_of(request.user)
-        session = session_of(request.user, chat_id, tenant=tenant)
+        session = chat_of(request.user, chat_id, tenant=tenant)
         if not runtime.is_busy(session_id=session.pk):
             return Response(status=status.HTTP_204_NO_CONTENT)
         running = selectors.open_assistant_messages(tenant=tenant, session=session)
@@ -299,10 +304,16 @@ class ChatMessagesView(APIView):
     restore it on load. Paged like the session's history: the newest page first,
     messages oldest first in a page, ``next`` the URL of the older page."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("limit", int, description="messages per page, at most 200"),
+            OpenApiParameter("before", str, description="the next page's cursor"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Request, chat_id: str) -> Response:
         tenant = tenant_of(request.user)
-        session = session_of(request.user, chat_id, tenant=tenant)
+        session = chat_of(request.user, chat_id, tenant=tenant)
         limit = parse_limit(
             request.query_params.get("limit"),
             default=selectors.PAGE_DEFAULT,
@@ -348,8 +359,8 @@ def _current(session: Session, items: list[dict[str, Any]]) -> list[dict[str, An
 class ChatStopView(APIView):
     """``POST /api/chat/{id}/stop``: abort the running reply; 204 once it is finalized."""
 
-    @extend_schema(request=None, responses={204: None})
+    @extend_schema(request=None, responses={204: None, **errors(409)})
     def post(self, request: Request, chat_id: str) -> Response:
-        session = session_of(request.user, chat_id)
+        session = chat_of(request.user, chat_id)
         runtime.abort(session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -29,8 +29,6 @@ from urllib.parse import urlencode
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound as DRFNotFound
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
@@ -42,8 +40,9 @@ from memory import selectors
 from memory.exceptions import InvalidQuery
 from memory.models import AGENT_MAX, MemoryCore, MemoryUnit
 from memory.wire import core_wire, unit_wire
-from sessions.exceptions import InvalidCursor
+from sessions.ids import is_valid_id
 
+from .paging import CheckedCursorPagination
 from .serializers import page_body
 
 CORES_PAGE_DEFAULT = 50
@@ -125,24 +124,16 @@ class MemorySearchSerializer(serializers.Serializer):
 # --- paging ---------------------------------------------------------------------------------
 
 
-class CorePagination(CursorPagination):
-    """Newest core first (ids sort by creation); ``limit`` checked like every other limit."""
+class CorePagination(CheckedCursorPagination):
+    """Newest core first (ids sort by creation); ``limit`` and the cursor checked like every
+    other list's (``forge.api.paging``)."""
 
     ordering = ("-id",)
     page_size = CORES_PAGE_DEFAULT
-    page_size_query_param = "limit"
     max_page_size = CORES_PAGE_MAX
 
-    def get_page_size(self, request: Request) -> int:
-        return parse_limit(
-            request.query_params.get("limit"), default=CORES_PAGE_DEFAULT, maximum=CORES_PAGE_MAX
-        )
-
-    def decode_cursor(self, request: Request) -> Any:
-        try:
-            return super().decode_cursor(request)
-        except DRFNotFound:
-            raise InvalidCursor("cursor is not a position of this list") from None
+    def check_position(self, position: str) -> bool:
+        return is_valid_id(position)
 
 
 def _url(request: Request, **params: Any) -> str:

@@ -5,26 +5,28 @@ in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
+import io
 from functools import cached_property
 from typing import Any, cast
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from accounts.models import Tenant
-from forge import runtime
+from forge import runtime, server_limits
 from forge.access import session_of, tenant_of
 from forge.context import request_for
 from forge.errors import SessionBusy
@@ -34,7 +36,9 @@ from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.models import Session
 
+from .paging import CheckedCursorPagination
 from .parsers import NDJSONParser, SafeJSONParser
+from .schema import errors
 from .serializers import (
     ForkSerializer,
     PromptSerializer,
@@ -45,11 +49,19 @@ from .serializers import (
 )
 
 
-class SessionPagination(CursorPagination):
+class SessionPagination(CheckedCursorPagination):
+    """Most recent first; ``limit`` 1 to 200 and the cursor checked (``forge.api.paging``):
+    a position is a time, as DRF writes ``updated_at`` into the cursor."""
+
     ordering = ("-updated_at", "-id")
     page_size = 50
-    page_size_query_param = "limit"
     max_page_size = 200
+
+    def check_position(self, position: str) -> bool:
+        try:
+            return parse_datetime(position) is not None
+        except ValueError:  # well formed, but no date (a 13th month)
+            return False
 
 
 def _url(request: Request, **params: Any) -> str:
@@ -122,6 +134,7 @@ class SessionViewSet(GenericViewSet):
         services.update_session(session=session, **data.validated_data)
         return Response(self._session_body(session))
 
+    @extend_schema(responses={204: None, **errors(409)})
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         if runtime.is_busy(session_id=session.pk):
@@ -138,7 +151,15 @@ class SessionViewSet(GenericViewSet):
             OpenApiParameter("before", str, description="the next page's cursor"),
         ],
     )
-    @extend_schema(methods=["POST"], request=PromptSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        methods=["POST"],
+        request=PromptSerializer,
+        responses={
+            202: OpenApiTypes.OBJECT,
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="with ?wait=1"),
+            **errors(409, 413),
+        },
+    )
     @action(
         detail=True,
         methods=["get", "post"],
@@ -229,14 +250,14 @@ class SessionViewSet(GenericViewSet):
             response["Link"] = f'<{next_url}>; rel="next"'
         return response
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(409)})
     @action(detail=True, methods=["post"])
     def abort(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         runtime.abort(session=session)
         return Response({"aborted": True, "session": self._session_body(session)})
 
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT, **errors(400, 409, 502)})
     @action(detail=True, methods=["post"])
     def compact(self, request: Request, pk: str) -> Response:
         """Start compacting now: 202, then the boundary's frames on the session's stream
@@ -284,13 +305,29 @@ class SessionViewSet(GenericViewSet):
         return response
 
     @extend_schema(
-        request={"application/x-ndjson": OpenApiTypes.STR}, responses={201: OpenApiTypes.OBJECT}
+        request={"application/x-ndjson": OpenApiTypes.STR},
+        responses={201: OpenApiTypes.OBJECT, **errors(413)},
     )
-    @action(detail=False, methods=["post"], url_path="import", parser_classes=[NDJSONParser])
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        url_name="import",
+        parser_classes=[NDJSONParser],
+    )
     def import_(self, request: Request) -> Response:
-        body = request.data if isinstance(request.data, bytes) else b""
-        events = services.parse_log(body.splitlines())
-        self.tenant  # noqa: B018 - the caller must belong to a tenant
-        copy = request.query_params.get("copy") in ("1", "true", "yes")
-        session = services.import_log(user=self.user, events=events, copy=copy)
+        """Import an export file as a **copy**: new ids and a new chain recording the
+        source's id and head hash, whatever ``?copy`` says. A session id an importer
+        chose is never kept here, so no one can squat an id, or learn whether one
+        exists; the operator's ``import_session`` may keep free ids.
+
+        The caller's tenant is checked first, then the size (``FORGE_MAX_IMPORT_BYTES``,
+        413: by ``Content-Length`` before anything is read; under daphne the server
+        refuses it as it arrives, ``forge.server_limits``), and only then is the file
+        read and parsed."""
+        self.tenant  # noqa: B018 - the caller must belong to a tenant, before any reading
+        request.data  # noqa: B018 - the media type must be an export file's (else 415)
+        body = server_limits.read_body(request._request, limit=settings.FORGE_MAX_IMPORT_BYTES)
+        events = services.parse_log(io.BytesIO(body))
+        session = services.import_log(user=self.user, events=events, copy=True)
         return Response({"id": session.pk}, status=status.HTTP_201_CREATED)

@@ -20,7 +20,7 @@ Scripts (``offline/script``) use the same events as JSON objects:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -168,6 +168,34 @@ _BY_TYPE: dict[str, type] = {
         Error,
     )
 }
+
+
+NUL = "\x00"
+REPLACEMENT = "\ufffd"  # what a model's NUL becomes
+
+
+def without_nul(text: str) -> str:
+    """``text`` with every NUL character (U+0000) replaced by U+FFFD.
+
+    A model may emit NUL; the log stores none (``sessions.services`` refuses it,
+    as PostgreSQL cannot store it). Refusing a model's output would fail the
+    reply for one stray character, so what a model says is stored, and streamed,
+    with U+FFFD in its place: the log holds exactly what clients were sent."""
+    return text.replace(NUL, REPLACEMENT) if NUL in text else text
+
+
+def event_without_nul(event: StreamEvent) -> StreamEvent:
+    """``event`` with NUL replaced (:func:`without_nul`) in each of its strings, except
+    a tool call's ``input``: that is raw JSON, which the tool machinery parses and
+    refuses with a tool error when it holds a NUL (``forge.tools.prepare_call``)."""
+    if isinstance(event, TextDelta | ReasoningDelta):  # the hot path: one check
+        return event if NUL not in event.delta else replace(event, delta=without_nul(event.delta))
+    changes = {
+        f.name: without_nul(value)
+        for f in fields(event)
+        if f.name != "input" and isinstance(value := getattr(event, f.name), str) and NUL in value
+    }
+    return replace(event, **changes) if changes else event  # type: ignore[arg-type]
 
 
 class BadEvent(ValueError):

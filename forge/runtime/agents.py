@@ -10,6 +10,7 @@ from django.conf import settings
 from forge.errors import UnknownAgent
 from forge.models import Agent
 
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # forge.models.AGENT_NAME
 MENTION = re.compile(r"(?<![\w@/.])@([a-z][a-z0-9_-]{0,63})\b")
 
 
@@ -46,7 +47,11 @@ def _config(agent: Agent) -> AgentConfig:
 
 
 def get_agent(name: str) -> AgentConfig:
-    agent = Agent.objects.filter(name=name).first()
+    """The agent ``name``; ``UnknownAgent`` when there is none. A name no agent can have
+    (``forge.models.AGENT_NAME``; a NUL, say, which PostgreSQL refuses even in a
+    lookup) is refused without a query, in the same words."""
+    possible = isinstance(name, str) and _NAME.fullmatch(name) is not None
+    agent = Agent.objects.filter(name=name).first() if possible else None
     if agent is None:
         known = ", ".join(Agent.objects.values_list("name", flat=True)) or "none"
         raise UnknownAgent(f"no agent named {name!r} (agents: {known})")

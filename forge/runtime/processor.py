@@ -11,6 +11,11 @@
 | start-step / finish-step         | step-start / step-finish part            | yes         |
 | (after a step that changed files) | a patch part                            | yes         |
 
+A model's NUL characters (U+0000) become U+FFFD as they arrive, in every string of
+the stream but a tool call's raw input (``ev.event_without_nul``): the log stores
+no NUL, and holds exactly what clients were sent. A tool call whose input or
+result holds one ends in a tool error (``forge.tools``); the reply goes on.
+
 Deltas are kept in the in-flight buffer at once (for snapshots, and for
 finalizing an aborted reply) and published in short time windows
 (``forge.runtime.deltas``), each frame with the offset of its first character;
@@ -189,8 +194,9 @@ class Processor:
     async def _consume(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult | None:
         turn = self.turn
         result: StepResult | None = None
-        async for event in stream:
+        async for raw in stream:
             turn.raise_if_aborted()
+            event = ev.event_without_nul(raw)  # the log stores no NUL: U+FFFD, as streamed
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
                 await self._delta(event)
             elif isinstance(event, ev.TextStart | ev.ReasoningStart):
@@ -272,6 +278,7 @@ class Processor:
                     agent=self.turn.agent.name,
                 ),
             )
+            text = ev.without_nul(text)  # a hook's NUL too: the log stores none
         self._hold(
             {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
         )

@@ -45,6 +45,10 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_INLINE_TEXT = 100_000  # a text attachment larger than this is not inlined for the model
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _INLINED_MIMES = ("text/", "application/json", "application/xml")
+# type/subtype, then parameters: printable ASCII only (RFC 6838 names, RFC 9110 parameters).
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}(;[ -~]*)?"
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,11 @@ def clean_text(text: Any) -> str:
 
 
 def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
+    """The attachments as they are stored: at most :data:`MAX_FILES` of at most
+    :data:`MAX_FILE_BYTES` each, names reduced to ``[A-Za-z0-9._-]`` (a NUL or any
+    other character becomes ``_``), and a media type that is one (``type/subtype``
+    and parameters, printable ASCII; else ``InvalidPrompt``). The content is stored
+    as it is, NUL bytes included: a file is bytes (see :func:`_is_inlined`)."""
     if len(files) > MAX_FILES:
         raise InvalidPrompt(f"at most {MAX_FILES} files per prompt")
     cleaned = []
@@ -78,6 +87,8 @@ def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
         if len(attachment.content) > MAX_FILE_BYTES:
             raise PromptTooLarge(f"{attachment.filename!r} is larger than {MAX_FILE_BYTES} bytes")
         name = _SAFE_NAME.sub("_", attachment.filename.rsplit("/", 1)[-1]).strip("._") or "file"
+        if attachment.mime and not _MEDIA_TYPE.fullmatch(attachment.mime):
+            raise InvalidPrompt(f"{name!r}: {attachment.mime[:60]!r} is not a media type")
         mime = attachment.mime or mimetypes.guess_type(name)[0] or "application/octet-stream"
         cleaned.append(Attachment(filename=name[:120], content=attachment.content, mime=mime))
     return cleaned
@@ -163,8 +174,12 @@ def check_speaker(session: Session, speaker: AbstractBaseUser | None) -> Abstrac
 
 
 def _is_inlined(attachment: Attachment) -> bool:
-    """A text attachment small enough to reach the model as text."""
-    if not attachment.mime.startswith(_INLINED_MIMES):
+    """A text attachment small enough to reach the model as text.
+
+    Text is valid UTF-8 without NUL bytes: a file holding a NUL is binary, whatever
+    its type says (as ``git`` and ``file`` judge), and reaches the model as a file
+    part alone. The log, where the synthetic text part would go, stores no NUL."""
+    if not attachment.mime.startswith(_INLINED_MIMES) or b"\x00" in attachment.content:
         return False
     try:
         attachment.content.decode()

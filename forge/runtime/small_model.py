@@ -46,7 +46,7 @@ async def ask(system: str, content: str, *, model: str | None = None) -> Answer:
             if isinstance(event, ev.TextDelta):
                 chunks.append(event.delta)
             elif isinstance(event, ev.Error):
-                raise SmallModelError(f"{event.name}: {event.message}")
+                raise SmallModelError(ev.without_nul(f"{event.name}: {event.message}"))
             elif isinstance(event, ev.ToolCall):
                 raise SmallModelError("the model called a tool instead of answering")
             elif isinstance(event, ev.FinishStep):
@@ -56,7 +56,8 @@ async def ask(system: str, content: str, *, model: str | None = None) -> Answer:
         for close in (getattr(stream, "aclose", None), getattr(provider, "aclose", None)):
             if close is not None:
                 await close()
-    return Answer(text="".join(chunks).strip(), usage=usage)
+    # The answer becomes a title or a summary in the log, which stores no NUL.
+    return Answer(text=ev.without_nul("".join(chunks)).strip(), usage=usage)
 
 
 SUMMARY_PROMPT = (

@@ -252,6 +252,9 @@ REST_FRAMEWORK = {
 }
 # Prompts carry attachments (at most 10 files of 10 MB, base64 in JSON): allow the body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# The largest body POST /api/sessions/import/ takes (an export file); a larger one is
+# 413, refused by the server before it is read past this (forge.server_limits).
+FORGE_MAX_IMPORT_BYTES = env_int("FORGE_MAX_IMPORT_BYTES", 64 * 1024 * 1024)
 # Sockets and SSE streams one user may hold open at once, per server process.
 FORGE_MAX_STREAMS_PER_USER = env_int("FORGE_MAX_STREAMS_PER_USER", 20)
 # Seconds between heartbeat comments on an idle SSE stream.
@@ -267,6 +270,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Every route's error statuses are in the schema (forge.api.schema).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "forge.api.schema.document_errors",
+    ],
 }
 
 

@@ -18,6 +18,8 @@ from django.conf import settings
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
+from sessions.shapes import NUL, nul_path
+
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
 from .registry import get_tool, tool_names
 
@@ -28,6 +30,30 @@ MAX_ERROR_CHARS = 2_000  # how much of an unexpected exception's message reaches
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _shown(text: str) -> str:
+    """Text for an error message or its metadata: the log stores no NUL (U+0000), so one
+    is shown as U+FFFD."""
+    return text.replace(NUL, "\ufffd")
+
+
+def _shown_value(value: Any) -> Any:
+    """:func:`_shown` applied to every string (keys too) of a JSON-like value."""
+    if isinstance(value, str):
+        return _shown(value)
+    if isinstance(value, dict):
+        return {_shown_value(k): _shown_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shown_value(v) for v in value]
+    return value
+
+
+def _storable(error: ToolError) -> ToolError:
+    """A tool's own error, with any NUL in its message or metadata shown as U+FFFD."""
+    if NUL not in error.message and nul_path(error.metadata, "metadata") is None:
+        return error
+    return ToolError(_shown(error.message), metadata=_shown_value(error.metadata))
 
 
 def _path_of(error: ValidationError) -> str:
@@ -43,7 +69,10 @@ def prepare_call(
     Raises :class:`ToolError` for an unknown or disallowed tool, input that is not
     a JSON object, or input failing the tool's schema. ``metadata["input"]`` is
     always set: the parsed object when there is one, else ``{}``; unparseable
-    input is also kept (truncated) in ``metadata["raw_input"]``.
+    input is also kept (truncated) in ``metadata["raw_input"]``. Arguments holding a
+    NUL character (U+0000, ``"\\u0000"`` in the JSON) are refused too: the log, which
+    records a call's input, stores no NUL; ``metadata`` then has ``input: {}`` and
+    the raw JSON text (in which the NUL is an escape, six plain characters).
 
     An empty (or all-blank) ``raw_input`` counts as ``{}``: models send that for
     tools without parameters.
@@ -57,7 +86,8 @@ def prepare_call(
             parsed = json.loads(raw_input)
         except (ValueError, RecursionError) as exc:
             parse_error = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
-    args: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+    nul_at = nul_path(parsed, "arguments") if parsed is not None else None
+    args: dict[str, Any] = parsed if isinstance(parsed, dict) and nul_at is None else {}
 
     registered = tool_names()
     available = registered if allowed is None else [n for n in registered if n in allowed]
@@ -73,8 +103,14 @@ def prepare_call(
         )
     if parse_error is not None:
         raise ToolError(
-            f"invalid input for {name}: arguments are not valid JSON ({parse_error})",
-            metadata={"input": {}, "raw_input": raw_input[:MAX_RAW_INPUT_CHARS]},
+            f"invalid input for {name}: arguments are not valid JSON ({_shown(parse_error)})",
+            metadata={"input": {}, "raw_input": _shown(raw_input[:MAX_RAW_INPUT_CHARS])},
+        )
+    if nul_at is not None:
+        raise ToolError(
+            f"invalid input for {name}: {nul_at} holds a NUL character (U+0000), which "
+            "cannot be stored; send the text without it",
+            metadata={"input": {}, "raw_input": _shown(raw_input[:MAX_RAW_INPUT_CHARS])},
         )
     if not isinstance(parsed, dict):
         raise ToolError(
@@ -139,7 +175,9 @@ async def execute(
     one runs in a worker thread, which on timeout or cancellation is abandoned
     (it keeps running to completion; its result is dropped) while this call
     returns at once. A ``str`` result becomes ``ToolResult(output=...)``; output
-    over :data:`MAX_OUTPUT_CHARS` is cut, with ``metadata["truncated"] = True``.
+    over :data:`MAX_OUTPUT_CHARS` is cut, with ``metadata["truncated"] = True``. A
+    result holding a NUL character (U+0000) anywhere is an error (the log stores no
+    NUL); a NUL in an error's text is shown as U+FFFD.
     Cancellation of the awaiting task propagates as :class:`asyncio.CancelledError`.
     """
     limit = _effective_timeout(tool, timeout)
@@ -147,8 +185,8 @@ async def execute(
     try:
         async with deadline:
             result = await _call(tool, args, ctx)
-    except ToolError:
-        raise
+    except ToolError as exc:
+        raise _storable(exc) from None
     except TimeoutError as exc:
         if deadline.expired():
             assert limit is not None
@@ -174,10 +212,19 @@ async def execute(
             f"{type(result.output).__name__}, expected a str",
             metadata={"exception": "TypeError"},
         )
+    where = nul_path(
+        {"output": result.output, "title": result.title, "metadata": result.metadata}, "result"
+    )
+    if where is not None:
+        raise ToolError(
+            f"tool {tool.name!r} failed: {where} holds a NUL character (U+0000), which "
+            "cannot be stored",
+            metadata={"exception": "NulCharacter"},
+        )
     return _cap_output(result)
 
 
 def _failure(item: Tool, exc: BaseException) -> ToolError:
     kind = type(exc).__name__
-    detail = _truncate(str(exc), MAX_ERROR_CHARS)
+    detail = _shown(_truncate(str(exc), MAX_ERROR_CHARS))
     return ToolError(f"tool {item.name!r} failed: {kind}: {detail}", metadata={"exception": kind})

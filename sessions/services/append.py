@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .. import bus, projector, sql
-from ..exceptions import InvalidEvent, NotFound
+from ..exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound
 from ..frames import event_frame
 from ..ids import is_valid_id, new_event_id
 from ..log import (
@@ -30,6 +30,7 @@ from ..log import (
     now_ms,
 )
 from ..models import Session, SessionEvent
+from ..shapes import nul_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
 
@@ -45,6 +46,28 @@ class _Prepared:
     frame: dict[str, Any]
 
 
+# How canonical JSON writes U+0000 (six characters: backslash, "u0000"). A text that
+# holds those six characters itself is written with the backslash doubled, which holds
+# them too: the walk then finds no NUL.
+_NUL_ESCAPE = "\\u0000"
+_REFUSALS: dict[str, tuple[str, type[InvalidEvent | InvalidMessage | InvalidPart]]] = {
+    "part.updated": ("part", InvalidPart),
+    "message.updated": ("info", InvalidMessage),
+}
+
+
+def _refuse_nul(event_type: str, data: dict[str, Any]) -> None:
+    """The log's one rule for NUL: no string of an event's data (key or value) holds
+    U+0000, on either stack. PostgreSQL cannot store it in ``jsonb``, so without
+    this rule a NUL reached the database as a ``DataError``; SQLite refuses it too,
+    so a log reads the same everywhere. Raised with the write's own error (its
+    ``code``, status 400), before anything is written."""
+    name, error = _REFUSALS.get(event_type, ("data", InvalidEvent))
+    where = nul_path(data, name)
+    if where is not None:
+        raise error(f"{where}: holds a NUL character (U+0000), which the log does not store")
+
+
 def _prepare(
     dialect: sql.Dialect, session: Session, head: sql.Head, event_type: str, data: dict[str, Any]
 ) -> _Prepared:
@@ -57,6 +80,8 @@ def _prepare(
         data_json = canonical_json(data)
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"event data is not representable as JSON: {exc}") from None
+    if _NUL_ESCAPE in data_json:  # rare: only then is the data walked
+        _refuse_nul(event_type, data)
     body_text = canonical_body_text(
         seq=seq,
         id=event_id,

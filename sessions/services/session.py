@@ -65,13 +65,15 @@ def create_session(
     agent: str | None = None,
     parent: Session | None = None,
     copied_from: dict[str, Any] | None = None,
-    session_id: str | None = None,
+    chat_alias: str | None = None,
 ) -> Session:
     """A new session owned by ``user`` in ``tenant`` (default: the user's own tenant).
 
-    ``session_id`` (a client's own id, e.g. an AI SDK chat id) is used when given;
-    it must be a valid id (``InvalidEvent`` otherwise), and one taken anywhere in
-    the database raises ``IntegrityError`` (run it in a transaction or savepoint).
+    Its id is always minted here. ``chat_alias`` (a client's own id for the chat, an
+    AI SDK ``useChat`` id) is kept beside it, unique within the tenant: it must be a
+    valid id (``InvalidEvent`` otherwise), and one the tenant has already raises
+    ``IntegrityError`` (run it in a transaction or savepoint). Another tenant's
+    aliases and ids never collide with it.
 
     ``copied_from`` (``{session_id, head_seq, head_hash}``, an imported copy) is
     recorded in the ``session.created`` event, the first of the new chain."""
@@ -84,10 +86,10 @@ def create_session(
         raise SessionMismatch(f"user {user.get_username()!r} is not a member of tenant {tenant}")
     if parent is not None and parent.tenant_id != tenant.pk:
         raise SessionMismatch("a parent session must belong to the same tenant")
-    if session_id is not None and not is_valid_id(session_id):
-        raise InvalidEvent(f"not a valid session id: {session_id!r}")
+    if chat_alias is not None and not is_valid_id(chat_alias):
+        raise InvalidEvent(f"not a valid chat id: {chat_alias!r}")
     session = Session.objects.create(
-        **({"pk": session_id} if session_id is not None else {}),
+        chat_alias=chat_alias,
         tenant=tenant,
         user_id=user.pk,
         title=clean_title(title),

@@ -17,7 +17,7 @@ from ..ids import is_valid_id, new_message_id, new_part_id
 from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context
-from ..shapes import ShapeError, normalize_message, normalize_part
+from ..shapes import ShapeError, normalize_message, normalize_part, nul_path, v_time
 from .messages import (
     append_event,
     remove_message,
@@ -129,7 +129,7 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = json.loads(line, parse_constant=_no_constant)
         except RecursionError:
             raise LogIntegrityError(f"line {number} is nested too deeply") from None
         except ValueError as exc:
@@ -149,7 +149,11 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
                 )
             header = event
             continue
-        if events and event.get("seq") != events[-1].get("seq", 0) + 1:
+        if type(event.get("seq")) is not int:
+            raise LogIntegrityError(
+                f"line {number}: seq must be an integer, not {event.get('seq')!r:.40}"
+            )
+        if events and event["seq"] != events[-1]["seq"] + 1:
             raise LogIntegrityError(
                 f"line {number}: events out of order (seq {event.get('seq')!r} after "
                 f"{events[-1].get('seq')!r})"
@@ -166,6 +170,11 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
     if events and header.get("session_id") != events[0].get("session_id"):
         raise LogIntegrityError("the header names another session than its events")
     return events
+
+
+def _no_constant(name: str) -> Any:
+    """JSON has no ``NaN``, ``Infinity`` or ``-Infinity`` (Python's decoder takes them)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 @transaction.atomic
@@ -192,7 +201,11 @@ def import_log(
             f"the log does not verify at seq {problems[0].seq}: {problems[0].message}"
         )
     first = events[0]
-    if first["type"] != "session.created" or first["data"].get("id") != session_id:
+    if (
+        first["type"] != "session.created"
+        or not isinstance(first["data"], dict)
+        or first["data"].get("id") != session_id
+    ):
         raise LogIntegrityError("a log starts with its session.created event")
     check_canonical(events)
     if copy:
@@ -254,9 +267,10 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
 
     A log whose hashes verify can still hold what no write entry accepts (``seq:
     true``, a time in another format, an unknown role, a ``javascript:`` file URL,
-    a control character in a title); imported as it is, its projection would differ
-    from its events. So each event's data is normalized again, as the services do,
-    against the state the log built so far, and must come out unchanged.
+    a control character in a title, a NUL anywhere); imported as it is, its
+    projection would differ from its events, or the database would refuse it. So
+    each event's data is normalized again, as the services do, against the state
+    the log built so far, and must come out unchanged.
     """
     session_id = events[0]["session_id"]
     messages: dict[str, dict[str, Any]] = {}
@@ -279,8 +293,19 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
             data = event["data"]
             if not isinstance(data, dict):
                 raise ValueError("data must be an object")
+            nul = nul_path(event, "event")
+            if nul is not None:  # the log stores none (services.append), on any stack
+                raise ValueError(f"{nul} holds a NUL character (U+0000)")
             canonical = _canonical(event["type"], data, session_id, messages, parts)
-        except (ValueError, KeyError, TypeError, ShapeError, ForgeError) as exc:
+        except (
+            ValueError,
+            LookupError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+            ShapeError,
+            ForgeError,
+        ) as exc:
             raise LogIntegrityError(f"{where}: not as this server writes it: {exc}") from None
         if canonical != data:
             raise LogIntegrityError(f"{where}: the event's data is not in its canonical form")
@@ -298,7 +323,8 @@ def _canonical(
             raise ValueError("the session's own id")
         clean_title(data.get("title") or "")
         clean_agent(data.get("agent"))
-        parse_time(data["created_at"])
+        if v_time("data.created_at", data["created_at"]) != data["created_at"]:
+            raise ValueError("created_at must be a time as this server writes it")
         return data
     if kind == "message.updated":
         message = normalize_message(data, session_id=session_id, existing=messages.get(data["id"]))

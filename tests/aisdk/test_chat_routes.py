@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db.models import Q
 
 from accounts.models import Tenant
 from sessions import selectors
@@ -76,10 +77,18 @@ class Chunks:
             pass
 
 
-def stored(session_id: str) -> dict[str, Any]:
-    session = Session.objects.get(pk=session_id)
-    items = list(selectors.iter_history(tenant=session.tenant, session_id=session_id))
-    return items[-1]
+def chat_session(chat_id: str) -> Session:
+    """The session a chat id names: its own id, or the alias a new chat got."""
+    return Session.objects.get(Q(pk=chat_id) | Q(chat_alias=chat_id))
+
+
+def chat_history(chat_id: str) -> list[dict[str, Any]]:
+    session = chat_session(chat_id)
+    return list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+
+
+def stored(chat_id: str) -> dict[str, Any]:
+    return chat_history(chat_id)[-1]
 
 
 @pytest.fixture
@@ -121,7 +130,7 @@ def test_the_routes_move_with_forge_ai_sdk_prefix(tmp_path: Path, agents: Any, u
         assert [m["role"] for m in restored.json()["results"]] == ["user", "assistant"]
         old = httpx.post(f"{live.url}/api/chat", json=chat_body("old1"), headers=headers(token))
         assert old.status_code == 404
-    assert not Session.objects.filter(pk="old1").exists()
+    assert not Session.objects.filter(chat_alias="old1").exists()
 
 
 def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
@@ -139,7 +148,8 @@ def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
         assert "content-encoding" not in response.headers
         reader = Chunks(response)
         reader.rest()
-    session = Session.objects.get(pk="myChat1")
+    session = chat_session("myChat1")  # a new session, with the chat id as its alias
+    assert session.pk != "myChat1"
     assert session.tenant == Tenant.objects.get(name="acme")
     assert session.user == user
     reply = stored("myChat1")
@@ -148,7 +158,7 @@ def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
     assert reader.ui.parts == expected_parts(reply)
     assert {"type": "text", "text": "hello there"} in reader.ui.parts
     # Only the new last message was taken: the log holds one prompt.
-    history = list(selectors.iter_history(tenant=session.tenant, session_id="myChat1"))
+    history = chat_history("myChat1")
     assert [item["info"]["role"] for item in history] == ["user", "assistant"]
     assert history[0]["parts"][0]["text"] == "hello there"
 
@@ -160,7 +170,7 @@ def test_a_new_chat_streams_its_reply_as_the_ui_message_stream(
         ) as response,
     ):
         Chunks(response).rest()
-    history = list(selectors.iter_history(tenant=session.tenant, session_id="myChat1"))
+    history = chat_history("myChat1")
     assert [item["info"]["role"] for item in history] == ["user", "assistant"] * 2
 
 
@@ -179,8 +189,7 @@ def test_a_file_part_becomes_an_attachment(echo_server: LiveServer, user, token)
     )
     assert response.status_code == 200
     assert response.text.endswith("data: [DONE]\n\n")
-    session = Session.objects.get(pk="withFile")
-    prompt = next(iter(selectors.iter_history(tenant=session.tenant, session_id="withFile")))
+    prompt = chat_history("withFile")[0]
     files = [p for p in prompt["parts"] if p["type"] == "file"]
     assert [(f["filename"], f["mime"]) for f in files] == [("note.txt", "text/plain")]
 
@@ -283,11 +292,14 @@ def test_a_busy_chat_is_409_and_nothing_is_written(server: LiveServer, session, 
 def test_another_tenants_chat_is_404_and_never_taken_over(
     server: LiveServer, session, token, stranger_token
 ):
+    """(Posting to another tenant's id starts a chat of one's own: chat ids are per
+    tenant, tests/aisdk/test_chat_input.py.)"""
     before = SessionEvent.objects.filter(session=session).count()
     for method, path, body in [
-        ("POST", "/api/chat", chat_body(session.pk)),
+        ("POST", "/api/chat", regenerate_body(session.pk)),
         ("GET", f"/api/chat/{session.pk}/stream", None),
         ("POST", f"/api/chat/{session.pk}/stop", None),
+        ("GET", f"/api/chat/{session.pk}/messages", None),
     ]:
         response = httpx.request(
             method, server.url + path, json=body, headers=headers(stranger_token), timeout=10
@@ -299,6 +311,10 @@ def test_another_tenants_chat_is_404_and_never_taken_over(
     assert missing.status_code == 404
     anonymous = httpx.post(f"{server.url}/api/chat", json=chat_body("x1"))
     assert anonymous.status_code == 401
+
+
+def regenerate_body(chat_id: str) -> dict[str, Any]:
+    return {**chat_body(chat_id), "trigger": "regenerate-message"}
 
 
 def _without_messages(body: dict[str, Any]) -> dict[str, Any]:
@@ -378,7 +394,7 @@ def test_the_cookie_needs_csrf(tmp_path: Path, agents: Any, user):
         refused = client.post("/api/chat", json=chat_body("cookieChat"))
         assert refused.status_code == 403
         assert refused.json()["error"]["code"] == "permission_denied"
-        assert not Session.objects.filter(pk="cookieChat").exists()
+        assert not Session.objects.filter(chat_alias="cookieChat").exists()
         accepted = client.post(
             "/api/chat", json=chat_body("cookieChat"), headers={"X-CSRFToken": cookies["csrftoken"]}
         )

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from sessions import selectors
-from sessions.models import Session
 from tests.conftest import IN_CI
 from tests.live import LiveServer, daphne
 from tests.replies import paced, words
+
+from .test_chat_routes import chat_history
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 NODE_DIR = Path(__file__).parent / "node"
@@ -80,8 +80,7 @@ def run_node_test(where: Path, version: str, scenario: str, **env: str) -> str:
 
 
 def stored_reply(chat_id: str) -> dict[str, Any]:
-    session = Session.objects.get(pk=chat_id)
-    return list(selectors.iter_history(tenant=session.tenant, session_id=chat_id))[-1]
+    return chat_history(chat_id)[-1]
 
 
 def client_env(live: LiveServer, token: str, chat_id: str, prompt: str) -> dict[str, str]:
@@ -115,8 +114,7 @@ def test_chat_regenerate_replaces_the_last_reply_with_a_new_stored_one(
     run_node_test(
         node_client, version, "regenerate", **client_env(echo, token, chat_id, "say it again")
     )
-    session = Session.objects.get(pk=chat_id)
-    history = list(selectors.iter_history(tenant=session.tenant, session_id=chat_id))
+    history = chat_history(chat_id)
     assert [item["info"]["role"] for item in history] == ["user", "assistant", "assistant"]
     prompt, old, new = history
     assert new["info"]["parent_id"] == old["info"]["parent_id"] == prompt["info"]["id"]

@@ -15,12 +15,11 @@ import pytest
 from forge.context import request_for
 from forge.context.superseded import drop_superseded
 from forge.models import SessionLease
-from sessions import selectors
 from sessions.models import Session, SessionEvent
 from tests.live import LiveServer, daphne
 from tests.replies import paced, words
 
-from .test_chat_routes import Chunks, chat_body, headers
+from .test_chat_routes import Chunks, chat_body, chat_history, chat_session, headers
 from .ui import expected_parts
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -33,8 +32,7 @@ def regenerate_body(chat_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def history(chat_id: str) -> list[dict[str, Any]]:
-    session = Session.objects.get(pk=chat_id)
-    return list(selectors.iter_history(tenant=session.tenant, session_id=chat_id))
+    return chat_history(chat_id)
 
 
 def post_stream(live: LiveServer, token: str, body: dict[str, Any]) -> Chunks:
@@ -78,7 +76,7 @@ def test_a_regenerated_reply_is_a_new_message_with_the_same_parent(
     assert reader.ui.parts == expected_parts(new)
     # The model was sent the prompt alone, so the script answered with reply 1 again.
     assert {"type": "text", "text": "first answer"} in reader.ui.parts
-    _, request = request_for(Session.objects.get(pk="regen1"))
+    _, request = request_for(chat_session("regen1"))
     assert [m["role"] for m in request.messages] == ["user", "assistant"]
     assert len(list(drop_superseded(items))) == 2
 
@@ -99,7 +97,8 @@ def test_a_regenerated_reply_is_a_new_message_with_the_same_parent(
     assert len(ids) == 4
 
     # Only the last reply can be regenerated; its prompt's id names it too.
-    before = SessionEvent.objects.filter(session_id="regen1").count()
+    regen1 = chat_session("regen1")
+    before = SessionEvent.objects.filter(session=regen1).count()
     refused = httpx.post(
         f"{scripted.url}/api/chat",
         json=regenerate_body("regen1", messageId=new["info"]["id"]),
@@ -107,8 +106,8 @@ def test_a_regenerated_reply_is_a_new_message_with_the_same_parent(
     )
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "not_last_reply"
-    assert SessionEvent.objects.filter(session_id="regen1").count() == before
-    assert not SessionLease.objects.filter(session_id="regen1").exists()
+    assert SessionEvent.objects.filter(session=regen1).count() == before
+    assert not SessionLease.objects.filter(session_id=regen1.pk).exists()
     last_prompt = history("regen1")[-2]["info"]["id"]
     again = post_stream(scripted, token, regenerate_body("regen1", messageId=last_prompt))
     assert {"type": "text", "text": "second answer"} in again.ui.parts
@@ -142,7 +141,7 @@ def test_refusals_are_json_and_write_nothing(slow: LiveServer, session, token, s
 
     refused(regenerate_body(session.pk), 409, "nothing_to_regenerate")  # an empty chat
     refused(regenerate_body("noSuchChat"), 404, "not_found")  # never created by regenerate
-    assert not Session.objects.filter(pk="noSuchChat").exists()
+    assert not Session.objects.filter(chat_alias="noSuchChat").exists()
     refused(regenerate_body(session.pk, messageId=7), 400, "invalid")
     refused(regenerate_body(session.pk), 404, "not_found", stranger_token)
 

@@ -42,17 +42,15 @@ def test_lists_show_only_the_callers_sessions(stranger, api, session):
 def test_importing_someone_elses_exported_log_lands_in_your_tenant_not_theirs(
     api, stranger, session, other_user
 ):
-    from sessions import services
     from sessions.models import Session
 
     body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
-    services.delete_session(session=session)
-    assert (
-        stranger.generic(
-            "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
-        ).status_code
-        == 201
+    response = stranger.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
     )
-    imported = Session.objects.get(pk=session.pk)
+    assert response.status_code == 201
+    imported = Session.objects.get(pk=response.json()["id"])  # a copy: new ids
+    assert imported.pk != session.pk
     assert imported.tenant == other_user.memberships.get().tenant
-    assert api.get(f"/api/sessions/{session.pk}/").status_code == 404
+    assert api.get(f"/api/sessions/{imported.pk}/").status_code == 404
+    assert Session.objects.get(pk=session.pk).tenant_id == session.tenant_id  # untouched

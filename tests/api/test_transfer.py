@@ -268,3 +268,90 @@ def test_context_at_beyond_the_log_is_400(api, compacted):
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_cursor"
     assert api.get(f"/api/sessions/{compacted.pk}/context/?at=-1").status_code == 400
+
+
+def _with_event(kind: str, data: dict[str, Any]) -> Any:
+    """A new last event of ``kind``, the header counting it (rehashed after)."""
+
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        last = lines[-1]
+        lines.append(
+            {
+                "seq": last["seq"] + 1,
+                "id": "evt_added",
+                "session_id": last["session_id"],
+                "type": kind,
+                "at": last["at"],
+                "data": data,
+            }
+        )
+        lines[0]["events"] += 1
+        return lines
+
+    return tamper
+
+
+def _pad(value: float) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[2]["data"]["pad"] = value  # json.dumps writes NaN / Infinity
+        return lines
+
+    return tamper
+
+
+def _first_data(value: Any) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[1]["data"] = value
+        return lines
+
+    return tamper
+
+
+def _created_at(value: Any) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[1]["data"]["created_at"] = value
+        return lines
+
+    return tamper
+
+
+MALFORMED = [
+    ("seq-string", _first(seq="1"), False, "seq must be an integer"),
+    ("seq-null", _first(seq=None), False, "seq must be an integer"),
+    ("nan", _pad(float("nan")), False, "NaN is not a JSON value"),
+    ("infinity", _pad(float("inf")), False, "Infinity is not a JSON value"),
+    ("data-list", _first_data([1, 2]), True, "starts with its session.created"),
+    ("data-string", _first_data("session"), True, "starts with its session.created"),
+    ("created-at-integer", _created_at(1764547200), True, "seq 1"),
+    (
+        "nul-in-context-block",
+        _with_event(
+            "context.updated", {"blocks": [{"kind": "system", "key": "agent", "text": "a\x00b"}]}
+        ),
+        True,
+        "NUL",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "rehash", "message"),
+    [case[1:] for case in MALFORMED],
+    ids=[case[0] for case in MALFORMED],
+)
+def test_a_malformed_log_is_400_log_integrity_never_a_500(api, compacted, tamper, rehash, message):
+    """Issue 17 (LOW): each of these was a 500 (a TypeError, ValueError or
+    AttributeError in the checks, or PostgreSQL's DataError for the NUL)."""
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    lines = tamper([json.loads(line) for line in body.splitlines()])
+    if rehash:
+        lines = _rehash(lines)
+    tampered = "\n".join(json.dumps(line) for line in lines).encode()
+    before = (Session.objects.count(), SessionEvent.objects.count())
+    response = api.generic(
+        "POST", "/api/sessions/import/", tampered, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "log_integrity"
+    assert message in response.json()["error"]["message"]
+    assert (Session.objects.count(), SessionEvent.objects.count()) == before

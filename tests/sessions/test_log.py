@@ -4,6 +4,7 @@ import pytest
 
 from sessions.log import (
     GENESIS_HASH,
+    ChainProblem,
     canonical_body_text,
     canonical_json,
     chain_hash,
@@ -14,13 +15,14 @@ from sessions.log import (
 )
 
 
-def _log(n: int) -> list[dict]:
+def _log(n: int, sessions: dict[int, str] | None = None) -> list[dict]:
+    """``n`` chained events of ``ses_1`` (or of ``sessions[seq]``), hashes all valid."""
     events, prev = [], GENESIS_HASH
     for seq in range(1, n + 1):
         body = event_body(
             seq=seq,
             id=f"evt_{seq}",
-            session_id="ses_1",
+            session_id=(sessions or {}).get(seq, "ses_1"),
             type="part.updated",
             at="2026-11-30T01:02:03.004Z",
             data={"text": f"héllo {seq}", "n": seq, "nested": {"b": 1, "a": [1.5, None]}},
@@ -68,9 +70,17 @@ def test_tampering_is_detected_at_the_first_changed_event(tamper, seq):
     assert problems[0].seq == seq
 
 
-def test_an_event_of_another_session_is_reported():
-    log = _log(2)
-    assert verify_chain(log, session_id="ses_other")
+def test_an_event_of_another_session_is_reported_as_that_and_nothing_else():
+    """Its hash is valid (it was chained as it is): the one problem is whose it is."""
+    log = _log(3, sessions={2: "ses_2"})
+    assert verify_chain(log, session_id="ses_1") == [
+        ChainProblem(2, "event belongs to another session")
+    ]
+    assert verify_chain(log) == []  # the chain alone is intact
+    assert verify_chain(_log(2), session_id="ses_other") == [
+        ChainProblem(1, "event belongs to another session"),
+        ChainProblem(2, "event belongs to another session"),
+    ]
 
 
 def test_times_are_iso_utc_with_milliseconds():

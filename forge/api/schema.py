@@ -1,0 +1,92 @@
+"""The error answers of the OpenAPI schema (``/api/schema/``): every status a route can
+answer is documented, so a client generated from the schema knows them all
+(``tests/fuzz/test_api_schema.py`` accepts nothing else).
+
+Every error is the same body, ``{"error": {"code", "message"}}`` (``forge.api.errors``).
+Statuses that any route may answer are added to every operation by
+:func:`document_errors` (a drf-spectacular postprocessing hook); a route's own
+(409 busy, 413 too large, …) are declared on its view with :func:`errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="stable, e.g. invalid, not_found, busy, too_large")
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+MEANINGS = {
+    400: "bad input (invalid, invalid_cursor, invalid_prompt, log_integrity, …)",
+    401: "no credentials, or credentials that do not authenticate (not_authenticated)",
+    403: "a user in no tenant (no_tenant), or a cookie without its CSRF token",
+    404: "no such object in the caller's tenant (not_found), another tenant's included",
+    409: "the session's state refuses it now (busy, not_running, …)",
+    413: "too large (too_large)",
+    415: "a request body of another media type",
+    429: "rate limited (throttled)",
+    502: "the model behind the request failed (compaction_failed)",
+}
+
+
+def errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """``extend_schema(responses=…)`` entries for a route's own error statuses."""
+    return {
+        status: OpenApiResponse(response=ErrorSerializer, description=MEANINGS[status])
+        for status in statuses
+    }
+
+
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
+
+def _response(status: int) -> dict[str, Any]:
+    return {
+        "description": MEANINGS[status],
+        "content": {"application/json": {"schema": _ERROR_REF}},
+    }
+
+
+def document_errors(result: dict[str, Any], generator: Any, request: Any, public: Any) -> Any:
+    """Add to every operation the error statuses any route may answer: 401, 403 and 429
+    (authentication, tenancy, throttles are every route's); 404 where the path names
+    an object; 400 where there is input (query parameters or a body); 415 where there
+    is a body."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault(
+        "Error",
+        {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                    "required": ["code", "message"],
+                }
+            },
+            "required": ["error"],
+        },
+    )
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            parameters = operation.get("parameters", [])
+            statuses = [401, 403, 429]
+            if any(p.get("in") == "path" for p in parameters):
+                statuses.append(404)
+            if "requestBody" in operation or any(p.get("in") == "query" for p in parameters):
+                statuses.append(400)
+            if "requestBody" in operation:
+                statuses.append(415)
+            responses = operation.setdefault("responses", {})
+            for status in statuses:
+                responses.setdefault(str(status), _response(status))
+    return result

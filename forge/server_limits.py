@@ -1,0 +1,157 @@
+"""Request bodies over their route's limit, refused by the server before they are read.
+
+Only the import route takes a large body on purpose (an export file), and it has a
+limit, ``FORGE_MAX_IMPORT_BYTES``. The view checks it (:func:`read_body`), but under
+daphne that is too late: daphne (twisted's ``http.Request``) receives the whole body,
+into a temporary file, before the application sees any of it, and Django's ASGI
+handler then copies it again. So a 199 MB import was read whole before it was
+refused.
+
+:func:`install` gives daphne a request class that applies the limit as the body
+arrives: a ``Content-Length`` over it is answered at once, when the headers are in;
+a chunked body is counted, and answered as soon as it passes the limit. The answer
+is 413 with the API's JSON error, ``Connection: close``; what the client still sends
+is read and dropped (never stored) for at most :data:`LINGER_SECONDS`, so that a
+client busy sending can read the 413 before the connection is closed (closing a
+socket with unread data would reset it and could lose the answer); then the
+connection is cut. ``forge.asgi`` installs it: every ``daphne forge.asgi:application``
+serves with it. Under another server the view's own check still refuses the body,
+once the server has read it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import unquote
+
+from django.conf import settings
+from django.urls import reverse
+
+from forge.errors import BodyTooLarge
+
+logger = logging.getLogger(__name__)
+
+LINGER_SECONDS = 5.0  # how long what a refused client still sends is read and dropped
+
+
+def limit_for(method: bytes | str, path: bytes | str) -> int | None:
+    """The largest body a request may send, or None for no limit of ours: a POST to the
+    import route (``path`` as the request line has it, query included) may send at
+    most ``FORGE_MAX_IMPORT_BYTES``."""
+    if isinstance(method, bytes):
+        method = method.decode("latin-1")
+    if isinstance(path, bytes):
+        path = path.decode("latin-1")
+    if method.upper() != "POST":
+        return None
+    if unquote(path.split("?", 1)[0]) != reverse("session-import"):
+        return None
+    return int(settings.FORGE_MAX_IMPORT_BYTES)
+
+
+def too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the request body is over the limit of {limit} bytes")
+
+
+def read_body(request: Any, *, limit: int) -> bytes:
+    """The body of ``request`` (a Django ``HttpRequest``), at most ``limit`` bytes, or
+    ``BodyTooLarge``: by its ``Content-Length`` before reading anything, else (a
+    chunked upload) by reading one byte past the limit at most."""
+    announced = request.META.get("CONTENT_LENGTH") or ""
+    if announced.isdigit() and int(announced) > limit:
+        raise too_large(limit)
+    body: bytes = request.read(limit + 1)
+    if len(body) > limit:
+        raise too_large(limit)
+    return body
+
+
+def _answer(limit: int) -> bytes:
+    error = too_large(limit)
+    body = json.dumps({"error": {"code": error.code, "message": str(error)}}).encode()
+    head = (
+        "HTTP/1.1 413 Content Too Large\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def install() -> None:
+    """Make daphne's HTTP requests apply :func:`limit_for` while their body arrives (see
+    the module's docstring). Idempotent; does nothing without daphne."""
+    try:
+        from daphne import http_protocol
+        from twisted.internet import reactor as twisted_reactor
+    except ImportError:  # not served by daphne
+        return
+    reactor: Any = twisted_reactor  # the running reactor (its stubs type the module)
+    base = http_protocol.WebRequest
+    if getattr(base, "forge_limits", False):
+        return
+
+    class LimitedRequest(base):  # type: ignore[misc, valid-type]
+        """daphne's request, refusing a body over its route's limit as it arrives."""
+
+        forge_limits = True
+        _limit: int | None = None
+        _received = 0
+        _refused = False
+        _linger: Any = None
+
+        def gotLength(self, length: int | None) -> None:
+            channel = self.channel
+            self._limit = limit_for(
+                getattr(channel, "_command", b""), getattr(channel, "_path", b"")
+            )
+            if self._limit is not None and length is not None and length > self._limit:
+                # No "100 Continue" for a body that is refused: the 413 is the answer.
+                self.requestHeaders.removeHeader(b"Expect")
+                self._refuse()
+                length = 0  # no temporary file for a body that is not kept
+            super().gotLength(length)
+
+        def handleContentChunk(self, data: bytes) -> None:
+            if self._refused:
+                return
+            if self._limit is not None:
+                self._received += len(data)
+                if self._received > self._limit:
+                    self._refuse()
+                    return
+            super().handleContentChunk(data)
+
+        def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+            if not self._refused:  # a refused request never reaches the application
+                super().requestReceived(command, path, version)
+
+        def connectionLost(self, reason: Any) -> None:
+            if self._linger is not None and self._linger.active():
+                self._linger.cancel()
+            super().connectionLost(reason)
+
+        def _refuse(self) -> None:
+            assert self._limit is not None
+            self._refused = True
+            channel = self.channel
+            transport = channel.transport
+            logger.info(
+                "refused a request body over %d bytes from %s", self._limit, transport.getPeer()
+            )
+            transport.write(_answer(self._limit))
+            channel.dataReceived = _drop  # read and dropped from now on, never stored
+            half_close = getattr(transport, "loseWriteConnection", None)
+            if half_close is None:
+                transport.loseConnection()
+                return
+            half_close()  # the 413, then FIN; the client may still send for a while
+            self._linger = reactor.callLater(LINGER_SECONDS, transport.abortConnection)
+
+    http_protocol.WebRequest = LimitedRequest
+
+
+def _drop(data: bytes) -> None:
+    """What a refused client still sends: read from the socket, and dropped."""

@@ -1,0 +1,118 @@
+"""NUL characters (U+0000) through the faces (issue 17, MEDIUM 5): a text file holding
+one is stored as a file, and every other text that would reach the database with
+one is a 400 (or an error frame), never a 500 from PostgreSQL's ``DataError``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.core.files.storage import default_storage
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from sessions.models import Session, SessionEvent
+
+from .conftest import error
+from .test_socket import frames_until, socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BINARY_TEXT = b"header\x00\x01\x02 and more"
+
+
+def _stored_bytes(part: dict[str, Any], settings: Any) -> bytes:
+    return default_storage.open(part["url"].split(settings.MEDIA_URL, 1)[-1]).read()
+
+
+def _as_json(api: Any, session: Any, **file: Any) -> Any:
+    file = {"filename": "notes.txt", "mime": "text/plain", **file}
+    file["content"] = base64.b64encode(file.get("content", BINARY_TEXT)).decode()
+    return api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "read this", "files": [file]},
+        format="json",
+    )
+
+
+def _as_form(api: Any, session: Any) -> Any:
+    upload = SimpleUploadedFile("notes.txt", BINARY_TEXT, content_type="text/plain")
+    return api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "read this", "files": [upload]},
+        format="multipart",
+    )
+
+
+@pytest.mark.parametrize("send", [_as_json, _as_form], ids=["json", "multipart"])
+def test_a_text_file_holding_a_nul_is_stored_as_a_file(api, session, agents, settings, send):
+    """It was a 500 on PostgreSQL: the file's text went into the log as a synthetic part."""
+    settings.FORGE_MODEL = "offline/echo"
+    response = send(api, session)
+    assert response.status_code == 200, response.content
+    parts = response.json()["message"]["parts"]
+    assert [p["type"] for p in parts] == ["text", "file"]  # no synthetic text part
+    assert (parts[1]["filename"], parts[1]["mime"]) == ("notes.txt", "text/plain")
+    assert _stored_bytes(parts[1], settings) == BINARY_TEXT
+    assert response.json()["reply"]["info"]["error"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"text": "hi", "agent": "bu\x00ild"}, "invalid"),
+        (
+            {"text": "hi", "files": [{"filename": "a.txt", "mime": "text/\x00", "content": ""}]},
+            "invalid",
+        ),
+        (
+            {"text": "hi", "files": [{"filename": "a\x00.txt", "content": ""}]},
+            "invalid",
+        ),
+        ({"text": "hi \x00 there"}, "invalid"),
+    ],
+    ids=["agent", "mime", "filename", "text"],
+)
+def test_a_prompt_holding_a_nul_is_400_and_writes_nothing(api, session, agents, body, code):
+    before = SessionEvent.objects.count()
+    response = api.post(f"/api/sessions/{session.pk}/messages/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert error(response)["code"] == code
+    assert SessionEvent.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    ("method", "body"),
+    [
+        ("patch", {"title": "a\x00b"}),
+        ("patch", {"agent": "\x00"}),
+        ("post", {"title": "a\x00b"}),
+        ("post", {"agent": "x\x00"}),
+    ],
+    ids=["rename", "change-agent", "create-title", "create-agent"],
+)
+def test_a_session_title_or_agent_holding_a_nul_is_400(api, session, agents, method, body):
+    url = f"/api/sessions/{session.pk}/" if method == "patch" else "/api/sessions/"
+    sessions, events = Session.objects.count(), SessionEvent.objects.count()
+    response = getattr(api, method)(url, body, format="json")
+    assert response.status_code == 400, response.content
+    assert error(response)["code"] == "invalid"
+    assert (Session.objects.count(), SessionEvent.objects.count()) == (sessions, events)
+
+
+async def test_a_socket_prompt_naming_an_agent_with_a_nul_gets_an_error_frame(
+    session, token, agents
+):
+    """The agent's name reached PostgreSQL in a lookup (a ``DataError``)."""
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "agent": "bu\x00ild"}))
+    reply = json.loads(await ws.receive_from(timeout=5))
+    assert (reply["kind"], reply["code"]) == ("error", "unknown_agent")
+    await ws.send_to(text_data=json.dumps({"type": "ping"}))
+    assert json.loads(await ws.receive_from()) == {"kind": "pong"}
+    await ws.disconnect()
+    assert await database_sync_to_async(session.events.count)() == 1
