@@ -2,7 +2,7 @@
 
 Durable frames carry ``id: <seq>``, so a browser's ``EventSource`` resumes with
 ``Last-Event-ID`` and misses nothing; ``?after=`` does the same for other
-clients. Snapshots, deltas
+clients (an id past the log's head is 400 ``invalid_cursor``). Snapshots, deltas
 and status frames have no id. An idle stream gets a comment every
 ``FORGE_SSE_HEARTBEAT`` seconds. The subscription is open before the view answers:
 a channel layer that is away is 503 ``stream_unavailable`` with ``Retry-After``,
@@ -28,7 +28,7 @@ from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
 from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
-from forge.realtime.stream import SessionStream
+from forge.realtime.stream import SessionStream, check_after
 from sessions.frames import Frame
 from sessions.models import Session
 
@@ -37,10 +37,12 @@ from .errors import error_body, error_response
 
 def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int, Session, int]:
     """The caller's id, their session (DRF's token auth, else the cookie's user) and the
-    seq to resume after."""
+    seq to resume after (at most the log's head)."""
     user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
     session = session_of(user, session_id)
-    return user.pk, session, parse_seq(after, name="Last-Event-ID / after", default=0)
+    seq = parse_seq(after, name="Last-Event-ID / after", default=0)
+    check_after(session, seq)
+    return user.pk, session, seq
 
 
 def encode(frame: Frame) -> bytes:

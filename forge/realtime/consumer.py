@@ -31,7 +31,7 @@ from sessions.models import Session
 
 from . import hub
 from .auth import authorization, current_user
-from .stream import SessionStream
+from .stream import SessionStream, check_after
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         """Accept, then check who asks, for which session, after which seq; then open the
         subscription (which takes one of the user's stream slots) and send the backlog.
         A refusal is an error frame (but for 4401 / 4404) and a close code: 4400 a bad
-        ``after``, 4429 too many streams, 4503 a channel
+        ``after`` (past the log's head too), 4429 too many streams, 4503 a channel
         layer that is away (try again later). Nothing is held after a refusal."""
         await self.accept()
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
@@ -80,6 +80,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             after = parse_seq(query.get("after", [""])[-1], name="after", default=0)
+            if after:
+                await database_sync_to_async(check_after)(self.session, after)
         except ForgeError as exc:
             await self._error(exc.code, str(exc))
             await self.close(code=CLOSE_BAD_REQUEST)
