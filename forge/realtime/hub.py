@@ -127,7 +127,7 @@ class SessionHub:
 
 
 _hubs: dict[tuple[asyncio.AbstractEventLoop, str], SessionHub] = {}
-_closing: set[asyncio.Task[None]] = set()  # closes scheduled from other threads or timers
+_background_closes: set[asyncio.Task[None]] = set()  # scheduled from threads or timers
 
 
 def _hub(loop: asyncio.AbstractEventLoop, session_id: str) -> SessionHub:
@@ -158,16 +158,12 @@ class Subscription:
     """
 
     def __init__(
-        self,
-        hub: SessionHub,
-        subscriber: Subscriber,
-        owner: int | None,
-        loop: asyncio.AbstractEventLoop,
+        self, hub: SessionHub, subscriber: Subscriber, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.hub = hub
         self.subscriber = subscriber
         self.loop = loop
-        self._owner = owner
+        self._owner: int | None = None  # set once the owner's slot is taken
         self._owner_lock = threading.Lock()  # a response's close() runs in a worker thread
         self._left = False  # touched on the loop only, as are the two below
         self._closing = False  # a close is scheduled
@@ -207,8 +203,8 @@ class Subscription:
             return
         self._closing = True
         task = self.loop.create_task(self.close())
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
+        _background_closes.add(task)
+        task.add_done_callback(_background_closes.discard)
 
     def _stop_timer(self) -> None:
         if self._unclaimed is not None:
@@ -254,7 +250,7 @@ async def join(
     except BaseException:
         _forget_if_idle(loop, hub)
         raise
-    subscription = Subscription(hub, subscriber, None, loop)
+    subscription = Subscription(hub, subscriber, loop)
     try:
         if owner is not None:
             limits.take(owner)  # may refuse still, if another stream took the last slot
