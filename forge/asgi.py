@@ -47,7 +47,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from forge.nul import RefuseNulSockets  # noqa: E402
 from forge.realtime.auth import SocketAuthStack  # noqa: E402
+from forge.realtime.frame_limit import close_oversized_cleanly  # noqa: E402
 from forge.realtime.routing import websocket_urlpatterns  # noqa: E402
+
+close_oversized_cleanly()  # under daphne: an oversized socket frame gets close 1009
 
 application = ProtocolTypeRouter(
     {

@@ -21,6 +21,7 @@ __all__ = [
     "NothingToRegenerate",
     "PromptTooLarge",
     "SessionBusy",
+    "StreamUnavailable",
     "UnknownAgent",
     "UnknownModel",
 ]
@@ -105,3 +106,15 @@ class NotLastReply(Conflict):
     """Regenerate asked for a message that is not the chat's last reply (or its prompt)."""
 
     code = "not_last_reply"
+
+
+class StreamUnavailable(ForgeError):
+    """A stream (socket, SSE, AI SDK) could not join its session's channel-layer group
+    within ``FORGE_LAYER_TIMEOUT``: the layer (Redis) is away. Nothing was written and
+    no stream slot is held; the client should try again after ``retry_after`` seconds
+    (503 with ``Retry-After`` on HTTP; an error frame and close code 4503 on the
+    socket)."""
+
+    code = "stream_unavailable"
+    status = 503
+    retry_after = 5

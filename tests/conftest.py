@@ -9,7 +9,6 @@ in-memory channel layer) and on the server stack (PostgreSQL + Redis, from
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -210,8 +209,7 @@ async def _runtime_settles() -> AsyncIterator[None]:
     from forge.runtime import settle
 
     await settle()
-    loop = asyncio.get_running_loop()
-    left = [session_id for (owner, session_id) in hub._hubs if owner is loop]
+    left = hub.subscribed_sessions()
     assert not left, f"sockets or SSE streams were left subscribed to {left}"
     # Each test runs on its own event loop, and channels-redis keeps receive state per
     # layer instance: let the next test make its own.

@@ -29,10 +29,11 @@ import asyncio
 import base64
 import binascii
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 from urllib.parse import urlencode
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -53,7 +54,8 @@ from forge.api.parsers import SafeJSONParser
 from forge.api.schema import errors
 from forge.context.superseded import is_reply
 from forge.params import parse_limit
-from forge.realtime import hub, limits
+from forge.realtime import hub
+from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import SessionStream
 from forge.runtime.prompting import clean_files, clean_text
 from forge.throttling import PromptRateThrottle
@@ -79,59 +81,75 @@ def _owner(request: Request) -> int:
     return owner
 
 
+def _join(session_id: str, owner: int) -> hub.Subscription:
+    """Open the stream's subscription (taking one of ``owner``'s stream slots) from this
+    synchronous view, or raise ``TooManyStreams`` (429) / ``StreamUnavailable`` (503).
+
+    Why here and not in the response: a refusal must be JSON before the stream
+    starts, and the prompt must not be written when it cannot be streamed. The
+    subscription belongs to the server's event loop, which will run the response's
+    stream: under daphne this thread works for that loop (``sync_to_async``) and
+    ``async_to_sync`` runs the join there, waiting at most ``FORGE_LAYER_TIMEOUT``
+    (this request's thread only). Where no server loop runs (WSGI, the sync test
+    client), the join runs on a loop of its own and the stream gets the log only.
+    """
+    return async_to_sync(open_stream)(session_id, owner=owner)
+
+
 def _stream_response(
-    request: Request, session: Session, message_id: str, after: int
+    subscription: hub.Subscription, session: Session, message_id: str, after: int
 ) -> StreamingHttpResponse:
-    owner = _owner(request)
-    response = limits.CountedStreamResponse(
-        reply_stream(session, message_id, after),
+    response = SubscribedStream(
+        subscription,
+        lambda subscriber: reply_stream(session, message_id, after, subscriber),
         content_type="text/event-stream",
-        user_id=owner,
     )
     for name, value in HEADERS.items():
         response[name] = value
     return response
 
 
-async def reply_stream(session: Session, message_id: str, after: int) -> AsyncIterator[bytes]:
+async def reply_stream(
+    session: Session, message_id: str, after: int, subscriber: hub.Subscriber
+) -> AsyncGenerator[bytes, None]:
     """The UI message stream of reply ``message_id``: the log after ``after`` (which must
     start at or before the reply's first event), snapshots of its streaming parts,
-    then live frames, until the reply is complete; then ``[DONE]``."""
+    then live frames (``subscriber``, subscribed before the backlog is read: no gap),
+    until the reply is complete; then ``[DONE]``."""
     tenancy.activate([session.tenant_id])
     reply = chunks.ReplyChunks(message_id)
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     heartbeat = settings.FORGE_SSE_HEARTBEAT
     quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, heartbeat)
-    async with hub.subscribe(session.pk) as subscriber:  # before the backlog: no gap
-        for chunk in reply.begin():
+    for chunk in reply.begin():
+        yield chunks.encode(chunk)
+    for frame in await stream.backlog():
+        for chunk in reply.accept(frame):
             yield chunks.encode(chunk)
-        for frame in await stream.backlog():
-            for chunk in reply.accept(frame):
-                yield chunks.encode(chunk)
-        loop = asyncio.get_running_loop()
-        idle_since = loop.time()
-        while not reply.done:
-            try:
-                frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
-            except TimeoutError:
-                frames = await stream.resync() if stream.needs_resync else []
-                if not frames and loop.time() - idle_since >= heartbeat:
-                    idle_since = loop.time()
-                    yield b": keep-alive\n\n"
-                for frame in frames:
-                    for chunk in reply.accept(frame):
-                        yield chunks.encode(chunk)
-                continue
-            idle_since = loop.time()
+    loop = asyncio.get_running_loop()
+    idle_since = loop.time()
+    while not reply.done:
+        try:
+            frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
+        except TimeoutError:
+            frames = await stream.resync() if stream.needs_resync else []
+            if not frames and loop.time() - idle_since >= heartbeat:
+                idle_since = loop.time()
+                yield b": keep-alive\n\n"
             for frame in frames:
-                for out in await stream.accept(frame):
-                    for chunk in reply.accept(out):
+                for chunk in reply.accept(frame):
+                    yield chunks.encode(chunk)
+            continue
+        idle_since = loop.time()
+        for frame in frames:
+            for out in await stream.accept(frame):
+                for chunk in reply.accept(out):
+                    yield chunks.encode(chunk)
+                if out.get("kind") == "status" and out.get("status") == "idle":
+                    for chunk in await _ended(session, reply):
                         yield chunks.encode(chunk)
-                    if out.get("kind") == "status" and out.get("status") == "idle":
-                        for chunk in await _ended(session, reply):
-                            yield chunks.encode(chunk)
-                if reply.done:
-                    break
+            if reply.done:
+                break
     yield chunks.DONE
 
 
@@ -232,6 +250,31 @@ def _chat_session(user: Any, tenant: Tenant, chat_id: str) -> Session:
         return chat_of(user, chat_id, tenant=tenant)  # a concurrent create of the same chat
 
 
+def _chat_stream(
+    user: Any, tenant: Tenant, chat_id: str, owner: int
+) -> tuple[Session, hub.Subscription]:
+    """The chat's session, created on first use, and its stream's open subscription,
+    opened first: a stream that cannot open (429, 503) leaves no chat behind.
+
+    A new chat's session gets its id, minted by the store, only when it is created, so
+    its stream is opened first on the chat id (enough to refuse before writing) and
+    again on the session's id once it exists (the first message of a chat only)."""
+    try:
+        known: str = chat_of(user, chat_id, tenant=tenant).pk
+    except NotFound:
+        known = chat_id
+    subscription = _join(known, owner)
+    try:
+        session = _chat_session(user, tenant, chat_id)
+        if session.pk != subscription.session_id:
+            subscription.close_soon()
+            subscription = _join(session.pk, owner)
+    except BaseException:
+        subscription.close_soon()
+        raise
+    return session, subscription
+
+
 class ChatView(APIView):
     """``POST /api/chat``: a user message in, the reply out as a UI message stream."""
 
@@ -245,11 +288,17 @@ class ChatView(APIView):
         responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(404, 409, 413)},
     )
     def post(self, request: Request) -> StreamingHttpResponse:
+        """Everything that can refuse the request does so before anything is written:
+        the body, the prompt, then the stream (429 at the user's stream limit, 503
+        while the channel layer is away), whose subscription is open before the chat
+        is created or the prompt logged."""
         tenant = tenant_of(request.user)
+        owner = _owner(request)
         body, chat_id, trigger = _chat_request(request.data)
         if trigger == "regenerate-message":
             message_id = _regenerated_id(body)
             session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
+            subscription = _join(session.pk, owner)
 
             def start() -> runtime.PromptResult:
                 return runtime.regenerate(
@@ -261,7 +310,7 @@ class ChatView(APIView):
             text, files = _prompt_of(body)
             text = clean_text(text)  # before anything is written (a new chat included)
             clean_files(files)
-            session = _chat_session(request.user, tenant, chat_id)
+            session, subscription = _chat_stream(request.user, tenant, chat_id, owner)
 
             def start() -> runtime.PromptResult:
                 return runtime.prompt(
@@ -271,14 +320,13 @@ class ChatView(APIView):
                     speaker=cast(AbstractBaseUser, request.user),
                 )
 
-        head = selectors.head_seq(tenant=tenant, session_id=session.pk)
-        limits.take(_owner(request))
         try:
+            head = selectors.head_seq(tenant=tenant, session_id=session.pk)
             result = start()
         except BaseException:
-            limits.give_back(_owner(request))
+            subscription.close_soon()
             raise
-        return _stream_response(request, session, result.assistant_message_id, head)
+        return _stream_response(subscription, session, result.assistant_message_id, head)
 
 
 class ChatStreamView(APIView):
@@ -295,8 +343,8 @@ class ChatStreamView(APIView):
             return Response(status=status.HTTP_204_NO_CONTENT)
         message_id = running[-1]["info"]["id"]
         first = selectors.message_start_seq(tenant=tenant, session=session, message_id=message_id)
-        limits.take(_owner(request))
-        return _stream_response(request, session, message_id, max((first or 1) - 1, 0))
+        subscription = _join(session.pk, _owner(request))  # 429 / 503 before the stream
+        return _stream_response(subscription, session, message_id, max((first or 1) - 1, 0))
 
 
 class ChatMessagesView(APIView):

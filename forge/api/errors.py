@@ -7,15 +7,18 @@ theirs; anything else is a 500 that says nothing of the server's insides.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from accounts.exceptions import ForgeError
+
+R = TypeVar("R", bound=HttpResponseBase)
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -24,9 +27,17 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
 
 def error_response(exc: ForgeError) -> JsonResponse:
     """A ``ForgeError`` as a plain Django response (for the non-DRF views: SSE)."""
-    response = JsonResponse(error_body(exc.code, str(exc)), status=exc.status)
+    return _with_headers(JsonResponse(error_body(exc.code, str(exc)), status=exc.status), exc)
+
+
+def _with_headers(response: R, exc: ForgeError) -> R:
+    """The headers an error's status calls for: ``WWW-Authenticate`` with a 401, and
+    ``Retry-After`` when the error says how long to wait (a 503)."""
     if exc.status == 401:
         response["WWW-Authenticate"] = "Token"
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
     return response
 
 
@@ -40,10 +51,7 @@ def _message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ForgeError):
-        forge_response = Response(error_body(exc.code, str(exc)), status=exc.status)
-        if exc.status == 401:
-            forge_response["WWW-Authenticate"] = "Token"
-        return forge_response
+        return _with_headers(Response(error_body(exc.code, str(exc)), status=exc.status), exc)
     if isinstance(exc, RequestDataTooBig):
         return Response(error_body("too_large", str(exc)), status=413)
     if isinstance(exc, Http404):

@@ -2,16 +2,19 @@
 
 Durable frames carry ``id: <seq>``, so a browser's ``EventSource`` resumes with
 ``Last-Event-ID`` and misses nothing; ``?after=`` does the same for other
-clients. Snapshots, deltas and status frames have no id. An idle stream gets a
-comment every ``FORGE_SSE_HEARTBEAT`` seconds. When the client goes, Django
-cancels the response and the subscription is dropped.
+clients (an id past the log's head is 400 ``invalid_cursor``). Snapshots, deltas
+and status frames have no id. An idle stream gets a comment every
+``FORGE_SSE_HEARTBEAT`` seconds. The subscription is open before the view answers:
+a channel layer that is away is 503 ``stream_unavailable`` with ``Retry-After``,
+never a stream that hangs. When the client goes, Django cancels the response and
+the subscription is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -23,18 +26,23 @@ from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
-from forge.realtime import hub, limits
-from forge.realtime.stream import SessionStream
+from forge.realtime.hub import Subscriber
+from forge.realtime.responses import SubscribedStream, open_stream
+from forge.realtime.stream import SessionStream, check_after
 from sessions.frames import Frame
 from sessions.models import Session
 
 from .errors import error_body, error_response
 
 
-def _find(request: HttpRequest, session_id: str) -> tuple[int, Session]:
-    """The caller's id and their session (DRF's token auth, else the cookie's user)."""
+def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int, Session, int]:
+    """The caller's id, their session (DRF's token auth, else the cookie's user) and the
+    seq to resume after (at most the log's head)."""
     user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
-    return user.pk, session_of(user, session_id)
+    session = session_of(user, session_id)
+    seq = parse_seq(after, name="Last-Event-ID / after", default=0)
+    check_after(session, seq)
+    return user.pk, session, seq
 
 
 def encode(frame: Frame) -> bytes:
@@ -45,49 +53,51 @@ def encode(frame: Frame) -> bytes:
 
 
 async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase:
+    """Every refusal is JSON before the stream starts: the session, the cursor, then the
+    subscription (open, and its stream slot taken) or 429 / 503."""
     if request.method != "GET":
         return JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
     try:
-        owner, session = await sync_to_async(_find)(request, session_id)
         raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
-        after = parse_seq(raw, name="Last-Event-ID / after", default=0)
-        limits.take(owner)
+        owner, session, after = await sync_to_async(_find)(request, session_id, raw)
+        subscription = await open_stream(session.pk, owner=owner)
     except ForgeError as exc:
         return error_response(exc)
-    response = limits.CountedStreamResponse(
-        _frames(session, after),
+    response = SubscribedStream(
+        subscription,
+        lambda subscriber: _frames(session, after, subscriber),
         content_type="text/event-stream; charset=utf-8",
-        user_id=owner,
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
 
 
-async def _frames(session: Session, after: int) -> AsyncIterator[bytes]:
+async def _frames(
+    session: Session, after: int, subscriber: Subscriber
+) -> AsyncGenerator[bytes, None]:
     # Iterated by the server after the view returned, in a context of its own.
     tenancy.activate([session.tenant_id])
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
-    # Subscribe before reading the backlog (the stream drops what it already covered).
-    async with hub.subscribe(session.pk) as subscriber:
-        yield b": forge session stream\n\n"
-        for frame in await stream.backlog():
-            yield encode(frame)
-        quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, settings.FORGE_SSE_HEARTBEAT)
-        idle_since = asyncio.get_running_loop().time()
-        while True:
-            try:
-                frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
-            except TimeoutError:
-                if stream.needs_resync:  # activity went quiet: was its tail lost?
-                    for out in await stream.resync():
-                        yield encode(out)
-                now = asyncio.get_running_loop().time()
-                if now - idle_since >= settings.FORGE_SSE_HEARTBEAT:
-                    idle_since = now
-                    yield b": heartbeat\n\n"
-                continue
-            idle_since = asyncio.get_running_loop().time()
-            for frame in frames:
-                for out in await stream.accept(frame):
+    # Subscribed before the backlog is read (the stream drops what it already covered).
+    yield b": forge session stream\n\n"
+    for frame in await stream.backlog():
+        yield encode(frame)
+    quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, settings.FORGE_SSE_HEARTBEAT)
+    idle_since = asyncio.get_running_loop().time()
+    while True:
+        try:
+            frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
+        except TimeoutError:
+            if stream.needs_resync:  # activity went quiet: was its tail lost?
+                for out in await stream.resync():
                     yield encode(out)
+            now = asyncio.get_running_loop().time()
+            if now - idle_since >= settings.FORGE_SSE_HEARTBEAT:
+                idle_since = now
+                yield b": heartbeat\n\n"
+            continue
+        idle_since = asyncio.get_running_loop().time()
+        for frame in frames:
+            for out in await stream.accept(frame):
+                yield encode(out)

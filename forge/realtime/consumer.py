@@ -23,15 +23,15 @@ from accounts import tenancy
 from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
-from forge.errors import NotAuthenticated
+from forge.errors import NotAuthenticated, StreamUnavailable
 from forge.params import parse_seq
 from forge.throttling import PromptRateThrottle
 from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_frame
 from sessions.models import Session
 
-from . import hub, limits
+from . import hub
 from .auth import authorization, current_user
-from .stream import SessionStream
+from .stream import SessionStream, check_after
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,10 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_BAD_REQUEST = 4400
 CLOSE_TOO_MANY = 4429
 CLOSE_SERVER_ERROR = 1011
+# The channel layer is away: try again later. HTTP's 503 in the 4xxx range, like the
+# codes above (RFC 6455's own 1013 is one daphne cannot send: autobahn lets a server
+# send only 1000 and 3000-4999).
+CLOSE_UNAVAILABLE = 4503
 MAX_FRAME_BYTES = 1024 * 1024
 
 
@@ -51,11 +55,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     session: Session
     stream: SessionStream | None = None
-    subscription: Any = None
+    subscription: hub.Subscription | None = None  # holds one of the user's stream slots
     forwarding: asyncio.Task[None] | None = None
-    stream_owner: int | None = None  # the user whose stream count this socket holds
 
     async def connect(self) -> None:
+        """Accept, then check who asks, for which session, after which seq; then open the
+        subscription (which takes one of the user's stream slots) and send the backlog.
+        A refusal is an error frame (but for 4401 / 4404) and a close code: 4400 a bad
+        ``after`` (past the log's head too), 4429 too many streams, 4503 a channel
+        layer that is away (try again later). Nothing is held after a refusal."""
         await self.accept()
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
@@ -72,22 +80,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             after = parse_seq(query.get("after", [""])[-1], name="after", default=0)
+            if after:
+                await database_sync_to_async(check_after)(self.session, after)
         except ForgeError as exc:
             await self._error(exc.code, str(exc))
             await self.close(code=CLOSE_BAD_REQUEST)
             return
         try:
-            limits.take(self.scope["user"].pk)
+            # Subscribe first: frames published from now on wait in our queue until the
+            # backlog has been sent, and the stream drops what the backlog already covered.
+            self.subscription = await hub.join(self.session.pk, owner=self.scope["user"].pk)
         except ForgeError as exc:
             await self._error(exc.code, str(exc))
-            await self.close(code=CLOSE_TOO_MANY)
+            code = CLOSE_UNAVAILABLE if isinstance(exc, StreamUnavailable) else CLOSE_TOO_MANY
+            await self.close(code=code)
             return
-        self.stream_owner = self.scope["user"].pk
         self.stream = SessionStream(session=self.session, after=after, snapshots=runtime.snapshots)
-        # Subscribe first: frames published from now on wait in our queue until the
-        # backlog has been sent, and the stream drops what the backlog already covered.
-        self.subscription = hub.subscribe(self.session.pk)
-        subscriber = await self.subscription.__aenter__()
         try:
             for frame in await self.stream.backlog():
                 await self._send(frame)
@@ -95,7 +103,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # Channels does not call disconnect() when connect() fails: leave here.
             await self._unsubscribe()
             raise
-        self.forwarding = asyncio.get_running_loop().create_task(self._forward(subscriber))
+        self.forwarding = asyncio.get_running_loop().create_task(
+            self._forward(self.subscription.subscriber)
+        )
 
     async def _forward(self, subscriber: hub.Subscriber) -> None:
         """Live frames, through the stream's dedupe and repair, to the client.
@@ -153,14 +163,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._unsubscribe()
 
     async def _unsubscribe(self) -> None:
-        """Leave the session's hub and give the stream back (once): on disconnect, or when
-        the server closes."""
-        owner, self.stream_owner = self.stream_owner, None
-        if owner is not None:
-            limits.give_back(owner)
+        """Leave the session's hub and give the stream slot back (once): on disconnect, or
+        when the server closes."""
         subscription, self.subscription = self.subscription, None
         if subscription is not None:
-            await subscription.__aexit__(None, None, None)
+            await subscription.close()
 
     async def _close_unauthenticated(self) -> None:
         if self.forwarding is not None:

@@ -5,17 +5,16 @@ Each open stream holds a hub subscription and a task; a client that opens them
 in a loop must not exhaust a process. The count is per process (a load
 balancer spreads a user's streams over processes, so the whole deployment
 allows processes times the limit); it needs no shared state and cannot leak across
-a crash.
+a crash. A slot is taken only once a stream's subscription is open, and given back
+when the subscription closes (``forge.realtime.hub``), so a failed open keeps none.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
 
 from forge.errors import ForgeError
 
@@ -29,8 +28,18 @@ _lock = threading.Lock()  # SSE streams are released from a worker thread
 _open: Counter[int] = Counter()
 
 
+def check(user_id: int) -> None:
+    """Raise ``TooManyStreams`` if the user may open no more streams now (a refusal that
+    costs nothing; :func:`take` is what counts)."""
+    limit = settings.FORGE_MAX_STREAMS_PER_USER
+    with _lock:
+        if _open[user_id] >= limit:
+            raise TooManyStreams(f"at most {limit} open streams per user; close one first")
+
+
 def take(user_id: int) -> None:
-    """Count one more stream of the user, or raise ``TooManyStreams``."""
+    """Count one more stream of the user, or raise ``TooManyStreams``. Only an open
+    subscription takes one (``forge.realtime.hub.join``), and its close gives it back."""
     limit = settings.FORGE_MAX_STREAMS_PER_USER
     with _lock:
         if _open[user_id] >= limit:
@@ -47,21 +56,3 @@ def give_back(user_id: int) -> None:
 
 def open_streams(user_id: int) -> int:
     return _open[user_id]
-
-
-class CountedStreamResponse(StreamingHttpResponse):
-    """A streaming response that holds one of ``user_id``'s streams (taken with
-    :func:`take` before it was made) and gives it back when Django closes the response,
-    also when the client went away before the first frame."""
-
-    def __init__(self, *args: Any, user_id: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._holder: int | None = user_id
-
-    def close(self) -> None:
-        holder, self._holder = self._holder, None
-        try:
-            if holder is not None:
-                give_back(holder)
-        finally:
-            super().close()

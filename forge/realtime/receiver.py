@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -49,25 +50,40 @@ class Receiver:
 
     @classmethod
     async def join(
-        cls, group: str, handle: Callable[[dict[str, Any]], bool | None], *, name: str
+        cls,
+        group: str,
+        handle: Callable[[dict[str, Any]], bool | None],
+        *,
+        name: str,
+        confirm: bool = False,
     ) -> Receiver:
         """Join ``group`` on a new channel and receive; ``handle`` returning True ends it.
 
         Joining is tried ``JOIN_ATTEMPTS`` times: after Redis restarts, the first
         command on each pooled connection fails ("connection closed by server")
-        and the next reconnects. Then the last error is raised.
+        and the next reconnects. Then the last error is raised. All attempts together
+        take at most ``FORGE_LAYER_TIMEOUT`` seconds, then ``TimeoutError``: a Redis
+        that stopped answering (a network partition) must not keep a caller waiting.
+
+        With ``confirm``, the layer must also deliver a message to the new channel
+        (``WAKE_UP``, which the receive loop skips): channels-redis's pub/sub layer
+        sends ``SUBSCRIBE`` on a warm connection without waiting for an answer, so
+        only a round trip tells that the membership is really open.
         """
         layer = get_channel_layer()
-        for attempt in range(1, JOIN_ATTEMPTS + 1):
-            try:
-                channel = await layer.new_channel()
-                await layer.group_add(group, channel)
-                break
-            except Exception:
-                if attempt == JOIN_ATTEMPTS or being_cancelled():
-                    raise
-                logger.warning("joining %s failed (attempt %d); retrying", name, attempt)
-                await asyncio.sleep(RETRY_PAUSE * attempt)
+        async with asyncio.timeout(settings.FORGE_LAYER_TIMEOUT):
+            for attempt in range(1, JOIN_ATTEMPTS + 1):
+                try:
+                    channel = await layer.new_channel()
+                    await layer.group_add(group, channel)
+                    if confirm:
+                        await layer.send(channel, WAKE_UP)
+                    break
+                except Exception:
+                    if attempt == JOIN_ATTEMPTS or being_cancelled():
+                        raise
+                    logger.warning("joining %s failed (attempt %d); retrying", name, attempt)
+                    await asyncio.sleep(RETRY_PAUSE * attempt)
         receiver = cls(layer, channel, group, name)
         receiver.task = asyncio.get_running_loop().create_task(receiver._receive(handle))
         return receiver
@@ -103,12 +119,14 @@ class Receiver:
             self.task.exception()  # it ended as asked; whatever it raised on the way is moot
 
     async def leave(self) -> None:
-        """Stop receiving and leave the group. An unreachable layer is logged, not raised:
-        the membership expires with the group (channels-redis ``group_expiry``) and
-        nothing reads the channel any more."""
+        """Stop receiving and leave the group, within ``FORGE_LAYER_TIMEOUT``. An unreachable
+        or unresponsive layer is logged, not raised: the membership expires with the
+        group (channels-redis ``group_expiry``), nothing reads the channel any more, and
+        a receive still waiting on a frozen connection ends as soon as it returns."""
         try:
-            await self.stop()
-            await self.layer.group_discard(self.group, self.channel)
+            async with asyncio.timeout(settings.FORGE_LAYER_TIMEOUT):
+                await self.stop()
+                await self.layer.group_discard(self.group, self.channel)
         except Exception:
             logger.warning("leaving %s failed", self.name, exc_info=True)
 

@@ -30,12 +30,24 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from sessions import selectors
+from sessions.exceptions import InvalidCursor
 from sessions.frames import Frame, event_frame, snapshot_frame
 from sessions.models import Session
 
 SnapshotSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
 REPLAY_PAGE = 500
+
+
+def check_after(session: Session, after: int) -> None:
+    """Refuse an ``after`` past the log's head (``InvalidCursor``: 400, or the socket's
+    4400): such a stream would drop every durable event up to ``after`` as already
+    sent, so its client would silently miss what comes next. (Synchronous: one query.)"""
+    if after == 0:
+        return
+    head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+    if after > head:
+        raise InvalidCursor(f"after ({after}) is past the session's last seq ({head})")
 
 
 @dataclass

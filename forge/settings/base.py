@@ -257,6 +257,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 FORGE_MAX_IMPORT_BYTES = env_int("FORGE_MAX_IMPORT_BYTES", 64 * 1024 * 1024)
 # Sockets and SSE streams one user may hold open at once, per server process.
 FORGE_MAX_STREAMS_PER_USER = env_int("FORGE_MAX_STREAMS_PER_USER", 20)
+# Seconds a stream may wait for the channel layer to let it join its session's group
+# (an unresponsive Redis would keep it waiting for good); then 503 / close 4503.
+FORGE_LAYER_TIMEOUT = env_float("FORGE_LAYER_TIMEOUT", 5.0)
 # Seconds between heartbeat comments on an idle SSE stream.
 FORGE_SSE_HEARTBEAT = env_float("FORGE_SSE_HEARTBEAT", 15.0)
 # A stream whose live frames went quiet after some activity checks the log for

@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from forge.aisdk import chunks
 from forge.aisdk.chunks import ReplyChunks
 from forge.aisdk.views import reply_stream
+from forge.realtime import hub
 from forge.runtime import abort_turn, start_turn
 from forge.runtime.finalize import INTERRUPTED
 from sessions import selectors
@@ -49,8 +50,11 @@ async def recorded_turn(
     out: list[dict[str, Any]] = []
     ui = UIMessage()
     aborted = False
-    async with asyncio.timeout(30):
-        async for raw in reply_stream(session, started.assistant_message_id, head):
+    async with (
+        asyncio.timeout(30),
+        hub.subscribe(session.pk) as subscriber,
+    ):
+        async for raw in reply_stream(session, started.assistant_message_id, head, subscriber):
             for chunk in parse_sse(raw.decode()):
                 if chunk == "[DONE]":
                     continue

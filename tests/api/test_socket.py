@@ -92,6 +92,25 @@ async def test_a_bad_after_gets_an_error_frame_and_closes_4400(session, token, a
     assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4400}
 
 
+async def test_an_after_past_the_head_gets_an_error_frame_and_closes_4400(
+    session, token, user_message
+):
+    """Accepted, such a socket would take every event up to ``after`` as sent already and
+    never pass on the next ones (issue 17). At the head it is a socket like any other."""
+    past = socket(session.pk, token, after=3)  # the log holds 2 events
+    assert (await past.connect())[0]
+    frame = await past.receive_json_from(timeout=5)
+    assert (frame["kind"], frame["code"]) == ("error", "invalid_cursor")
+    assert "past" in frame["message"]
+    assert (await past.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4400}
+    at_head = socket(session.pk, token, after=2)
+    assert (await at_head.connect())[0]
+    await database_sync_to_async(services.update_message)(session=session, info={"role": "user"})
+    frame = await at_head.receive_json_from(timeout=5)
+    assert (frame["kind"], frame["seq"]) == ("event", 3)
+    await at_head.disconnect()
+
+
 async def test_another_tenants_session_and_unknown_ids_close_4404(session, stranger_token, token):
     for session_id, who in (
         (session.pk, stranger_token),

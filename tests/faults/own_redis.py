@@ -1,9 +1,10 @@
 """A ``redis-server`` of a test's own, on a free port, that the test may stop and start
-again (the shared Redis on 6379 is never stopped)."""
+again, or pause (the shared Redis on 6379 is never stopped)."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -43,6 +44,16 @@ class OwnRedis:
                 if time.monotonic() > deadline:
                     raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
+
+    def pause(self) -> None:
+        """Freeze the server (``SIGSTOP``): connections stay open and nothing answers, as
+        behind a network partition (a stopped server refuses connections at once)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -9,6 +9,7 @@ again on every session, without restarting anything.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from rest_framework.test import APIClient
 from forge.runtime import start_turn
 from forge.settings.base import caches
 from forge.settings.base import channel_layers as layer_settings
-from sessions import selectors
+from sessions import selectors, services
 from sessions.services import create_session
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -32,20 +33,43 @@ def use_redis(settings: Any, url: str) -> None:
     channel_layers.backends = {}
 
 
-def test_reads_succeed_while_redis_is_down(settings, own_redis, session, token, user_message):
+@pytest.fixture
+def said(session: Any, user_message: dict[str, Any]) -> dict[str, Any]:
+    """A user message with its text, written before the outage."""
+    services.update_part(
+        session=session,
+        part={"message_id": user_message["id"], "type": "text", "text": "before the outage"},
+    )
+    return user_message
+
+
+def test_reads_succeed_while_redis_is_down(settings, own_redis, session, token, said, as_app_role):
+    """Every read answers with its data (as the application role on PostgreSQL)."""
     use_redis(settings, own_redis.url)
     own_redis.stop()
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    for url in (
-        "/api/sessions/",
-        f"/api/sessions/{session.pk}/",
-        f"/api/sessions/{session.pk}/messages/",
-        f"/api/sessions/{session.pk}/events/",
-        f"/api/sessions/{session.pk}/context/",
-    ):
+
+    def read(url: str) -> Any:
         response = api.get(url)
         assert response.status_code == 200, (url, response.content)
+        return response.json()
+
+    base = f"/api/sessions/{session.pk}"
+    assert [s["id"] for s in read("/api/sessions/")["results"]] == [session.pk]
+    assert (read(f"{base}/")["id"], read(f"{base}/")["title"]) == (session.pk, "First chat")
+    messages = read(f"{base}/messages/")
+    assert [m["info"]["id"] for m in messages["results"]] == [said["id"]]
+    assert [p["text"] for p in messages["results"][0]["parts"]] == ["before the outage"]
+    assert messages["head_seq"] == 3
+    events = read(f"{base}/events/")["results"]
+    assert [(e["seq"], e["type"]) for e in events] == [
+        (1, "session.created"),
+        (2, "message.updated"),
+        (3, "part.updated"),
+    ]
+    context = read(f"{base}/context/")
+    assert "before the outage" in json.dumps(context["messages"])
 
 
 async def _reply(session: Any, message_id: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from hypothesis import HealthCheck, given
@@ -18,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from forge.asgi import application
+from sessions import selectors
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
 
@@ -48,8 +50,21 @@ queries = st.one_of(
 )
 
 
-async def exchange(session_id: str, token: str, query: str, sent: list[str]) -> None:
+def refused(after: str, head: int) -> bool:
+    """Whether the socket refuses this ``?after=``: not ASCII digits, over 18 of them,
+    or past the log's head."""
+    after = after.strip()
+    if not after:
+        return False
+    return not (after.isascii() and after.isdigit()) or len(after) > 18 or int(after) > head
+
+
+async def exchange(session: Any, token: str, query: str, sent: list[str]) -> None:
     channel_layers.backends = {}  # this example's event loop gets its own layer
+    session_id = session.pk
+    head = await database_sync_to_async(selectors.head_seq)(
+        tenant=session.tenant, session_id=session_id
+    )
     ws = WebsocketCommunicator(
         application,
         f"/ws/sessions/{session_id}/?{query}",
@@ -58,10 +73,7 @@ async def exchange(session_id: str, token: str, query: str, sent: list[str]) -> 
     connected, _ = await ws.connect()
     assert connected
     try:
-        after = parse_qs(query).get("after", [""])[-1]
-        if (after.strip() and not (after.strip().isascii() and after.strip().isdigit())) or len(
-            after.strip()
-        ) > 18:
+        if refused(parse_qs(query).get("after", [""])[-1], head):
             # A bad ?after= is refused: its error frame, then 4400.
             frame = json.loads(await ws.receive_from(timeout=5))
             assert (frame["kind"], frame["code"]) == ("error", "invalid_cursor")
@@ -95,4 +107,4 @@ def test_no_client_frame_breaks_the_socket(
     session: Any, token: str, agents: Any, settings: Any, query: str, sent: list[str]
 ) -> None:
     settings.FORGE_MODEL = "offline/echo"
-    asyncio.run(exchange(session.pk, token, query, sent))
+    asyncio.run(exchange(session, token, query, sent))

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from forge.realtime import hub, receiver
+from forge.errors import StreamUnavailable
+from forge.realtime import hub, limits, receiver
+from forge.realtime.limits import TooManyStreams
 from sessions import bus
 
 pytestmark = pytest.mark.timeout(30)
@@ -16,9 +18,7 @@ pytestmark = pytest.mark.timeout(30)
 
 async def test_two_subscribers_share_one_subscription_and_both_get_every_frame():
     async with hub.subscribe("ses_hub1") as first, hub.subscribe("ses_hub1") as second:
-        assert [key for key in hub._hubs if key[1] == "ses_hub1"] == [
-            (asyncio.get_running_loop(), "ses_hub1")
-        ]
+        assert hub.subscribed_sessions().count("ses_hub1") == 1
         for n in range(3):
             await bus.apublish("ses_hub1", {"kind": "status", "n": n})
         await bus.flush()
@@ -27,7 +27,7 @@ async def test_two_subscribers_share_one_subscription_and_both_get_every_frame()
             while len(frames) < 3:
                 frames += await asyncio.wait_for(subscriber.batch(), 5)
             assert [f["n"] for f in frames] == [0, 1, 2]
-    assert not [key for key in hub._hubs if key[1] == "ses_hub1"]
+    assert "ses_hub1" not in hub.subscribed_sessions()
 
 
 async def test_the_pump_survives_a_failing_receive(monkeypatch):
@@ -85,7 +85,7 @@ async def test_a_cancelled_pump_stops_even_when_the_layer_raises_something_else(
     monkeypatch.setattr(receiver, "RETRY_PAUSE", 0.01)
     async with hub.subscribe("ses_hub3"):
         await asyncio.wait_for(started.wait(), 5)
-        pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub3")].pumping
+        pumping = hub.receiving("ses_hub3")
     assert pumping is not None
     assert pumping.done()  # leaving stopped it
 
@@ -107,7 +107,7 @@ async def test_a_receive_that_swallows_its_cancellation_is_woken_and_stops(monke
     monkeypatch.setattr(layer, "receive", deaf_to_cancel)
     async with hub.subscribe("ses_hub4"):
         await asyncio.wait_for(started.wait(), 5)
-        pumping = hub._hubs[(asyncio.get_running_loop(), "ses_hub4")].pumping
+        pumping = hub.receiving("ses_hub4")
     assert pumping is not None
     assert pumping.done()  # woken by a message to its own channel, then stopped
 
@@ -119,10 +119,63 @@ async def test_a_failing_join_leaves_no_hub_behind(monkeypatch):
         raise ConnectionError("redis is down")
 
     monkeypatch.setattr(layer, "group_add", unreachable)
-    with pytest.raises(ConnectionError):
-        async with hub.subscribe("ses_hub5"):
+    monkeypatch.setattr(receiver, "RETRY_PAUSE", 0.01)
+    with pytest.raises(StreamUnavailable):
+        async with hub.subscribe("ses_hub5", owner=7):
             pytest.fail("a subscription that could not join the group was entered")
-    assert not [key for key in hub._hubs if key[1] == "ses_hub5"]
+    assert "ses_hub5" not in hub.subscribed_sessions()
+    assert limits.open_streams(7) == 0
+
+
+async def test_a_join_the_layer_never_answers_is_refused_and_holds_nothing(monkeypatch, settings):
+    """An unresponsive Redis (a network partition) keeps a join waiting for good."""
+    layer = get_channel_layer()
+    settings.FORGE_LAYER_TIMEOUT = 0.2
+
+    async def frozen(*args: Any) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(layer, "group_add", frozen)
+    with pytest.raises(StreamUnavailable) as refused:
+        await hub.join("ses_hub7", owner=7)
+    assert (refused.value.status, refused.value.code) == (503, "stream_unavailable")
+    assert "ses_hub7" not in hub.subscribed_sessions()
+    assert limits.open_streams(7) == 0
+    monkeypatch.undo()  # the layer answers again
+    async with hub.subscribe("ses_hub7", owner=7):
+        assert limits.open_streams(7) == 1
+
+
+async def test_a_slot_is_held_by_an_open_subscription_only_and_given_back_once(settings):
+    settings.FORGE_MAX_STREAMS_PER_USER = 2
+    first = await hub.join("ses_hub8", owner=8)
+    second = await hub.join("ses_hub8", owner=8)
+    assert limits.open_streams(8) == 2
+    with pytest.raises(TooManyStreams):
+        await hub.join("ses_hub9", owner=8)
+    assert "ses_hub9" not in hub.subscribed_sessions()
+    await first.close()
+    first.close_soon()  # a response's close() after its stream ended
+    await first.close()
+    assert limits.open_streams(8) == 1
+    await second.close()
+    assert limits.open_streams(8) == 0
+    assert "ses_hub8" not in hub.subscribed_sessions()
+
+
+async def test_a_subscription_no_response_claims_lets_go_by_itself():
+    """A response the server dropped unsent (its client went away on the way out)."""
+    subscription = await hub.join("ses_hub10", owner=10, claim_within=0.05)
+    while "ses_hub10" in hub.subscribed_sessions():
+        await asyncio.sleep(0.01)
+    assert limits.open_streams(10) == 0
+    assert subscription.claim() is False  # a response starting now ends at once
+    claimed = await hub.join("ses_hub10", owner=10, claim_within=0.05)
+    assert claimed.claim() is True
+    await asyncio.sleep(0.2)
+    assert limits.open_streams(10) == 1  # claimed in time: held until closed
+    await claimed.close()
+    assert limits.open_streams(10) == 0
 
 
 async def test_a_failing_leave_still_releases_the_hub(monkeypatch, caplog):
@@ -133,5 +186,5 @@ async def test_a_failing_leave_still_releases_the_hub(monkeypatch, caplog):
 
     async with hub.subscribe("ses_hub6"):
         monkeypatch.setattr(layer, "group_discard", unreachable)
-    assert not [key for key in hub._hubs if key[1] == "ses_hub6"]
+    assert "ses_hub6" not in hub.subscribed_sessions()
     assert "leaving the group of session ses_hub6 failed" in caplog.text

@@ -137,6 +137,7 @@ def test_an_idle_stream_gets_heartbeat_comments(server: LiveServer, session, tok
         ("nobody", {}, 401, "not_authenticated"),
         ("stranger", {}, 404, "not_found"),
         ("owner", {"Last-Event-ID": "yesterday"}, 400, "invalid_cursor"),
+        ("owner", {"Last-Event-ID": "2"}, 400, "invalid_cursor"),  # past the log's head (1)
     ],
 )
 def test_stream_errors_are_json(
