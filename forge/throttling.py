@@ -7,7 +7,11 @@
 Throttle history lives in the cache (Redis when ``REDIS_URL`` is set). When the
 cache cannot be reached, a throttle lets the request through and logs a warning
 (at most once a minute): a rate limit is a guard, and reads must not fail
-because the guard's memory is away.
+because the guard's memory is away. After a failure every throttle of the process
+lets requests through without asking the cache for ``PAUSE_AFTER_FAILURE``
+seconds: an unresponsive Redis costs one request its timeout (the cache's
+socket timeout, ``forge.settings.base.caches``), not every request of an outage
+one per throttle.
 """
 
 from __future__ import annotations
@@ -21,19 +25,30 @@ from rest_framework import throttling
 logger = logging.getLogger(__name__)
 
 _WARN_EVERY = 60.0
+PAUSE_AFTER_FAILURE = 10.0
 _last_warning = 0.0
+_paused_until = 0.0
 
 
 def _cache_unreachable(exc: Exception) -> None:
-    global _last_warning
+    global _last_warning, _paused_until
     now = time.monotonic()
+    _paused_until = now + PAUSE_AFTER_FAILURE
     if now - _last_warning >= _WARN_EVERY:
         _last_warning = now
         logger.warning("throttle cache unreachable, not limiting for now: %s", type(exc).__name__)
 
 
+def ask_the_cache_again() -> None:
+    """End a pause after a failure now (a test whose Redis came back)."""
+    global _paused_until
+    _paused_until = 0.0
+
+
 class _FailOpen:
     def allow_request(self, request: Any, view: Any) -> bool:
+        if time.monotonic() < _paused_until:
+            return True  # the cache failed a moment ago: do not wait for it again yet
         try:
             return bool(super().allow_request(request, view))  # type: ignore[misc]
         except Exception as exc:

@@ -202,6 +202,10 @@ def caches(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": redis_url,
             "KEY_PREFIX": prefix,
+            # The cache holds throttle history only, and throttles fail open
+            # (forge.throttling): an unresponsive Redis must cost a request a second,
+            # not hang it (redis-py waits for ever by default).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
 

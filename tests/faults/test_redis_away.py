@@ -99,3 +99,33 @@ async def test_a_redis_restart_mid_reply_wedges_nothing(settings, own_redis, ses
         assert "".join(p["text"] for p in reply["parts"] if p["type"] == "text") == (
             "are you back?"
         )
+
+
+def test_throttles_answer_at_once_while_redis_is_frozen_and_ask_it_again_later(
+    settings, own_redis, session, token, user
+):
+    """A frozen Redis (``SIGSTOP``: connections open, no answer) costs the first request
+    the cache's socket timeout, not a hang; then the throttles stop asking it for a
+    while (no throttle history is written, though Redis is back), then ask again."""
+    import redis
+
+    from forge.throttling import ask_the_cache_again
+
+    use_redis(settings, own_redis.url)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert api.get(f"/api/sessions/{session.pk}/").status_code == 200  # connections made
+    history = redis.Redis.from_url(own_redis.url)
+    assert history.keys("*throttle_user_*")
+    history.flushall()
+    own_redis.pause()
+    try:
+        frozen = api.get(f"/api/sessions/{session.pk}/")
+    finally:
+        own_redis.resume()
+    assert frozen.status_code == 200, frozen.content
+    assert api.get(f"/api/sessions/{session.pk}/").status_code == 200
+    assert history.keys("*throttle_*") == []  # Redis is back, but the pause holds
+    ask_the_cache_again()
+    assert api.get(f"/api/sessions/{session.pk}/").status_code == 200
+    assert history.keys("*throttle_user_*")
