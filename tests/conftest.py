@@ -235,3 +235,22 @@ def _app_role(django_db_setup: Any, django_db_blocker: Any) -> None:
     if connection.vendor == "postgresql":
         with django_db_blocker.unblock():
             call_command("setup_app_role", APP_ROLE, verbosity=0)
+
+
+@pytest.fixture
+def as_app_role() -> Iterator[None]:
+    """On PostgreSQL, the test's own queries and requests (``APIClient``) act as the
+    application role from here on, under row-level security, as live servers do; the
+    fixtures asked for before this one wrote their rows as the owner. Nothing to do on
+    SQLite."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    backend: Any = connection  # forge.db.postgresql's DatabaseWrapper
+    backend.use_app_role(APP_ROLE)
+    try:
+        yield
+    finally:
+        backend.use_app_role("")

@@ -4,7 +4,6 @@ and a write into another tenant is refused by the database."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,16 +33,6 @@ def two_tenants(user: Any, other_user: Any) -> tuple[Any, Any]:
             messages=[{"role": "user", "text": "hello"}],
         )
     return tenant_for_user(user), tenant_for_user(other_user)
-
-
-@pytest.fixture
-def as_app_role() -> Iterator[None]:
-    backend: Any = connection  # forge.db.postgresql's DatabaseWrapper
-    backend.use_app_role(APP_ROLE)
-    try:
-        yield
-    finally:
-        backend.use_app_role("")
 
 
 @pytest.mark.urls("tests.rls_urls")
