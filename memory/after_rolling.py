@@ -17,47 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any
+
+from .results import RollingResult, Trigger
 
 logger = logging.getLogger(__name__)
 
-Trigger = Literal["threshold", "idle", "manual"]
-
-
-@dataclass(frozen=True)
-class RollingResult:
-    """What one rolling of a core did. ``slice`` and ``messages`` are wire shapes."""
-
-    tenant_id: int
-    core_id: str
-    user_id: int
-    agent: str
-    trigger: Trigger
-    unit_id: str
-    memory_session_id: str  # the unit's memory session
-    next_memory_session_id: str  # the core's after rolling (new after an idle rolling)
-    slice: dict[str, Any]
-    messages: tuple[dict[str, Any], ...]  # the increment appended to the unit, raw
-    trimmed: int  # messages removed from the dialogue window
-
-    @property
-    def slice_id(self) -> str:
-        return str(self.slice["id"])
-
-    @cached_property
-    def block(self) -> dict[str, Any] | None:
-        """The core's ``dialog_history`` context block as of now (read when first asked)."""
-        from accounts.models import Tenant
-
-        from .models import MemoryCore
-        from .selectors import dialog_history_block
-
-        tenant = Tenant(pk=self.tenant_id)
-        core = MemoryCore.objects.filter(tenant=tenant, pk=self.core_id).first()
-        return None if core is None else dialog_history_block(tenant=tenant, core=core)
-
+__all__ = ["RollingResult", "Trigger", "consumers", "register", "trigger", "unregister"]
 
 Consumer = Callable[[RollingResult], Any]
 

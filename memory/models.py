@@ -163,6 +163,15 @@ class MemoryMessage(_Message):
         constraints = [
             models.UniqueConstraint(fields=["unit", "index"], name="memorymessage_unit_index")
         ]
+        indexes = [
+            # A session's newest rolled message (the runtime trims what the model sees
+            # of that session up to it): a backward walk of the session's rows.
+            models.Index(
+                fields=["session_id", "message_id"],
+                condition=~models.Q(session_id=""),
+                name="memorymessage_session",
+            )
+        ]
         ordering = ["unit", "index"]
         verbose_name = "memory message"
 

@@ -46,12 +46,12 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from . import after_rolling, search, sql
-from .after_rolling import RollingResult, Trigger
 from .compressor import TOOL_OUTPUT_CHARS, compress
 from .exceptions import InvalidRollingOption, MemoryStoreError, SummarizerEmpty
 from .ids import new_memory_session_id, new_slice_id, new_unit_id
 from .models import MemoryCore
 from .normalize import Msg, clean_summary
+from .results import RollingResult, Trigger
 from .summarizers import Summarizer, summarize
 from .times import format_time, now_ms
 

@@ -33,9 +33,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from .after_rolling import RollingResult
 from .exceptions import InvalidQuery
 from .models import MemoryCore, MemorySlice, MemoryUnit
+from .results import RollingResult
 
 # SQL below is assembled from table names (the models' Meta) and fixed fragments;
 # every value is a bound parameter, and query words are letters and digits only.

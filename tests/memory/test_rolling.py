@@ -374,7 +374,7 @@ def test_consumers_run_after_commit_isolated(talker, caplog):
     assert result.slice["id"] == outcome.slice_id == result.slice_id
     assert (result.slice["start_index"], result.slice["end_index"]) == (0, 6)
     assert [m["text"] for m in result.messages] == all_texts(range(3))
-    block = result.block
+    block = selectors.dialog_history_block(tenant=core.tenant, core=fresh(core))
     assert block is not None
     assert block["kind"] == "dialog_history"
     assert block["key"] == "memory"
