@@ -395,5 +395,11 @@ FORGE_MEMORY_HISTORY_SLICES = env_int("FORGE_MEMORY_HISTORY_SLICES", 8)
 FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
 # PostgreSQL text search configuration of the slice index (SQLite: FTS5 with porter).
 FORGE_MEMORY_SEARCH_CONFIG = env_str("FORGE_MEMORY_SEARCH_CONFIG", "english")
+# Dense vectors for memory search (memory/embeddings): an OpenAI-compatible
+# /v1/embeddings model at OPENAI_BASE_URL when FORGE_EMBEDDING_MODEL is set, else the
+# offline model shipped in a wheel. FORGE_MEMORY_EMBEDDER (a dotted path to a
+# zero-argument factory returning an Embedder) overrides both.
+FORGE_EMBEDDING_MODEL = env_str("FORGE_EMBEDDING_MODEL")
+FORGE_MEMORY_EMBEDDER = env_str("FORGE_MEMORY_EMBEDDER")
 _loggers: Any = LOGGING["loggers"]
 _loggers["memory"] = {"level": "INFO"}
