@@ -24,6 +24,7 @@ from .base import (
     EmbeddingError,
     EmbeddingMisconfigured,
     EmbeddingUnavailable,
+    blank_vector,
     check_vectors,
 )
 from .registry import embed_texts, get_embedder, reset_embedder
@@ -34,6 +35,7 @@ __all__ = [
     "EmbeddingError",
     "EmbeddingMisconfigured",
     "EmbeddingUnavailable",
+    "blank_vector",
     "check_vectors",
     "embed_texts",
     "get_embedder",

@@ -80,6 +80,16 @@ def check_vectors(raw: Any, *, count: int, dim: int) -> np.ndarray:
     return (vectors / norms[:, None]).astype(np.float32, copy=False)
 
 
+def blank_vector(dim: int) -> np.ndarray:
+    """The vector of a text with nothing to embed (empty or, for some embedders, blank).
+
+    A fixed unit vector (every component ``1/sqrt(dim)``), the same for every such
+    text, so that one empty message never fails the batch it is in. It carries no
+    meaning: callers that can should skip empty texts rather than index them.
+    """
+    return np.full(dim, 1.0 / np.sqrt(dim), dtype=np.float32)
+
+
 def batches(texts: Sequence[str], size: int) -> list[list[str]]:
     size = max(1, int(size))
     return [list(texts[i : i + size]) for i in range(0, len(texts), size)]
