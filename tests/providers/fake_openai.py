@@ -15,12 +15,25 @@ Every request body is recorded (``requests``, with ``headers``; ``on_request`` i
 called for each), and ``disconnected`` is set when a client goes away in the
 middle of a stream.
 :func:`reply` builds a realistic stream from text, reasoning and tool calls.
+
+It also speaks ``POST /v1/embeddings`` (OpenAI's ``{"object": "list", "data":
+[{"object": "embedding", "index", "embedding"}], "model", "usage"}``), answering
+each text with :func:`fake_vector` (deterministic, so a test can check which
+vector came back for which text), as ``float`` lists or ``base64`` as the request
+asks. ``fake.embeddings`` (:class:`Embeddings`) switches its faults: ``delay``
+(slower than a client's timeout), ``dim`` (answer another width than asked),
+``corrupt`` (``"nan"``, ``"null"``, ``"malformed"``, ``"short"``), ``status``
+(an HTTP error) and ``reverse`` (items out of order). Embedding request bodies are
+also in ``embedding_requests``. A stopped server refuses connections.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -54,6 +67,29 @@ class Status:
 
 
 Reply = Stream | Status
+
+
+@dataclass
+class Embeddings:
+    """How ``POST /v1/embeddings`` answers (``fake.embeddings``; change it any time)."""
+
+    dim: int = 8  # the width answered when the request names no "dimensions"
+    honor_dimensions: bool = True  # False: answer ``dim`` even when "dimensions" asks otherwise
+    delay: float = 0.0  # seconds before answering (cut short when the server stops)
+    status: int | None = None  # answer this HTTP error (OpenAI's error body) instead
+    corrupt: str | None = None  # "nan" | "null" | "malformed" | "short"
+    reverse: bool = False  # list the items last first (each keeps its "index")
+
+
+def fake_vector(text: str, dim: int) -> list[float]:
+    """The fake's embedding of ``text``: ``dim`` numbers in [-1, 1) from its SHA-256."""
+    out: list[float] = []
+    counter = 0
+    while len(out) < dim:
+        digest = hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        out.extend((b - 128) / 128 for b in digest)
+        counter += 1
+    return out[:dim]
 
 
 # --- chunk builders ---------------------------------------------------------------
@@ -185,6 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"_unparsed": raw.decode("utf-8", "replace")}
         fake.record(body, {k.lower(): v for k, v in self.headers.items()})
+        if self.path.rstrip("/") == "/v1/embeddings":
+            self._send_embeddings(body)
+            return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_error(Status(404, f"no route {self.path}", type="invalid_request_error"))
             return
@@ -210,6 +249,64 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         for name, value in status.headers.items():
             self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_embeddings(self, body: dict[str, Any]) -> None:
+        fake = self.server.fake
+        with fake._lock:
+            fake.embedding_requests.append(body)
+            script = fake.embeddings
+        if script.delay and fake.stopping.wait(script.delay):
+            self.close_connection = True
+            return
+        if script.status is not None:
+            self._send_error(Status(script.status, f"scripted embeddings error {script.status}"))
+            return
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) and t for t in texts):
+            # OpenAI refuses an empty list and empty strings.
+            self._send_error(
+                Status(400, "'input' must be non-empty strings", type="invalid_request_error")
+            )
+            return
+        dim = script.dim
+        if script.honor_dimensions and isinstance(body.get("dimensions"), int):
+            dim = body["dimensions"]
+        vectors: list[list[float | None]] = [list(fake_vector(t, dim)) for t in texts]
+        if script.corrupt == "nan":
+            vectors[0][0] = float("nan")  # json.dumps writes NaN, which Python's json reads
+        elif script.corrupt == "null":
+            vectors[0][0] = None
+        elif script.corrupt == "short":
+            vectors = vectors[:-1]
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": _base64_floats(v) if as_base64 else v,
+            }
+            for i, v in enumerate(vectors)
+        ]
+        if script.reverse:
+            data.reverse()
+        tokens = sum(len(t.split()) for t in texts)
+        payload = json.dumps(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        ).encode()
+        if script.corrupt == "malformed":
+            payload = payload[: len(payload) // 2]  # cut in the middle: not JSON
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
 
@@ -243,6 +340,11 @@ class _Handler(BaseHTTPRequestHandler):
             fake.disconnected.set()
 
 
+def _base64_floats(vector: list[float | None]) -> str:
+    values = [float("nan") if v is None else v for v in vector]
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode()
+
+
 class FakeOpenAI:
     """The server; ``with FakeOpenAI() as fake:`` runs it in a thread."""
 
@@ -258,6 +360,9 @@ class FakeOpenAI:
         self.headers: list[dict[str, str]] = []
         self.disconnected = threading.Event()
         self.on_request: Callable[[], object] | None = None  # called as each request arrives
+        self.embeddings = Embeddings()
+        self.embedding_requests: list[dict[str, Any]] = []
+        self.stopping = threading.Event()  # set by stop(): cuts delayed answers short
 
     @property
     def base_url(self) -> str:
@@ -286,6 +391,7 @@ class FakeOpenAI:
         self._thread.start()
 
     def stop(self) -> None:
+        self.stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
