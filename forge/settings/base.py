@@ -395,11 +395,19 @@ FORGE_MEMORY_HISTORY_SLICES = env_int("FORGE_MEMORY_HISTORY_SLICES", 8)
 FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
 # PostgreSQL text search configuration of the slice index (SQLite: FTS5 with porter).
 FORGE_MEMORY_SEARCH_CONFIG = env_str("FORGE_MEMORY_SEARCH_CONFIG", "english")
-# Dense vectors for memory search (memory/embeddings): an OpenAI-compatible
-# /v1/embeddings model at OPENAI_BASE_URL when FORGE_EMBEDDING_MODEL is set, else the
-# offline model shipped in a wheel. FORGE_MEMORY_EMBEDDER (a dotted path to a
+# Dense vectors for memory search (memory/embeddings, docs/memory.md "Embeddings"):
+# FORGE_EMBEDDING_MODEL "openai/<model>": that model's /v1/embeddings at OPENAI_BASE_URL
+# (with OPENAI_API_KEY); unset: the offline model shipped in the wordllama wheel
+# ("wordllama/l2_supercat_256"). FORGE_MEMORY_EMBEDDER (a dotted path to a
 # zero-argument factory returning an Embedder) overrides both.
 FORGE_EMBEDDING_MODEL = env_str("FORGE_EMBEDDING_MODEL")
 FORGE_MEMORY_EMBEDDER = env_str("FORGE_MEMORY_EMBEDDER")
+# The OpenAI-compatible embedder: seconds per request (one attempt, no retry: a search
+# waits this long at most, then falls back to full text); vector dimensions to ask
+# for (sent as "dimensions"; 0: the model's own, learned from its first answer);
+# texts per request.
+FORGE_EMBEDDING_TIMEOUT = env_float("FORGE_EMBEDDING_TIMEOUT", 5.0)
+FORGE_EMBEDDING_DIMENSIONS = env_int("FORGE_EMBEDDING_DIMENSIONS", 0)
+FORGE_EMBEDDING_BATCH = env_int("FORGE_EMBEDDING_BATCH", 64)
 _loggers: Any = LOGGING["loggers"]
 _loggers["memory"] = {"level": "INFO"}
