@@ -24,7 +24,14 @@ def _build() -> Embedder:
             raise EmbeddingMisconfigured(
                 f"FORGE_MEMORY_EMBEDDER={path!r} cannot be imported: {exc}"
             ) from None
-        embedder = factory()
+        try:
+            embedder = factory()
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingMisconfigured(
+                f"FORGE_MEMORY_EMBEDDER={path!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     elif getattr(settings, "FORGE_EMBEDDING_MODEL", ""):
         from .openai import OpenAIEmbedder
 
@@ -70,7 +77,7 @@ def embed_texts(texts: Sequence[str], *, embedder: Embedder | None = None) -> np
             raise
         except Exception as exc:
             raise EmbeddingError(
-                f"the embedder {embedder.name} failed: {type(exc).__name__}: {exc}"
+                f"the embedder {type(embedder).__name__} failed: {type(exc).__name__}: {exc}"
             ) from exc
         out.append(check_vectors(raw, count=len(batch), dim=embedder.dim))
     return np.concatenate(out)
