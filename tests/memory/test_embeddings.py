@@ -33,7 +33,8 @@ from memory.embeddings import (
     get_embedder,
     reset_embedder,
 )
-from memory.embeddings.offline import OfflineEmbedder
+from memory.embeddings.measure import report
+from memory.embeddings.offline import OfflineEmbedder, _Model
 from memory.embeddings.openai import PROBE_TEXT, OpenAIEmbedder
 from tests.providers.fake_openai import Embeddings, FakeOpenAI, fake_vector
 
@@ -143,6 +144,12 @@ def test_offline_loads_once_when_threads_race_for_it():
     assert all(m is models[0] for m in models)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+def test_offline_model_missing_from_the_package_is_misconfigured(tmp_path: Path):
+    """An installed ``wordllama`` without the model files (another version's layout)."""
+    with pytest.raises(EmbeddingMisconfigured, match="weights/l2_supercat_256"):
+        _Model(tmp_path)
 
 
 def test_offline_loads_with_the_network_unreachable(tmp_path: Path):
@@ -399,6 +406,13 @@ def not_an_embedder() -> object:
 
 def broken_factory() -> Embedder:
     raise RuntimeError("cannot start")
+
+
+def test_measure_reports_quality_and_speed_of_any_embedder():
+    table = report(TinyEmbedder())
+    assert table.startswith("## tests/tiny@2 (2 dimensions)")
+    for row in ("| Chinese (20 pairs) |", "texts/s |", "| one query (median of 200) |"):
+        assert row in table
 
 
 @pytest.fixture
