@@ -29,8 +29,9 @@ summarizer is ``memory.summarizers.extractive`` (offline); the AfterRolling cons
 * ``search_slices``: the product, ``memory.selectors.search_slices(tenant, query,
   user, agent, limit=10)``, whatever it is on this branch.
 
-BM25 is the bench's own (k1 = 1.2, b = 0.75, idf = ln(1 + (N - n + 0.5) / (n + 0.5)),
-each distinct query token once), with one tokenizer for every language: text
+BM25 is the bench's own (``bench/bm25.py``: k1 = 1.2, b = 0.75,
+idf = ln(1 + (N - n + 0.5) / (n + 0.5)), each distinct query token once), with one
+tokenizer for every language: text
 lower-cased and accents folded (NFKD, combining marks dropped); a run of Latin letters
 or digits is one token; a run of CJK characters (Han, kana, hangul) gives each
 character and each pair of neighbours (unigrams + bigrams), so Chinese is matched
