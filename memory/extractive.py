@@ -253,12 +253,14 @@ _FILLER_WORDS = _set(
     "ok okay k sure thanks thank thx ty hi hello hey yes yeah yep yup no nope cool great nice "
     "good awesome perfect alright all right got it sounds sound lol lmao bye goodbye see you "
     "please welcome you're np problem wow oh ah hmm um uh well fine indeed exactly absolutely "
-    "of course cheers morning night evening me too same agreed true so very really much a lot "
-    "that this is was amazing wonderful interesting haha hahaha hehe"
+    "of course cheers morning night evening me too same agree agreed true so very really much "
+    "a lot that this is was that's it's amazing wonderful interesting totally definitely "
+    "haha hahaha hehe congrats congratulations there to glad meet hear how are doing been have "
+    "what's up talk soon later take care again back"
 )
 # Chinese filler, removed from a run of Han characters to see whether anything is left.
 _FILLER_ZH = re.compile(
-    "好的|好吧|好啊|好呀|嗯+|哈+|呵+|嘿+|嘻+|谢谢你?|谢了|多谢|感谢|你好|您好|嗨|再见|拜拜"
+    "好的|好吧|好啊|好呀|最近怎么样|怎么样|我很好|很好|还好|还行|挺好|嗯+|哈+|呵+|嘿+|嘻+|谢谢你?|谢了|多谢|感谢|你好|您好|嗨|再见|拜拜"
     "|没问题|对的|对啊|是的|是啊|哦+|噢|喔|啊|呀|吧|呢|嘛|啦|收到|明白了?|了解|知道了|不客气"
     "|哇|太好了|太棒了|真棒|晚安|早安|早上好|不错|确实|没错|就是|可以|好|对|是|行|了|真|很"
 )
@@ -342,6 +344,12 @@ _TO_SPACE = str.maketrans(
 )
 _CUE_WORDS = frozenset(_WORD_KIND)
 _PAIR_KEYS = frozenset(_PAIR_KIND)
+# A greeting (or thanks, or assent) and the name of whom it greets, opening a sentence.
+_GREETING_NAME = re.compile(
+    r"(?i:(?:hey|hi|hiya|hello|thanks|thank you|thx|bye|goodbye|see you|dear|congrats"
+    r"|congratulations|wow|oh|yes|yeah|yep|ok|okay|sure|good (?:morning|night|evening)"
+    r"|morning|night)[\s,!.]+)+[A-ZÀ-ÖØ-Þ][a-zß-ÿ][\w'\u2019-]*(?:\s+[A-ZÀ-ÖØ-Þ][a-zß-ÿ][\w'\u2019-]*)?"
+)
 _CAPITAL_AFTER_HAN = re.compile(rf"[{_HAN}][A-ZÀ-ÖØ-Þ]")
 
 
@@ -370,6 +378,26 @@ def score(sentence: str) -> float:
 SECOND = "second name"
 
 
+def without_vocatives(sentence: str) -> str:
+    """``sentence`` without the names it only addresses: ``Hey Mel!``, ``Thanks, Caroline!``,
+    ``That's cool, Caroline!`` (a name is a fact; calling someone by it is not). A last
+    ``, Name`` after a capitalised word stays: ``in Austin, Texas``."""
+    greeting = _GREETING_NAME.match(sentence)
+    if greeting:
+        sentence = sentence[greeting.end() :]
+    head, comma, tail = sentence.rpartition(",")
+    if comma and head:
+        name = tail.strip().rstrip("!.?\u2026 ")
+        names = name.split()
+        if (
+            0 < len(names) <= 2
+            and all(word[0].isupper() and word.isalpha() for word in names)
+            and not head.rstrip().split()[-1][0].isupper()
+        ):
+            sentence = head + tail[len(tail.rstrip("!.?\u2026 ")) :]
+    return sentence
+
+
 def facts(sentence: str) -> set[str] | None:
     """The kinds of fact ``sentence`` seems to carry, or None when it is only filler
     (greetings, thanks, assent, laughter, emoji, punctuation).
@@ -380,6 +408,7 @@ def facts(sentence: str) -> set[str] | None:
     when a word that needs one is there; then, for text with Han characters, the
     Chinese cues.
     """
+    sentence = without_vocatives(sentence)
     spaced = sentence.translate(_TO_SPACE)
     words = f"{spaced.lower()} ".replace("'s ", " ").split()
     if not words:

@@ -200,6 +200,10 @@ def test_left_out_sentences_of_a_message_are_marked():
         "Sounds good, thank you so much!",
         "lol",
         "👍🎉",
+        "Hey Mel!",
+        "Thanks, Melanie!",
+        "That's so cool, Caroline!",
+        "How have you been?",
         "好的",
         "哈哈哈",
         "嗯嗯，谢谢！",
@@ -218,6 +222,7 @@ def test_greetings_and_filler_score_nothing(sentence):
         ("我们星期三见。", "我们再聊聊。"),
         ("小王明天去北京。", "他说了很多话。"),
         ("It costs 40 dollars.", "It costs a bit."),
+        ("We met in Austin, Texas.", "We met at last, finally."),
     ],
 )
 def test_a_sentence_with_a_fact_scores_above_a_plain_one(fact, plain):
