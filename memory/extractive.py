@@ -150,6 +150,7 @@ POINTS = {
     PLACE: 2.0,
     PLACE_KIND: 1.0,
 }
+SECOND = "second name"  # a kind with no points of its own: a second name in the sentence
 SECOND_NAME = 1.0
 BASE_POINTS = 0.5  # any sentence that is not filler; more means it holds a fact
 FIRST_POINTS = 1.0  # a fact in the first sentence of a message
@@ -375,9 +376,6 @@ def score(sentence: str) -> float:
     return points + (SECOND_NAME if SECOND in found else 0.0)
 
 
-SECOND = "second name"
-
-
 def without_vocatives(sentence: str) -> str:
     """``sentence`` without the names it only addresses: ``Hey Mel!``, ``Thanks, Caroline!``,
     ``That's cool, Caroline!`` (a name is a fact; calling someone by it is not). A last
@@ -386,13 +384,13 @@ def without_vocatives(sentence: str) -> str:
     if greeting:
         sentence = sentence[greeting.end() :]
     head, comma, tail = sentence.rpartition(",")
-    if comma and head:
-        name = tail.strip().rstrip("!.?\u2026 ")
-        names = name.split()
+    before = head.split()[-1:]
+    if comma and before:
+        names = tail.strip().rstrip("!.?\u2026 ").split()
         if (
             0 < len(names) <= 2
             and all(word[0].isupper() and word.isalpha() for word in names)
-            and not head.rstrip().split()[-1][0].isupper()
+            and not before[0][0].isupper()
         ):
             sentence = head + tail[len(tail.rstrip("!.?\u2026 ")) :]
     return sentence
@@ -556,17 +554,21 @@ def _cjk_edge(char: str) -> bool:
 
 
 def _write(chosen: list[_Candidate], spoken: list[tuple[str, str]]) -> str:
+    """A line per message, its kept sentences in order: neighbours joined as they stood
+    in the message (white space collapsed), a gap marked with an ellipsis."""
     by_message: dict[int, list[_Candidate]] = {}
     for candidate in sorted(chosen, key=lambda c: (c.message, c.position)):
         by_message.setdefault(candidate.message, []).append(candidate)
     lines: list[str] = []
     for message, kept in by_message.items():
         text = kept[0].text
+        original = " ".join(spoken[message][1].split()) if len(kept) > 1 else ""
         for before, after in pairwise(kept):
-            cjk = _cjk_edge(before.text[-1]) or _cjk_edge(after.text[0])
             if after.position == before.position + 1:
-                text += ("" if cjk else " ") + after.text
+                text += "" if before.text + after.text in original else " "
             else:
-                text += ("…" if cjk else " … ") + after.text
+                cjk = _cjk_edge(before.text[-1]) or _cjk_edge(after.text[0])
+                text += "\u2026" if cjk else " \u2026 "
+            text += after.text
         lines.append(f"{spoken[message][0]}: {text}")
     return "\n".join(lines)

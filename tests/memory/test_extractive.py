@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from memory.extractive import SUMMARY_CHARS, extractive, score, sentences
 from memory.summarizers import extractive as default_extractive
@@ -268,3 +271,40 @@ def test_text_without_any_boundary_is_cut_to_the_budget():
     huge = says(("user", "x" * 50_000), ("assistant", "我" * 30_000))
     summary = extractive(huge)
     assert 0 < len(summary) <= SUMMARY_CHARS
+
+
+# --- any input --------------------------------------------------------------------------------
+
+_TEXT = st.text(
+    alphabet=st.sampled_from(
+        list("abc XYZ.,!?:;'\"-\n0123456789")
+        + list("我你他的了。！？，；：、“”")
+        + ["🎉", "é", "İ"]
+    ),
+    max_size=400,
+)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["user", "assistant", "tool", "reasoning"]), _TEXT),
+        max_size=30,
+    )
+)
+@hsettings(max_examples=200, deadline=None)
+def test_any_dialogue_gives_a_summary_within_budget_made_of_its_own_text(pairs):
+    messages = says(*pairs)
+    summary = extractive(messages)
+    assert len(summary) <= SUMMARY_CHARS
+    spoken = [
+        (role, text) for role, text in pairs if role in ("user", "assistant") and text.strip()
+    ]
+    if not spoken:
+        return
+    assert summary
+    texts = " ".join(" ".join(text.split()) for _, text in spoken)
+    for line in summary.split("\n"):
+        role, _, body = line.partition(": ")
+        assert role in ("user", "assistant")
+        for piece in body.replace("…", "\n").split("\n"):
+            assert " ".join(piece.split()) in texts
