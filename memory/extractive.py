@@ -69,8 +69,10 @@ _BOUNDARY = re.compile(
     rf"|([!?]+[{_CLOSERS}]*)(?=[{_HAN}])"
     r"|\n\s*"
 )
-# What a text holds when it may hold a boundary (a fast test before the regex).
-_SPLIT_HINTS = (". ", "\n", "!", "?", *_CJK_ENDS, *(c + " " for c in _CLOSERS))
+# A text with no end mark or line break but at its end is one sentence (a fast test: a
+# search for one character of a set).
+_MARK = re.compile(rf"[.!?\n{_CJK_ENDS}]")
+_ENDS_AND_CLOSERS = ".!?" + _CJK_ENDS + _CLOSERS
 # "Mr. Lee", "e.g. this", "J. Smith", "U.S. law": a period that ends no sentence.
 _ABBREVIATION = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Sr|Jr|vs|etc|approx|No|Inc|Ltd|Co|e\.g|i\.e)|\b[A-Z])\.\Z"
@@ -82,7 +84,7 @@ _CJK = re.compile(rf"[\u3040-\u30ff{_HAN}\uac00-\ud7af]")
 def sentences(text: str, limit: int = SENTENCE_CHARS) -> list[str]:
     """``text`` cut into sentences of at most ``limit`` characters, white space collapsed."""
     text = text.strip()
-    if not any(hint in text for hint in _SPLIT_HINTS):  # one sentence (most chat lines)
+    if not _MARK.search(text.rstrip(_ENDS_AND_CLOSERS)):  # one sentence (most chat lines)
         one = " ".join(text.split())
         return [one] if len(one) <= limit else _cut_long(one, limit)
     parts = _BOUNDARY.split(text)
@@ -343,8 +345,11 @@ _PUNCTUATION = (
 _TO_SPACE = str.maketrans(
     {char: " " for char in _PUNCTUATION if char not in "'-"} | {"\u2019": "'"}
 )
+_ASCII_MARKS = "".join(c for c in _PUNCTUATION if c.isascii() and c not in "'-")
+_ASCII_TO_SPACE = bytes.maketrans(_ASCII_MARKS.encode(), b" " * len(_ASCII_MARKS))
 _CUE_WORDS = frozenset(_WORD_KIND)
 _PAIR_KEYS = frozenset(_PAIR_KIND)
+_PAIR_FIRSTS = frozenset(first for first, _ in _PAIR_KIND)
 # A greeting (or thanks, or assent) and the name of whom it greets, opening a sentence.
 _GREETING_NAME = re.compile(
     r"(?i:(?:hey|hi|hiya|hello|thanks|thank you|thx|bye|goodbye|see you|dear|congrats"
@@ -407,22 +412,21 @@ def facts(sentence: str) -> set[str] | None:
     Chinese cues.
     """
     sentence = without_vocatives(sentence)
-    spaced = sentence.translate(_TO_SPACE)
+    if sentence.isascii():  # bytes.translate is many times faster than str.translate
+        spaced = sentence.encode("ascii").translate(_ASCII_TO_SPACE).decode("ascii")
+    else:
+        spaced = sentence.translate(_TO_SPACE)
     words = f"{spaced.lower()} ".replace("'s ", " ").split()
-    if not words:
-        return None
-    rest = " ".join(set(words) - _FILLER_WORDS)
-    if not rest.isascii():
-        rest = _FILLER_ZH.sub("", rest)
-    if not _WORD.search(rest):
+    if _only_filler(words):
         return None
     digits = _DIGIT_OR_MONEY.search(sentence)
-    found = {_WORD_KIND[word] for word in _CUE_WORDS.intersection(words)}
-    pairs = _PAIR_KEYS.intersection(pairwise(words))
-    found.update(_PAIR_KIND[pair] for pair in pairs)
+    hits = _CUE_WORDS.intersection(words)
+    found = {_WORD_KIND[word] for word in hits} if hits else set()
+    if not _PAIR_FIRSTS.isdisjoint(words):
+        found.update(_PAIR_KIND[pair] for pair in _PAIR_KEYS.intersection(pairwise(words)))
     if "'ll" in spaced:
         found.add(PLAN)
-    if digits or _NEEDS_NEIGHBOUR.intersection(words):
+    if digits or not _NEEDS_NEIGHBOUR.isdisjoint(words):
         found.update(_neighbour_cues(words, digits=digits is not None))
     if digits:
         found.add(NUMBER)
@@ -457,21 +461,39 @@ def facts(sentence: str) -> set[str] | None:
     return found
 
 
+def _only_filler(words: list[str]) -> bool:
+    """No word but filler (or none with a letter or digit: punctuation, emoji)."""
+    for word in words:
+        if word in _FILLER_WORDS:
+            continue
+        if word.isascii():
+            if _WORD.search(word):
+                return False
+        elif _WORD.search(_FILLER_ZH.sub("", word)):
+            return False
+    return True
+
+
 def _neighbour_cues(words: list[str], *, digits: bool) -> set[str]:
     """The cues of words that need a neighbour: a like-verb its subject (``I really
     like``), a number or a month abbreviation the other (``3 May``, ``Fri 3``, ``5 pm``)."""
     found: set[str] = set()
-    for at, word in enumerate(words):
-        if word in _LIKE_VERBS:
-            back = at - 1
-            while back >= 0 and words[back] in _ADVERBS:
-                back -= 1
-            if back >= 0 and words[back] in _SUBJECTS:
-                found.add(PREFERENCE)
-        elif ((digits and word[0].isdigit()) or word in _DATE_TAILS) and _dated(
-            word, words[at - 1] if at else ""
-        ):
-            found.add(DATE)
+    if not _LIKE_VERBS.isdisjoint(words):
+        for at, word in enumerate(words):
+            if word in _LIKE_VERBS:
+                back = at - 1
+                while back >= 0 and words[back] in _ADVERBS:
+                    back -= 1
+                if back >= 0 and words[back] in _SUBJECTS:
+                    found.add(PREFERENCE)
+                    break
+    if digits or not _DATE_TAILS.isdisjoint(words):
+        previous = ""
+        for word in words:
+            if (word[0].isdigit() or word in _DATE_TAILS) and _dated(word, previous):
+                found.add(DATE)
+                break
+            previous = word
     return found
 
 
