@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .normalize import Msg
-from .times import format_time
+from .wire import message_fields
 
 TOOL_OUTPUT_CHARS = 2000
 DROPPED_ROLES = frozenset({"reasoning"})
@@ -51,5 +51,5 @@ def compress(
         if out and out[-1]["role"] == message.role:
             out[-1]["text"] += "\n\n" + text
         else:
-            out.append({"role": message.role, "text": text, "at": format_time(message.at)})
+            out.append(message_fields(role=message.role, text=text, at=message.at))
     return out

@@ -17,7 +17,7 @@ from typing import Any
 from .exceptions import InvalidInput
 from .ids import ID_MAX, is_valid_id, new_memory_session_id, new_slice_id, new_unit_id
 from .models import AGENT_MAX, Role
-from .times import format_time, parse_time
+from .times import parse_time
 
 ROLES = frozenset(Role.values)
 MESSAGE_TEXT_MAX = 100_000
@@ -27,16 +27,13 @@ SUMMARY_MAX = 20_000
 
 @dataclass(frozen=True)
 class Msg:
-    """One clean dialogue message."""
+    """One clean dialogue message (its wire shape: ``wire.message_wire``)."""
 
     role: str
     text: str
     at: datetime
     session_id: str = ""
     message_id: str = ""
-
-    def wire(self) -> dict[str, str]:
-        return {"role": self.role, "text": self.text, "at": format_time(self.at)}
 
 
 def clean_agent(agent: Any) -> str:

@@ -53,7 +53,8 @@ from .models import MemoryCore
 from .normalize import Msg, clean_summary
 from .results import RollingResult, Trigger
 from .summarizers import Summarizer, summarize
-from .times import format_time, now_ms
+from .times import now_ms
+from .wire import message_wire, slice_fields
 
 logger = logging.getLogger(__name__)
 
@@ -297,14 +298,14 @@ def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> Roll
             unit_id=unit_id,
             memory_session_id=locked.memory_session_id,
             next_memory_session_id=session_id,
-            slice={
-                "id": slice_id,
-                "start_index": start,
-                "end_index": start + len(snapshot.increment),
-                "summary": summary,
-                "created_at": format_time(now),
-            },
-            messages=tuple(m.wire() for m in snapshot.increment),
+            slice=slice_fields(
+                slice_id=slice_id,
+                start_index=start,
+                end_index=start + len(snapshot.increment),
+                summary=summary,
+                created_at=now,
+            ),
+            messages=tuple(message_wire(m) for m in snapshot.increment),
             trimmed=trimmed,
         )
         transaction.on_commit(partial(after_rolling.trigger, outcome.result))

@@ -6,6 +6,7 @@ raise ``NotFound`` (or give an empty result, for searches and lists).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +20,19 @@ from . import search
 from .exceptions import InvalidQuery, NotFound
 from .ids import is_valid_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
-from .times import format_time
-from .wire import core_wire, message_wire, slice_wire, unit_wire
+from .wire import (
+    core_wire,
+    history_block_wire,
+    history_line,
+    indexed_message_wire,
+    slice_wire,
+    unit_wire,
+    window_message_wire,
+)
 
 HISTORY_SLICES = 8
 HISTORY_CHARS = 4000
 SEARCH_LIMIT = 10
-BLOCK_KIND = "dialog_history"
-BLOCK_KEY = "memory"
 
 
 # --- cores ----------------------------------------------------------------------------
@@ -77,10 +83,24 @@ def core_data(*, tenant: Tenant, core_id: str) -> dict[str, Any]:
     return core_wire(core, unit_ids(tenant=tenant, core=core))
 
 
+def cores_data(*, tenant: Tenant, cores: Sequence[MemoryCore]) -> list[dict[str, Any]]:
+    """The wire shapes of ``cores`` (a page of ``list_cores``), in their order, with every
+    core's unit ids read in one query. A core of another tenant lists no units."""
+    units: dict[str, list[str]] = {core.pk: [] for core in cores}
+    rows = (
+        MemoryUnit.objects.filter(tenant=tenant, core_id__in=list(units))
+        .order_by("id")
+        .values_list("core_id", "id")
+    )
+    for core_id, unit_id in rows:
+        units[core_id].append(unit_id)
+    return [core_wire(core, units[core.pk]) for core in cores]
+
+
 def dialogue_window(*, tenant: Tenant, core: MemoryCore) -> list[dict[str, Any]]:
     """The messages in the core's dialogue window, oldest first, ``{role, text, at, seq}``."""
     rows = DialogueMessage.objects.filter(tenant=tenant, core=core).order_by("seq")
-    return [{**message_wire(row), "seq": row.seq} for row in rows]
+    return [window_message_wire(row) for row in rows]
 
 
 # --- units and slices -------------------------------------------------------------------
@@ -117,13 +137,22 @@ def unit_messages(
     return _messages(tenant, unit, start, end)
 
 
-def _messages(
-    tenant: Tenant, unit: MemoryUnit, start: int, end: int | None
-) -> list[dict[str, Any]]:
+def unit_message_rows(
+    *, tenant: Tenant, unit: MemoryUnit, start: int = 0, end: int | None = None
+) -> list[MemoryMessage]:
+    """The rows of messages ``[start, end)`` of ``unit`` (got from ``get_unit``), by index."""
+    _check_range(start, end)
     rows = MemoryMessage.objects.filter(tenant=tenant, unit=unit, index__gte=start)
     if end is not None:
         rows = rows.filter(index__lt=end)
-    return [{**message_wire(row), "index": row.index} for row in rows.order_by("index")]
+    return list(rows.order_by("index"))
+
+
+def _messages(
+    tenant: Tenant, unit: MemoryUnit, start: int, end: int | None
+) -> list[dict[str, Any]]:
+    rows = unit_message_rows(tenant=tenant, unit=unit, start=start, end=end)
+    return [indexed_message_wire(row) for row in rows]
 
 
 def unit_data(*, tenant: Tenant, unit_id: str) -> dict[str, Any]:
@@ -188,26 +217,14 @@ def history_block(
     """The block for these slices (newest first), within the character budget."""
     budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
     kept: list[MemorySlice] = []
-    lines: list[str] = []
     for item in newest_first:
-        line = f"[{format_time(item.created_at)}] {item.summary}"
+        line = history_line(item)
         if kept and budget - len(line) < 0:
             break
         budget -= len(line) + 2
         kept.append(item)
-        lines.append(line)
     kept.reverse()
-    lines.reverse()
-    return {
-        "kind": BLOCK_KIND,
-        "key": BLOCK_KEY,
-        "text": "Summaries of the earlier dialogue, oldest first:\n\n" + "\n\n".join(lines),
-        "core_id": core.pk,
-        "unit_id": unit.pk,
-        "memory_session_id": unit.memory_session_id,
-        "slice_ids": [item.pk for item in kept],
-        "updated_at": format_time(unit.updated_at),
-    }
+    return history_block_wire(core=core, unit=unit, oldest_first=kept)
 
 
 # --- search -------------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 ``messages`` is the compressed increment, ``[{role, text, at}]`` oldest first
 (see ``compressor``); the result is the slice's summary. The summarizer in
-use is the dotted path in the setting ``FORGE_MEMORY_SUMMARIZER`` (default:
-:func:`extractive`, offline and deterministic), so the memory store never
-imports the runtime that provides a model-backed one.
+use is the dotted path in the setting ``FORGE_MEMORY_SUMMARIZER``, so the memory
+store never imports the runtime that provides a model-backed one (the project's
+setting names ``forge.runtime.small_model.summarize_dialogue``). Without the
+setting it is :func:`extractive` (``memory.extractive``: the sentences that carry
+facts, offline and deterministic), which the model-backed one also uses for
+offline models.
 
 :func:`summarize` runs it with a time limit and turns every way it can fail
 (raises, times out, returns nothing) into a ``SummarizerError``.
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,59 +30,13 @@ from .exceptions import (
     SummarizerMisconfigured,
     SummarizerTimeout,
 )
+from .extractive import extractive as extractive  # the default's dotted path names it here
 
 Summarizer = Callable[[Sequence[Mapping[str, Any]]], str]
 
 DEFAULT_SUMMARIZER = "memory.summarizers.extractive"
 DEFAULT_TIMEOUT = 120.0
 logger = logging.getLogger(__name__)
-
-# Sentence ends, the ideographic ones included.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*|\n+")
-SENTENCE_CHARS = 200
-SUMMARY_CHARS = 1200
-
-
-def first_sentence(text: str, limit: int = SENTENCE_CHARS) -> str:
-    sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0].strip()
-    sentence = " ".join(sentence.split())
-    return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
-
-
-def extractive(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The first sentence of each user and assistant message, ``role: sentence`` a line.
-
-    When that is longer than ``SUMMARY_CHARS``, the first and last lines are kept
-    with a count of those left out between them.
-    """
-    lines = [
-        f"{m['role']}: {first_sentence(m['text'])}"
-        for m in messages
-        if m.get("role") in ("user", "assistant") and str(m.get("text", "")).strip()
-    ]
-    if not lines:  # only tool output, say: name what there was
-        roles = sorted({str(m.get("role")) for m in messages})
-        return f"({len(messages)} messages: {', '.join(roles)})" if messages else ""
-    if sum(len(line) + 1 for line in lines) <= SUMMARY_CHARS:
-        return "\n".join(lines)
-    half = (SUMMARY_CHARS - 40) // 2
-    head = _within(lines, half)
-    tail = _within(list(reversed(lines[len(head) :])), half)
-    left_out = len(lines) - len(head) - len(tail)
-    return "\n".join([*head, f"[… {left_out} more messages …]", *reversed(tail)])
-
-
-def _within(lines: list[str], budget: int) -> list[str]:
-    """The leading lines that fit in ``budget`` characters (at least one, cut to fit)."""
-    kept: list[str] = []
-    for line in lines:
-        if len(line) + 1 > budget:
-            if not kept:
-                kept.append(line[: max(budget - 2, 1)] + "…")
-            break
-        budget -= len(line) + 1
-        kept.append(line)
-    return kept
 
 
 def get_summarizer() -> Summarizer:

@@ -7,11 +7,29 @@ slice ``{id, start_index, end_index, summary, created_at}`` (``end_index`` exclu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
 
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .times import format_time
+
+# Every dict of these shapes is made here, whoever holds the data: a row of the store, a
+# message being cleaned (``normalize.Msg``), one the compressor merged, a slice the rolling
+# is committing. Callers pass values; they never build the dicts themselves.
+
+
+class MessageLike(Protocol):
+    """A dialogue message: a unit's or the window's row, or ``normalize.Msg``."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def at(self) -> datetime: ...
 
 
 def core_wire(core: MemoryCore, unit_ids: Iterable[str]) -> dict[str, Any]:
@@ -24,17 +42,94 @@ def core_wire(core: MemoryCore, unit_ids: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def message_wire(message: MemoryMessage | DialogueMessage) -> dict[str, Any]:
-    return {"role": message.role, "text": message.text, "at": format_time(message.at)}
+def message_fields(*, role: str, text: str, at: datetime) -> dict[str, Any]:
+    """``{role, text, at}`` from its values (the compressor's merged text, say)."""
+    return {"role": role, "text": text, "at": format_time(at)}
+
+
+def message_wire(message: MessageLike) -> dict[str, Any]:
+    """``{role, text, at}``: a unit's ``conversation_messages`` item."""
+    return message_fields(role=message.role, text=message.text, at=message.at)
+
+
+def indexed_message_wire(message: MemoryMessage) -> dict[str, Any]:
+    """``{role, text, at, index}``: a unit's message with its place in the unit."""
+    return {**message_wire(message), "index": message.index}
+
+
+def window_message_wire(message: DialogueMessage) -> dict[str, Any]:
+    """``{role, text, at, seq}``: a message of a core's dialogue window."""
+    return {**message_wire(message), "seq": message.seq}
+
+
+def slice_fields(
+    *, slice_id: str, start_index: int, end_index: int, summary: str, created_at: datetime
+) -> dict[str, Any]:
+    """``{id, start_index, end_index, summary, created_at}`` from its values (a slice the
+    rolling is committing: no row read back)."""
+    return {
+        "id": slice_id,
+        "start_index": start_index,
+        "end_index": end_index,
+        "summary": summary,
+        "created_at": format_time(created_at),
+    }
 
 
 def slice_wire(item: MemorySlice) -> dict[str, Any]:
+    return slice_fields(
+        slice_id=item.pk,
+        start_index=item.start_index,
+        end_index=item.end_index,
+        summary=item.summary,
+        created_at=item.created_at,
+    )
+
+
+BLOCK_KIND = "dialog_history"
+BLOCK_KEY = "memory"
+
+
+def history_line(item: MemorySlice) -> str:
+    """A slice in the ``dialog_history`` block's text: ``[created_at] summary``."""
+    return f"[{format_time(item.created_at)}] {item.summary}"
+
+
+def history_block_wire(
+    *, core: MemoryCore, unit: MemoryUnit, oldest_first: Sequence[MemorySlice]
+) -> dict[str, Any]:
+    """The ``dialog_history`` context block of ``core`` holding these slices of ``unit``
+    (``selectors.dialog_history_block`` chooses them)."""
+    lines = "\n\n".join(history_line(item) for item in oldest_first)
     return {
-        "id": item.pk,
-        "start_index": item.start_index,
-        "end_index": item.end_index,
-        "summary": item.summary,
-        "created_at": format_time(item.created_at),
+        "kind": BLOCK_KIND,
+        "key": BLOCK_KEY,
+        "text": "Summaries of the earlier dialogue, oldest first:\n\n" + lines,
+        "core_id": core.pk,
+        "unit_id": unit.pk,
+        "memory_session_id": unit.memory_session_id,
+        "slice_ids": [item.pk for item in oldest_first],
+        "updated_at": format_time(unit.updated_at),
+    }
+
+
+def unit_page_wire(
+    unit: MemoryUnit,
+    messages: Iterable[MemoryMessage],
+    slices: Iterable[MemorySlice],
+    *,
+    offset: int,
+    next_url: str | None,
+) -> dict[str, Any]:
+    """A unit with a page of its messages (``GET /api/memory/units/{id}/``): the unit's
+    shape whose ``conversation_messages`` start at ``offset``, with ``message_count`` (the
+    whole unit's), ``offset`` and ``next`` (the following page's URL, or None). Slice
+    indexes are over the whole unit."""
+    return {
+        **unit_wire(unit, messages, slices),
+        "message_count": unit.message_count,
+        "offset": offset,
+        "next": next_url,
     }
 
 

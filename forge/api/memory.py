@@ -38,8 +38,8 @@ from forge.access import tenant_of
 from forge.params import parse_limit, parse_seq
 from memory import selectors
 from memory.exceptions import InvalidQuery
-from memory.models import AGENT_MAX, MemoryCore, MemoryUnit
-from memory.wire import core_wire, unit_wire
+from memory.models import AGENT_MAX, MemoryCore
+from memory.wire import unit_page_wire
 from sessions.ids import is_valid_id
 
 from .paging import CheckedCursorPagination
@@ -158,18 +158,6 @@ class MemoryViewSet(GenericViewSet):
         agent = agent_param(self.request.query_params.get("agent"))
         return selectors.list_cores(tenant=self.tenant, agent=agent)
 
-    def _cores_wire(self, cores: list[MemoryCore]) -> list[dict[str, Any]]:
-        """The cores' wire shapes, with every core's unit ids read in one query."""
-        units: dict[str, list[str]] = {core.pk: [] for core in cores}
-        rows = (
-            MemoryUnit.objects.filter(tenant=self.tenant, core_id__in=list(units))
-            .order_by("id")
-            .values_list("core_id", "id")
-        )
-        for core_id, unit_id in rows:
-            units[core_id].append(unit_id)
-        return [core_wire(core, units[core.pk]) for core in cores]
-
     @extend_schema(
         operation_id="memory_cores_list",
         parameters=[
@@ -182,7 +170,7 @@ class MemoryViewSet(GenericViewSet):
     def cores(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         assert page is not None  # pagination_class is set
-        return self.get_paginated_response(self._cores_wire(list(page)))
+        return self.get_paginated_response(selectors.cores_data(tenant=self.tenant, cores=page))
 
     @extend_schema(operation_id="memory_core_retrieve", responses=MemoryCoreSerializer)
     def core(self, request: Request, pk: str) -> Response:
@@ -206,18 +194,11 @@ class MemoryViewSet(GenericViewSet):
             maximum=MESSAGES_PAGE_MAX,
         )
         unit = selectors.get_unit(tenant=self.tenant, unit_id=pk)
-        messages = selectors.unit_messages(
-            tenant=self.tenant, unit_id=unit.pk, start=offset, end=offset + limit
-        )
-        body = unit_wire(unit, [], selectors.unit_slices(tenant=self.tenant, unit=unit))
-        body["conversation_messages"] = [
-            {"role": m["role"], "text": m["text"], "at": m["at"]} for m in messages
-        ]
-        more = offset + limit < unit.message_count
-        body["message_count"] = unit.message_count
-        body["offset"] = offset
-        body["next"] = _url(request, offset=offset + limit, limit=limit) if more else None
-        return Response(body)
+        end = offset + limit
+        messages = selectors.unit_message_rows(tenant=self.tenant, unit=unit, start=offset, end=end)
+        slices = selectors.unit_slices(tenant=self.tenant, unit=unit)
+        next_url = _url(request, offset=end, limit=limit) if end < unit.message_count else None
+        return Response(unit_page_wire(unit, messages, slices, offset=offset, next_url=next_url))
 
     @extend_schema(
         operation_id="memory_search",

@@ -376,7 +376,8 @@ LOGGING = {
 # Read by memory/ when used (memory imports nothing of forge). See docs/memory.md.
 
 # Dotted path of the MessageSummarizer: a callable ``(messages) -> str`` where messages
-# are ``[{role, text, at}]``. The default is offline and extractive.
+# are ``[{role, text, at}]``. The default asks FORGE_SMALL_MODEL; for an offline model it
+# is memory.summarizers.extractive (the sentences that carry facts), with no model asked.
 FORGE_MEMORY_SUMMARIZER = env_str(
     "FORGE_MEMORY_SUMMARIZER", "forge.runtime.small_model.summarize_dialogue"
 )

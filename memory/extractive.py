@@ -1,0 +1,596 @@
+"""The offline summarizer: the sentences of a dialogue that carry facts, in dialogue order.
+
+``extractive(messages)`` is the ``MessageSummarizer`` used when no model writes
+the summary (``memory.summarizers``'s default; ``forge.runtime.small_model``
+falls back to it for offline models). The summary is what the search index
+reads and what the ``dialog_history`` block shows in place of the rolled
+turns, so it keeps what a later question will ask about — names, numbers,
+dates and times, places, preferences, plans and decisions — rather than the
+first sentence of each message.
+
+How, and the invariants:
+
+* Only ``user`` and ``assistant`` messages are read. Each is cut into
+  sentences (``.!?`` followed by white space; the ideographic full stop and the
+  full-width exclamation and question marks with or without it; line breaks); a
+  sentence longer than :data:`SENTENCE_CHARS` is cut at its clause marks (Latin
+  and full-width commas, semicolons and colons, the ideographic comma), and a
+  clause still longer into pieces of that size.
+* Each sentence gets points for the kinds of fact it seems to carry, by cues of
+  English and Chinese: names (capitalised words not at the start of a
+  sentence), numbers (digits, number words, ``三个``), dates and times
+  (``3月5日``, ``星期三``, ``next Friday``, ``2019``, ``7:30 pm``), places
+  (``in``/``at``/``to`` + a capitalised word, ``…市``/``…路``/``…机场``, a few
+  cities), preferences (``I like/love/hate/prefer``, ``favourite``,
+  ``我喜欢/讨厌/最喜欢``), plans and decisions (``will``, ``decided``, ``booked``,
+  ``打算/决定/预订``) and facts about the speaker (``my sister``, ``I live``,
+  ``我叫``). Chinese names have no capitals: they are found by cues (``我叫…``,
+  ``张老师``, ``小王``, ``我妈妈``). Greetings and filler (``ok``, ``thanks``,
+  ``哈哈``, emoji) score nothing.
+* Sentences with a fact go first, best first (a message's second and later
+  facts a little behind other messages' best; earlier first on a tie); then, of
+  each message that holds no fact, its first sentence that is not filler, oldest
+  first; never filler or another sentence with nothing in it. They are taken while the summary stays
+  within :data:`SUMMARY_CHARS`, then written back in dialogue order, a line per
+  message, ``role: sentence sentence``, with `` … `` where sentences of one
+  message were left out between two kept ones. A dialogue of nothing but filler
+  gives its first sentences.
+* A sentence is copied, never rewritten or translated: the summary is in the
+  language of the dialogue.
+* Deterministic (no randomness, no model, no clock) and linear in the text:
+  the English cues are set lookups over the sentence's words, the Chinese ones a
+  few regular expressions that start with a literal, run only on CJK text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any, NamedTuple
+
+SENTENCE_CHARS = 200
+SUMMARY_CHARS = 1200
+SPOKEN = ("user", "assistant")
+
+# --- cutting text into sentences ---------------------------------------------------------------
+
+# Closing quotes and brackets that may follow an end mark; the ideographic ends; clause marks.
+_CLOSERS = "\"'\u201d\u2019)\\]\u300d\u300f\uff09"
+_CJK_ENDS = "\u3002\uff01\uff1f"
+_CLAUSE_MARKS = ",;:\uff0c\uff1b\uff1a\u3001"
+_HAN = "\u3400-\u9fff\uf900-\ufaff"
+# A boundary, its end mark captured (it stays with the sentence before): a Latin end mark
+# (and closers) then white space; an ideographic one then anything; ``!?`` right before
+# a Han character; a line break. Each branch starts with a mark, so a search skips fast.
+_BOUNDARY = re.compile(
+    rf"([.!?]+[{_CLOSERS}]*)\s+"
+    rf"|([{_CJK_ENDS}]+[{_CLOSERS}]*)\s*"
+    rf"|([!?]+[{_CLOSERS}]*)(?=[{_HAN}])"
+    r"|\n\s*"
+)
+# A text with no end mark or line break but at its end is one sentence (a fast test: a
+# search for one character of a set).
+_MARK = re.compile(rf"[.!?\n{_CJK_ENDS}]")
+_ENDS_AND_CLOSERS = ".!?" + _CJK_ENDS + _CLOSERS
+# "Mr. Lee", "e.g. this", "J. Smith", "U.S. law": a period that ends no sentence.
+_ABBREVIATION = re.compile(
+    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Sr|Jr|vs|etc|approx|No|Inc|Ltd|Co|e\.g|i\.e)|\b[A-Z])\.\Z"
+)
+_CLAUSE_END = re.compile(r"[,;:](?=\s)|[\uff0c\uff1b\uff1a\u3001]")
+_CJK = re.compile(rf"[\u3040-\u30ff{_HAN}\uac00-\ud7af]")
+
+
+def sentences(text: str, limit: int = SENTENCE_CHARS) -> list[str]:
+    """``text`` cut into sentences of at most ``limit`` characters, white space collapsed."""
+    text = text.strip()
+    if not _MARK.search(text.rstrip(_ENDS_AND_CLOSERS)):  # one sentence (most chat lines)
+        one = " ".join(text.split())
+        return [one] if len(one) <= limit else _cut_long(one, limit)
+    parts = _BOUNDARY.split(text)
+    pieces: list[str] = []
+    for at in range(0, len(parts), 4):
+        piece = parts[at] + (
+            (parts[at + 1] or parts[at + 2] or parts[at + 3] or "") if at + 1 < len(parts) else ""
+        )
+        piece = " ".join(piece.split())
+        if not piece:
+            continue
+        if pieces and pieces[-1][-1] == "." and _ABBREVIATION.search(pieces[-1][-8:]):
+            pieces[-1] += " " + piece
+        else:
+            pieces.append(piece)
+    out: list[str] = []
+    for piece in pieces:
+        out.extend([piece] if len(piece) <= limit else _cut_long(piece, limit))
+    return out
+
+
+def _cut_long(sentence: str, limit: int) -> list[str]:
+    """A long sentence as runs of its clauses of at most ``limit`` characters each, cut
+    after a clause mark (a Latin one when white space follows: not ``9:30``); the runs
+    are slices of the sentence, so joined again they give it back."""
+    cuts = [match.end() for match in _CLAUSE_END.finditer(sentence)]
+    clauses = [sentence[a:b] for a, b in pairwise([0, *cuts, len(sentence)])]
+    runs: list[str] = []
+    run = ""
+    for clause in clauses:
+        if run and len(run) + len(clause) > limit:
+            runs.append(run.strip())
+            run = ""
+        run += clause
+        while len(run.strip()) > limit:  # no clause mark in reach: at a space, else anywhere
+            run = run.strip()
+            at = run.rfind(" ", limit // 2, limit)
+            at = at if at > 0 else limit
+            runs.append(run[:at].strip())
+            run = run[at:]
+    if run.strip():
+        runs.append(run.strip())
+    return runs
+
+
+# --- what a sentence carries ---------------------------------------------------------------------
+
+DATE, NUMBER, PREFERENCE, PLAN, SELF, NAME, PLACE, PLACE_KIND = (
+    "date",
+    "number",
+    "preference",
+    "plan",
+    "self",
+    "name",
+    "place",
+    "place kind",
+)
+POINTS = {
+    DATE: 3.0,
+    NUMBER: 2.0,
+    PREFERENCE: 3.0,
+    PLAN: 2.0,
+    SELF: 2.0,
+    NAME: 2.0,  # and SECOND_NAME more for a second one
+    PLACE: 2.0,
+    PLACE_KIND: 1.0,
+}
+SECOND = "second name"  # a kind with no points of its own: a second name in the sentence
+SECOND_NAME = 1.0
+BASE_POINTS = 0.5  # any sentence that is not filler; more means it holds a fact
+FIRST_POINTS = 1.0  # a fact in the first sentence of a message
+RANK_DECAY = 0.25  # a message's second fact, its third …: room for other messages' best
+
+
+def _kinds(kind: str, words: str) -> dict[str, str]:
+    return dict.fromkeys(words.split(), kind)
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+def _pairs(kind: str, firsts: str, seconds: str) -> dict[tuple[str, str], str]:
+    return {(a, b): kind for a in firsts.split() for b in seconds.split()}
+
+
+_MONTHS = "january february march april june july august september october november december"
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
+# English words that carry a fact alone.
+_WORD_KIND: dict[str, str] = {
+    **_kinds(
+        DATE,
+        f"{_MONTHS} {_DAYS} mondays tuesdays wednesdays thursdays fridays saturdays sundays "
+        "today tonight tomorrow yesterday weekend weekends midnight noon o'clock ago birthday "
+        "anniversary holiday holidays christmas easter",
+    ),
+    **_kinds(
+        NUMBER,
+        "two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
+        "hundred thousand million billion dozen percent",
+    ),
+    **_kinds(
+        PREFERENCE,
+        "likes loves hates prefers enjoys dislikes adores favorite favourite favorites "
+        "favourites allergic vegetarian vegan go-to",
+    ),
+    **_kinds(
+        PLAN,
+        "will won't shall gonna plan plans planned planning decide decided decides deciding "
+        "decision let's book booked booking reserve reserved reservation schedule scheduled "
+        "appointment meeting deadline remind reminder agreed promise promised intend intends "
+        "register registered registration bought buy buying ordered trip flight travel "
+        "traveling travelling interview wedding exam visit visited visiting",
+    ),
+    **_kinds(SELF, "named called"),
+    **_kinds(
+        PLACE_KIND,
+        "street avenue road airport station hotel restaurant café cafe park museum university "
+        "college school hospital clinic office city town village country beach lake mountain "
+        "island",
+    ),
+}
+_KIN = _set(
+    "name wife husband partner girlfriend boyfriend fiance fiancee fiancé fiancée son daughter "
+    "kid kids children baby mom mum mother dad father parents sister brother sibling siblings "
+    "grandma grandmother grandpa grandfather aunt uncle cousin friend boss colleague coworker "
+    "manager team dog cat pet job company address phone number email birthday home flat "
+    "apartment house car doctor hobby favorite favourite"
+)
+# Two words that carry a fact together.
+_PAIR_KIND: dict[tuple[str, str], str] = {
+    **_pairs(
+        DATE,
+        "next last this coming",
+        f"week month year spring summer autumn fall winter morning afternoon evening night {_DAYS}",
+    ),
+    **_pairs(DATE, "new", "year"),
+    **_pairs(PREFERENCE, "can't cannot", "stand"),
+    **_pairs(PREFERENCE, "i'd would", "rather"),
+    **_pairs(PREFERENCE, "fan", "of"),
+    **_pairs(PLAN, "going move moved moving", "to"),
+    **_pairs(PLAN, "sign signed", "up"),
+    **_pairs(SELF, "my our", " ".join(_KIN)),
+    **_pairs(SELF, "i we", "work live grew study studied teach moved"),
+    **_pairs(SELF, "i'm am", "a an from"),
+    **_pairs(SELF, "was", "born"),
+    **_pairs(SELF, "call", "me"),
+}
+_LIKE_VERBS = _set("like love hate prefer enjoy dislike adore loathe detest miss")
+_SUBJECTS = _set("i we he she they i'd we'd")
+_ADVERBS = _set(
+    "really also absolutely just totally do don't does doesn't would never always still"
+)
+_MONTH_SHORT = _set("jan feb mar apr jun jul aug sep sept oct nov dec")
+_DAY_SHORT = _set("mon tue wed thu fri sat sun")
+_DATE_TAILS = _MONTH_SHORT | {"am", "pm", "may"}  # words that make a date after a number
+# Words whose cue depends on a neighbour.
+_NEEDS_NEIGHBOUR = _LIKE_VERBS | _DATE_TAILS
+_BEFORE_MAY = _set("in on by since until early late")
+_PLACE_PREPOSITIONS = _set(
+    "in at to from near into via around toward towards visit visited visiting"
+)
+_YEAR_OR_TIME = re.compile(r"(?:19|20)\d\d|\d{1,2}(?:st|nd|rd|th|am|pm)")
+_WORD = re.compile(r"\w")
+_CLOCK = re.compile(r":\d\d")  # after a digit: 7:30 (a leading literal: a fast search)
+_DIGIT_OR_MONEY = re.compile(r"[\d$\u20ac\u00a3\u00a5%]")
+
+_FILLER_WORDS = _set(
+    "ok okay k sure thanks thank thx ty hi hello hey yes yeah yep yup no nope cool great nice "
+    "good awesome perfect alright all right got it sounds sound lol lmao bye goodbye see you "
+    "please welcome you're np problem wow oh ah hmm um uh well fine indeed exactly absolutely "
+    "of course cheers morning night evening me too same agree agreed true so very really much "
+    "a lot that this is was that's it's amazing wonderful interesting totally definitely "
+    "haha hahaha hehe congrats congratulations there to glad meet hear how are doing been have "
+    "what's up talk soon later take care again back"
+)
+# Chinese filler, removed from a run of Han characters to see whether anything is left.
+_FILLER_ZH = re.compile(
+    "好的|好吧|好啊|好呀|最近怎么样|怎么样|我很好|很好|还好|还行|挺好|嗯+|哈+|呵+|嘿+|嘻+|谢谢你?|谢了|多谢|感谢|你好|您好|嗨|再见|拜拜"
+    "|没问题|对的|对啊|是的|是啊|哦+|噢|喔|啊|呀|吧|呢|嘛|啦|收到|明白了?|了解|知道了|不客气"
+    "|哇|太好了|太棒了|真棒|晚安|早安|早上好|不错|确实|没错|就是|可以|好|对|是|行|了|真|很"
+)
+
+# Chinese cues: each pattern starts with a literal (or a small set), so a search is fast.
+_ZH_DIGITS = "零〇一二三四五六七八九十两"
+_ZH_COUNTERS = "岁|块|元|人|位|本|张|瓶|杯|只|份|倍|公里|千米|米|公斤|斤|分钟|小时|周|年|天|层|号"
+_SURNAMES = (
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘蒋蔡余杜叶程苏"
+    "魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦方白邹孟熊秦邱江尹薛段雷侯龙史陶黎贺顾毛郝龚邵万钱严武戴莫孔汤"
+)
+_CUES_ZH: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        DATE,
+        re.compile(
+            rf"[0-9{_ZH_DIGITS}]+\s*[年月日号]|[0-9]+\s*[点時时]"
+            rf"|[{_ZH_DIGITS}]+点(?:半|钟|[{_ZH_DIGITS}]+分?)"
+            r"|(?:星期|礼拜)[一二三四五六日天]|周[一二三四五六日末]"
+            r"|[今明后昨前]天|今晚|明早|明晚|[上下这本]个?(?:周|星期|礼拜|月)|[今明去前]年"
+            r"|早上|上午|中午|下午|晚上|凌晨|傍晚|半夜|生日|周年|纪念日|春节|国庆|中秋|元旦"
+        ),
+    ),
+    (
+        NUMBER,
+        re.compile(
+            rf"[二三四五六七八九十两百千万亿零〇][{_ZH_DIGITS}百千万亿]*(?:个|次|{_ZH_COUNTERS})"
+            rf"|一[{_ZH_DIGITS}百千万亿]+(?:个|次|{_ZH_COUNTERS})|一(?:{_ZH_COUNTERS})"
+        ),
+    ),
+    (
+        PREFERENCE,
+        re.compile(
+            "喜欢|爱吃|爱喝|爱看|爱玩|最爱|我爱|热爱|讨厌|偏好|偏爱|宁愿|受不了|过敏|忌口|吃素|不吃|不喝"
+        ),
+    ),
+    (
+        PLAN,
+        re.compile(
+            "打算|计划|决定|准备|要去|将要|会去|约了|约好|预约|预订|预定|订了|订好|安排|提醒|截止"
+            "|开会|会议|答应|报名|搬家|搬到|出差|旅行|旅游|航班|机票|车票|买了|下单|考试|面试|婚礼"
+            "|参加"
+        ),
+    ),
+    (
+        NAME,  # there are no capitals: cues
+        re.compile(
+            rf"我叫|叫做|名叫|名字[是叫]|[小老阿][{_SURNAMES}]"
+            r"|先生|女士|小姐|老师|医生|大夫|教授|经理|主任|师傅"
+            r"|妈妈|爸爸|母亲|父亲|老婆|老公|妻子|丈夫|太太|儿子|女儿|哥哥|姐姐|弟弟|妹妹"
+            r"|朋友|同事|老板|领导|室友|邻居|奶奶|爷爷|外婆|外公|同学"
+        ),
+    ),
+    (SELF, re.compile("我是|我在|我住|我家|我们家")),
+    (
+        PLACE,
+        re.compile(
+            "机场|酒店|宾馆|餐厅|饭店|公园|大学|学院|医院|公司|广场|大厦|商场|博物馆|车站"
+            "|北京|上海|广州|深圳|杭州|成都|南京|武汉|西安|重庆|天津|苏州|厦门|青岛|大连|长沙|昆明"
+            "|香港|澳门|台北|东京|大阪|京都|首尔|纽约|伦敦|巴黎|柏林|悉尼|新加坡|曼谷"
+            "|住在|来自|飞往|搬到"
+            # a one-character place word that ends a word: 杭州市, 西湖区, 中山路 (not 市场, 区别)
+            rf"|[市省县区镇村路街州岛湾寺](?:[^{_HAN}]|\Z|的|里|附近)"
+        ),
+    ),
+)
+# Capitalised words (Latin capitals, accented ones included).
+_NOT_NAMES = frozenset(
+    {"I", "OK", "Ok", "A"}
+    | {f"I{quote}{end}" for quote in "'\u2019" for end in ("m", "ll", "ve", "d")}
+    | {word.capitalize() for word in f"{_MONTHS} {_DAYS}".split()}
+)
+# Cut off the ends of a word: punctuation, quotes, brackets (Latin and full-width).
+_PUNCTUATION = (
+    _CLOSERS + _CJK_ENDS + _CLAUSE_MARKS + ".!?\u201c\u2018([{<>}\u00ab\u00bb\u2026*_~`#|/\\-"
+    "\u2013\u2014\u300c\u300e\uff08\u3010\u3011"
+)
+# Punctuation to white space (not the apostrophe and the hyphen inside words: "don't",
+# "go-to"); the typographic apostrophe to the plain one.
+_TO_SPACE = str.maketrans(
+    {char: " " for char in _PUNCTUATION if char not in "'-"} | {"\u2019": "'"}
+)
+_ASCII_MARKS = "".join(c for c in _PUNCTUATION if c.isascii() and c not in "'-")
+_ASCII_TO_SPACE = bytes.maketrans(_ASCII_MARKS.encode(), b" " * len(_ASCII_MARKS))
+_CUE_WORDS = frozenset(_WORD_KIND)
+_PAIR_KEYS = frozenset(_PAIR_KIND)
+_PAIR_FIRSTS = frozenset(first for first, _ in _PAIR_KIND)
+# A greeting (or thanks, or assent) and the name of whom it greets, opening a sentence.
+_GREETING_NAME = re.compile(
+    r"(?i:(?:hey|hi|hiya|hello|thanks|thank you|thx|bye|goodbye|see you|dear|congrats"
+    r"|congratulations|wow|oh|yes|yeah|yep|ok|okay|sure|good (?:morning|night|evening)"
+    r"|morning|night)[\s,!.]+)+[A-ZÀ-ÖØ-Þ][a-zß-ÿ][\w'\u2019-]*(?:\s+[A-ZÀ-ÖØ-Þ][a-zß-ÿ][\w'\u2019-]*)?"
+)
+_CAPITAL_AFTER_HAN = re.compile(rf"[{_HAN}][A-ZÀ-ÖØ-Þ]")
+
+
+def _dated(word: str, previous: str) -> bool:
+    """``2019``, ``21st``, ``7pm``, ``Fri 3``, ``3 Dec``, ``5 pm``, ``in May``: a date or a time
+    that the word lists miss (month abbreviations and ``may`` need a number or a cue)."""
+    if word[0].isdigit():
+        return bool(
+            _YEAR_OR_TIME.fullmatch(word) or previous in _MONTH_SHORT or previous in _DAY_SHORT
+        )
+    if word in _DATE_TAILS:
+        return previous[:1].isdigit() or (word == "may" and previous in _BEFORE_MAY)
+    return False
+
+
+def score(sentence: str) -> float:
+    """The points of the facts ``sentence`` carries (see :func:`facts`): 0 for filler,
+    ``BASE_POINTS`` for a sentence that holds no fact, more for one that does."""
+    found = facts(sentence)
+    if found is None:
+        return 0.0
+    points = BASE_POINTS + sum(POINTS[kind] for kind in found if kind in POINTS)
+    return points + (SECOND_NAME if SECOND in found else 0.0)
+
+
+def without_vocatives(sentence: str) -> str:
+    """``sentence`` without the names it only addresses: ``Hey Mel!``, ``Thanks, Caroline!``,
+    ``That's cool, Caroline!`` (a name is a fact; calling someone by it is not). A last
+    ``, Name`` after a capitalised word stays: ``in Austin, Texas``."""
+    greeting = _GREETING_NAME.match(sentence)
+    if greeting:
+        sentence = sentence[greeting.end() :]
+    head, comma, tail = sentence.rpartition(",")
+    before = head.split()[-1:]
+    if comma and before:
+        names = tail.strip().rstrip("!.?\u2026 ").split()
+        if (
+            0 < len(names) <= 2
+            and all(word[0].isupper() and word.isalpha() for word in names)
+            and not before[0][0].isupper()
+        ):
+            sentence = head + tail[len(tail.rstrip("!.?\u2026 ")) :]
+    return sentence
+
+
+def facts(sentence: str) -> set[str] | None:
+    """The kinds of fact ``sentence`` seems to carry, or None when it is only filler
+    (greetings, thanks, assent, laughter, emoji, punctuation).
+
+    Its words (punctuation made white space) are looked up in sets, most of it in C: the
+    cue words, the cue pairs of neighbours, a capital not on the first word; the few
+    cues that need a neighbour (``I really like``, ``3 May``, ``in May``, ``5 pm``) only
+    when a word that needs one is there; then, for text with Han characters, the
+    Chinese cues.
+    """
+    sentence = without_vocatives(sentence)
+    if sentence.isascii():  # bytes.translate is many times faster than str.translate
+        spaced = sentence.encode("ascii").translate(_ASCII_TO_SPACE).decode("ascii")
+    else:
+        spaced = sentence.translate(_TO_SPACE)
+    words = f"{spaced.lower()} ".replace("'s ", " ").split()
+    if _only_filler(words):
+        return None
+    digits = _DIGIT_OR_MONEY.search(sentence)
+    hits = _CUE_WORDS.intersection(words)
+    found = {_WORD_KIND[word] for word in hits} if hits else set()
+    if not _PAIR_FIRSTS.isdisjoint(words):
+        found.update(_PAIR_KIND[pair] for pair in _PAIR_KEYS.intersection(pairwise(words)))
+    if "'ll" in spaced:
+        found.add(PLAN)
+    if digits or not _NEEDS_NEIGHBOUR.isdisjoint(words):
+        found.update(_neighbour_cues(words, digits=digits is not None))
+    if digits:
+        found.add(NUMBER)
+        clock = _CLOCK.search(sentence)
+        if clock and clock.start() > 0 and sentence[clock.start() - 1].isdigit():
+            found.add(DATE)
+    names: list[int] = []
+    if not spaced[1:].islower():  # a capital after the first letter (or no Latin letter)
+        cased = spaced.split()
+        names = [
+            at
+            for at in range(1, min(len(cased), len(words)))
+            if cased[at][0].isupper() and cased[at] not in _NOT_NAMES
+        ]
+    if names:
+        found.add(NAME)
+        if len(names) > 1:
+            found.add(SECOND)
+        for at in names:
+            before = words[max(0, at - 2) : at]
+            if before[-1] in _PLACE_PREPOSITIONS or (
+                before[-1] == "the" and before[0] in _PLACE_PREPOSITIONS
+            ):
+                found.add(PLACE)
+                break
+    if not sentence.isascii() and _CJK.search(sentence):
+        if _CAPITAL_AFTER_HAN.search(sentence):
+            found.add(NAME)  # 我住在Berlin: a capital right after a Han character
+        for kind, pattern in _CUES_ZH:
+            if kind not in found and pattern.search(sentence):
+                found.add(kind)
+    return found
+
+
+def _only_filler(words: list[str]) -> bool:
+    """No word but filler (or none with a letter or digit: punctuation, emoji)."""
+    for word in words:
+        if word in _FILLER_WORDS:
+            continue
+        if word.isascii():
+            if _WORD.search(word):
+                return False
+        elif _WORD.search(_FILLER_ZH.sub("", word)):
+            return False
+    return True
+
+
+def _neighbour_cues(words: list[str], *, digits: bool) -> set[str]:
+    """The cues of words that need a neighbour: a like-verb its subject (``I really
+    like``), a number or a month abbreviation the other (``3 May``, ``Fri 3``, ``5 pm``)."""
+    found: set[str] = set()
+    if not _LIKE_VERBS.isdisjoint(words):
+        for at, word in enumerate(words):
+            if word in _LIKE_VERBS:
+                back = at - 1
+                while back >= 0 and words[back] in _ADVERBS:
+                    back -= 1
+                if back >= 0 and words[back] in _SUBJECTS:
+                    found.add(PREFERENCE)
+                    break
+    if digits or not _DATE_TAILS.isdisjoint(words):
+        previous = ""
+        for word in words:
+            if (word[0].isdigit() or word in _DATE_TAILS) and _dated(word, previous):
+                found.add(DATE)
+                break
+            previous = word
+    return found
+
+
+# --- choosing within the budget ------------------------------------------------------------------
+
+
+class _Candidate(NamedTuple):
+    """A sentence; candidates sort best first by their fields in order."""
+
+    tier: int  # 0: holds a fact; 1: leads a message without one; 2: neither
+    rank: float  # within tier 0: minus its points (less a little per earlier fact)
+    message: int  # index among the spoken messages
+    position: int  # index of the sentence in its message
+    text: str
+
+
+def _candidates(spoken: list[tuple[str, str]]) -> list[_Candidate]:
+    """Every sentence, with its sort key: facts first (a message's second, third … fact
+    a little behind other messages' first), then, of each message that holds no fact, its
+    first sentence that is not filler (so it still has its line when there is room)."""
+    out: list[_Candidate] = []
+    for i, (_, text) in enumerate(spoken):
+        scored = [(score(sentence), j, sentence) for j, sentence in enumerate(sentences(text))]
+        facts = sorted((-points, j) for points, j, _ in scored if points > BASE_POINTS)
+        rank = {j: r for r, (_, j) in enumerate(facts)}
+        # A message without a fact: its first sentence that is not filler.
+        lead = -1 if rank else next((j for points, j, _ in scored if points > 0), -1)
+        for points, j, sentence in scored:
+            if j in rank:
+                bonus = FIRST_POINTS if j == 0 else 0.0
+                out.append(_Candidate(0, RANK_DECAY * rank[j] - points - bonus, i, j, sentence))
+            else:
+                out.append(_Candidate(1 if j == lead else 2, 0.0, i, j, sentence))
+    return out
+
+
+def extractive(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The sentences that carry facts, ``role: sentence …`` a line per message, oldest first,
+    within :data:`SUMMARY_CHARS` characters (see the module's docstring)."""
+    spoken = [
+        (str(m["role"]), text)
+        for m in messages
+        if m.get("role") in SPOKEN and (text := str(m.get("text", "")).strip())
+    ]
+    if not spoken:  # only tool output, say: name what there was
+        roles = sorted({str(m.get("role")) for m in messages})
+        return f"({len(messages)} messages: {', '.join(roles)})" if messages else ""
+    candidates = _candidates(spoken)
+    chosen = _choose([c for c in candidates if c.tier < 2], spoken)
+    if not chosen:  # nothing but filler: the first sentences, as they come
+        chosen = _choose([c for c in candidates if c.position == 0], spoken)
+    return _write(chosen, spoken)
+
+
+def _choose(candidates: list[_Candidate], spoken: list[tuple[str, str]]) -> list[_Candidate]:
+    """Best first while the summary stays within the budget.
+
+    The cost of a sentence is its length plus its line's ``role: `` and line break when
+    it is the first of its message, else a separator (at most `` … ``); the summary
+    written from the choice is never longer than the sum.
+    """
+    budget = SUMMARY_CHARS + 1  # the first line has no line break before it
+    opened: set[int] = set()
+    chosen: list[_Candidate] = []
+    for candidate in sorted(candidates):
+        if candidate.message in opened:
+            cost = len(candidate.text) + 3
+        else:
+            cost = len(spoken[candidate.message][0]) + 3 + len(candidate.text)
+        if cost > budget:
+            continue
+        budget -= cost
+        opened.add(candidate.message)
+        chosen.append(candidate)
+    return chosen
+
+
+def _cjk_edge(char: str) -> bool:
+    return bool(_CJK.match(char)) or char in _CJK_ENDS + _CLAUSE_MARKS
+
+
+def _write(chosen: list[_Candidate], spoken: list[tuple[str, str]]) -> str:
+    """A line per message, its kept sentences in order: neighbours joined as they stood
+    in the message (white space collapsed), a gap marked with an ellipsis."""
+    by_message: dict[int, list[_Candidate]] = {}
+    for candidate in sorted(chosen, key=lambda c: (c.message, c.position)):
+        by_message.setdefault(candidate.message, []).append(candidate)
+    lines: list[str] = []
+    for message, kept in by_message.items():
+        text = kept[0].text
+        original = " ".join(spoken[message][1].split()) if len(kept) > 1 else ""
+        for before, after in pairwise(kept):
+            if after.position == before.position + 1:
+                text += "" if before.text + after.text in original else " "
+            else:
+                cjk = _cjk_edge(before.text[-1]) or _cjk_edge(after.text[0])
+                text += "\u2026" if cjk else " \u2026 "
+            text += after.text
+        lines.append(f"{spoken[message][0]}: {text}")
+    return "\n".join(lines)
