@@ -21,9 +21,9 @@ TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 @pytest.fixture
 def rolled(tenant: Any, user: Any) -> Any:
     core = talk(tenant=tenant, user=user, turns=3)
-    roll_committed(core)
+    roll_committed(core)  # turns 0-1 (keep 2)
     talk(tenant=tenant, user=user, turns=3, first=3)
-    roll_committed(core)
+    roll_committed(core)  # turns 2-4; turn 5 stays in the window, unrolled
     return core
 
 
@@ -44,22 +44,22 @@ def test_unit_wire_shape_and_slice_ranges(tenant, rolled):
     data = selectors.unit_data(tenant=tenant, unit_id=unit.pk)
     assert set(data) == {"id", "memory_session_id", "updated_at", "conversation_messages", "slices"}
     assert TIME.fullmatch(data["updated_at"])
-    assert len(data["conversation_messages"]) == 12
+    assert len(data["conversation_messages"]) == 10
     message = data["conversation_messages"][0]
     assert set(message) == {"role", "text", "at"}
     assert message["role"] == "user"
     assert TIME.fullmatch(message["at"])
     slices = data["slices"]
-    assert [(s["start_index"], s["end_index"]) for s in slices] == [(0, 6), (6, 12)]
+    assert [(s["start_index"], s["end_index"]) for s in slices] == [(0, 4), (4, 10)]
     assert set(slices[0]) == {"id", "start_index", "end_index", "summary", "created_at"}
-    # Python slice semantics: the second slice's first message is index 6.
-    assert data["conversation_messages"][6]["text"] == "Question 3 about topic3. More detail here."
+    # Python slice semantics: the second slice's first message is index 4.
+    assert data["conversation_messages"][4]["text"] == "Question 2 about topic2. More detail here."
 
 
 def test_slice_messages_are_its_range(tenant, rolled):
     second = MemorySlice.objects.order_by("created_at")[1]
     messages = selectors.slice_messages(tenant=tenant, slice_id=second.pk)
-    assert [m["index"] for m in messages] == list(range(6, 12))
+    assert [m["index"] for m in messages] == list(range(4, 10))
     unit_part = selectors.unit_messages(tenant=tenant, unit_id=second.unit_id, start=4, end=7)
     assert [m["index"] for m in unit_part] == [4, 5, 6]
     with pytest.raises(InvalidQuery):
