@@ -113,6 +113,9 @@ def test_threshold_rolling_reaches_the_next_request_through_the_log(chat, user):
     system = "\n".join(m["content"] for m in sent if m["role"] == "system")
     assert "Summaries of the earlier dialogue" in system
     assert slice_["summary"] in system
+    # In place of the rolled turns: the model sees the kept turn verbatim, not the rolled.
+    chat_texts = [m["content"] for m in sent if m["role"] != "system"]
+    assert chat_texts == [PROMPTS[2], "Noted, answer 2.", "Which hotel did you pick?"]
     events = api.get(f"/api/sessions/{session_id}/events/?limit=1000").json()["results"]
     blocks = [
         block
