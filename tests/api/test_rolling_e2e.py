@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 THRESHOLD, KEEP = 8, 2
 HISTORY_CHARS = 1000  # the block's budget: its oldest slices drop out past it
+LIMIT = 16_000  # the model's window (tokens); the last turn before each rolling fills it
 FILLER = ("Some more words about it, so that every turn weighs a little. " * 4).strip()
 
 
@@ -52,11 +53,17 @@ def openai_server(settings: Any) -> Iterator[FakeOpenAI]:
         settings.FORGE_MEMORY_ROLL_THRESHOLD = THRESHOLD
         settings.FORGE_MEMORY_ROLL_KEEP = KEEP
         settings.FORGE_MEMORY_HISTORY_CHARS = HISTORY_CHARS
+        settings.FORGE_CONTEXT_LIMITS = {"openai/gpt-4o-mini": LIMIT}
+        settings.FORGE_OUTPUT_RESERVE = 96
         yield fake
 
 
-def say(api: Any, fake: FakeOpenAI, session: Any, i: int) -> dict[str, Any]:
-    fake.push(reply(text=[answer(i)], usage=usage_chunk(500, 40)))
+def say(api: Any, fake: FakeOpenAI, session: Any, i: int, *, full: bool = False) -> dict[str, Any]:
+    """Turn ``i``; ``full``: the server reports a window nearly full (a turn of a long
+    chat before a rolling): once the rolling trimmed the context, that usage is stale
+    and must not make the next turn compact."""
+    prompt_tokens = LIMIT - 100 if full else 500
+    fake.push(reply(text=[answer(i)], usage=usage_chunk(prompt_tokens, 40)))
     response = api.post(
         f"/api/sessions/{session.pk}/messages/?wait=1", {"text": question(i)}, format="json"
     )
@@ -103,7 +110,7 @@ def test_rollings_trim_what_the_model_sees_and_replay_stays_exact(
 ):
     fake = openai_server
     for i in range(THRESHOLD // 2):  # 4 turns: 8 messages in the window
-        say(api, fake, session, i)
+        say(api, fake, session, i, full=i == THRESHOLD // 2 - 1)
     before = body_text(fake.requests[-1])
     assert "RAWQ00" in before
     assert "Summaries of the earlier dialogue" not in before
@@ -130,9 +137,9 @@ def test_rollings_trim_what_the_model_sees_and_replay_stays_exact(
     # several more rollings: the request stays bounded while the history grows
     sizes = [len(body_text(first_after))]
     for _ in range(5):
-        for _ in range((THRESHOLD - KEEP) // 2 - 1):  # fill the window up to the threshold
+        for n in range((THRESHOLD - KEEP) // 2 - 1):  # fill the window up to the threshold
             turn += 1
-            say(api, fake, session, turn)
+            say(api, fake, session, turn, full=n == (THRESHOLD - KEEP) // 2 - 2)
         report = roll_dialogs()
         assert report["counts"] == {"rolled": 1}, report
         rolled = rolled_turns(session)

@@ -253,3 +253,20 @@ def test_the_admin_page_counts_the_rolled_messages(admin_client, session):
     assert through in page.text
     assert "ask 1" not in page.text
     assert "ask 2" in page.text
+
+
+@pytest.mark.django_db
+def test_a_new_memory_block_makes_the_last_steps_usage_stale(session):
+    from forge.runtime.steps import _last_usage
+
+    turn(session, 0)  # its step-finish reported {input: 1, output: 1}
+    assert _last_usage(session) is not None
+    set_block(session, kind="notes", key="k", body={"text": "not memory"})
+    assert _last_usage(session) is not None  # another block: the usage still stands
+    roll(session, None)  # a dialog_history block after the step: what it measured changed
+    assert _last_usage(session) is None
+    tokens = selectors.last_step_tokens(tenant=session.tenant, session=session)
+    assert tokens is not None  # the store's rule alone ignores blocks
+    assert (tokens["input"], tokens["output"]) == (1, 1)
+    turn(session, 1)  # a step after the block: its usage counts
+    assert _last_usage(session) is not None
