@@ -182,3 +182,23 @@ def test_last_rolled_message_walks_the_session_index(tenant, user):
             cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
         plan = " ".join(str(row) for row in cursor.fetchall())
     assert "memorymessage_session" in plan, plan
+
+
+@pytest.fixture
+def rolled_in_session(tenant: Any, user: Any) -> MemoryCore:
+    core = say(user, tenant, "ses_a", 0, turns=3)
+    roll_committed(core)
+    return core
+
+
+@pytest.mark.postgres_only
+def test_last_rolled_message_under_row_level_security(tenant, rolled_in_session, as_app_role):
+    from accounts import tenancy
+
+    core = rolled_in_session
+    with tenancy.scope([tenant.pk]):
+        assert selectors.last_rolled_message(tenant=tenant, core=core, session_id="ses_a") == (
+            "msg_ses_a_003"
+        )
+    with tenancy.scope([]):  # the database shows no row of the tenant
+        assert selectors.last_rolled_message(tenant=tenant, core=core, session_id="ses_a") is None
