@@ -59,6 +59,9 @@ def worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         os.environ["DATABASE_URL"] = args.postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
     os.environ.pop("REDIS_URL", None)
     os.environ["FORGE_DEBUG"] = "0"
+    # No connection pool: its idle connections would keep the scratch database from
+    # being dropped at the end (one connection on this thread is all a sweep uses).
+    os.environ["FORGE_DB_POOL"] = "0"
     os.environ["DJANGO_SETTINGS_MODULE"] = "forge.settings.dev"
     os.environ["FORGE_MEMORY_SUMMARIZER"] = "memory.summarizers.extractive"
     sys.path.insert(0, str(ROOT))

@@ -15,12 +15,14 @@ from accounts.admin import TenantScopedAdmin
 from forge.context import COMPACTION_PROMPT, request_for
 from forge.context.compacted import filter_compacted
 from forge.context.pruning import PLACEHOLDER_START, is_pruned
+from forge.context.rolled import drop_rolled, rolled_through
 from forge.params import parse_seq
 from forge.tools import all_tools
 from sessions import selectors
 from sessions.admin import SessionAdmin
 from sessions.exceptions import InvalidCursor
 from sessions.models import Session
+from sessions.projector import fold_context
 
 from .models import Agent, SessionLease
 
@@ -137,7 +139,12 @@ class ContextSessionAdmin(SessionAdmin):
             history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
         else:
             history = selectors.history_at(tenant=session.tenant, session=session, seq=seq)
-        visible = filter_compacted(history)
+        blocks = fold_context(
+            selectors.context_updates(tenant=session.tenant, session=session, upto_seq=seq)
+        )
+        compacted = filter_compacted(history)
+        through = rolled_through(blocks)
+        visible = drop_rolled(compacted, through)
         pruned = [
             {"tool": p.get("tool"), "id": p.get("id")}
             for item in visible
@@ -175,10 +182,12 @@ class ContextSessionAdmin(SessionAdmin):
             tools=[tool.name for tool in model_request.tools],
             total_count=len(history),
             visible_count=len(visible),
-            hidden_count=len(history) - len(visible),
+            hidden_count=len(history) - len(compacted),
+            rolled_count=len(compacted) - len(visible),
+            rolled_through=through,
             pruned=pruned,
             boundary=selectors.last_compaction(tenant=session.tenant, session=session, upto_seq=seq)
-            if len(visible) < len(history)
+            if len(compacted) < len(history)
             else None,
         )
         return TemplateResponse(request, "admin/forge_sessions/session/context.html", context)

@@ -36,9 +36,11 @@ class MemoryCore(models.Model):
     """The memory of one user with one agent, in one tenant.
 
     Window bookkeeping: messages get ``seq`` = ``window_next_seq`` when appended;
-    every window message with ``seq < rolled_seq`` is already in a unit (the
-    ``keep`` most recent stay in the window after a rolling, for context);
-    ``window_count`` is how many messages the window holds.
+    messages with ``seq < rolled_seq`` are in a unit and have left the window, so
+    the window holds exactly the messages no unit holds yet
+    (``rolled_seq == window_next_seq - window_count``; a core rolled before that
+    rule may still hold a few rolled ones below ``rolled_seq`` until its next
+    rolling); ``window_count`` is how many messages the window holds.
     """
 
     id = models.CharField(primary_key=True, max_length=ID_MAX, default=new_core_id)

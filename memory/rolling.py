@@ -2,34 +2,48 @@
 
 Two triggers (the seed's ``triggerRolling(false|true)``):
 
-* ``threshold`` — the window holds ``threshold`` messages or more: roll what is
-  not yet in a unit, then keep the ``keep`` most recent messages in the window;
+* ``threshold`` — the window holds ``threshold`` messages or more: roll the
+  window's messages except the ``keep`` most recent, which stay in the window
+  *not rolled* (the next rolling's increment starts with them);
 * ``idle`` — no interaction for ``idle_after``: roll it all, empty the window
   and start a new memory session, so the next dialogue goes to a new unit.
 
 (``manual`` is a rolling asked for by an operator: like ``threshold``, whatever
 the window's size.)
 
+Invariant after every rolling: the window holds exactly the messages no unit
+holds (``rolled_seq == window_next_seq - window_count``). So the runtime can
+show the model the ``dialog_history`` summaries *in place of* the rolled turns
+plus the ``keep`` newest messages verbatim, and no turn reaches the model both
+raw and summarized (the session's log records that cut: ``forge.context``).
+
 The steps of one rolling (:func:`roll`):
 
 1. claim the core (PostgreSQL: a session advisory lock, so two rollers never
    summarize one core twice; released by the database if the process dies);
 2. snapshot the window and resolve the increment — the window's messages with
-   ``seq`` from the core's ``rolled_seq`` on (those not in a unit yet) — with
-   no transaction open;
+   ``seq`` in ``[rolled_seq, cutoff)``, where the cutoff is ``next_seq - keep``
+   (``next_seq`` when idle) — with no transaction open; an empty increment is
+   ``not_due``;
 3. MessageCompressor, then MessageSummarizer, still with no transaction open
    (SQLite has one writer: chat must not wait for a model);
 4. commit, in one short transaction, after locking the core row (``FOR UPDATE
    SKIP LOCKED`` on PostgreSQL) and re-checking that the increment is still the
    one summarized (else the core is skipped, nothing written):
    ``update_memory_unit`` (the increment appended to the unit, a slice covering
-   exactly its range), the dialog_history block, the window trimmed, the
-   core's counters advanced (and its memory session renewed when idle);
+   exactly its range), the window trimmed below the cutoff, ``rolled_seq`` set
+   to the cutoff (and the memory session renewed when idle);
 5. after commit, the AfterRolling consumers with the ``RollingResult``.
 
 A rolling killed at any point leaves the core as it was (before 4 commits) or
 fully rolled (after): the slice, its messages, the trimmed window and the
 advanced ``rolled_seq`` are written together or not at all.
+
+Cores rolled before this rule kept their ``keep`` newest messages in the
+window *after* rolling them (``rolled_seq`` above the window's first seq). The
+next rolling of such a core trims those too, so the invariant holds from then
+on; an idle rolling of a window that holds only such messages trims it and
+renews the session without a slice.
 """
 
 from __future__ import annotations
@@ -68,7 +82,7 @@ Status = Literal["rolled", "would_roll", "not_due", "busy", "changed", "missing"
 @dataclass(frozen=True)
 class RollingOptions:
     threshold: int
-    keep: int  # at most threshold - 1, so a rolled window is under the threshold
+    keep: int  # messages left unrolled in the window; at most threshold - 1
     idle_after: timedelta
 
     @classmethod
@@ -142,9 +156,19 @@ class Snapshot:
     increment: list[Msg]
     trimmed: int  # how many window messages the commit will remove
 
+    @property
+    def window_start(self) -> int:
+        """The seq of the window's oldest message (the window is the run of seqs
+        ``[next_seq - window_count, next_seq)``)."""
+        return self.next_seq - self.window_count
+
     def cutoff(self, keep: int) -> int:
-        """Window messages with ``seq`` below this go (all of them are in a unit by then)."""
-        return self.next_seq if self.trigger == "idle" else max(0, self.next_seq - keep)
+        """The new ``rolled_seq``: messages with ``seq`` below it are rolled (the
+        increment is ``[rolled_seq, cutoff)``) and leave the window. Idle: all of them;
+        else all but the ``keep`` newest. Never below ``rolled_seq``."""
+        if self.trigger == "idle":
+            return self.next_seq
+        return max(self.rolled_seq, self.next_seq - keep)
 
 
 # --- candidates -------------------------------------------------------------------------------
@@ -210,25 +234,27 @@ def take_snapshot(
         )
         if trigger is None:
             return RollOutcome(core_id, "not_due")
-        increment = sql.read_window(cursor, core_id, core.rolled_seq, core.window_next_seq)
-    snapshot = Snapshot(
-        core_id=core_id,
-        tenant_id=core.tenant_id,
-        user_id=core.user_id,
-        agent=core.agent,
-        memory_session_id=core.memory_session_id,
-        rolled_seq=core.rolled_seq,
-        next_seq=core.window_next_seq,
-        window_count=core.window_count,
-        trigger=trigger,
-        increment=increment,
-        trimmed=0,
-    )
-    # The window is a run of seqs ending at next_seq: what the cutoff removes is known.
-    trimmed = max(0, snapshot.window_count - (snapshot.next_seq - snapshot.cutoff(options.keep)))
-    if not increment and not trimmed and trigger != "idle":
-        return RollOutcome(core_id, "not_due", trigger=trigger)
-    return replace(snapshot, trimmed=trimmed)
+        snapshot = Snapshot(
+            core_id=core_id,
+            tenant_id=core.tenant_id,
+            user_id=core.user_id,
+            agent=core.agent,
+            memory_session_id=core.memory_session_id,
+            rolled_seq=core.rolled_seq,
+            next_seq=core.window_next_seq,
+            window_count=core.window_count,
+            trigger=trigger,
+            increment=[],
+            trimmed=0,
+        )
+        cutoff = snapshot.cutoff(options.keep)
+        trimmed = max(0, cutoff - snapshot.window_start)
+        # An empty increment is not due; only an idle rolling may trim a window that
+        # holds nothing unrolled (kept by a rolling of before the invariant) and renew.
+        if cutoff <= snapshot.rolled_seq and not (trigger == "idle" and trimmed):
+            return RollOutcome(core_id, "not_due", trigger=trigger)
+        increment = sql.read_window(cursor, core_id, core.rolled_seq, cutoff)
+    return replace(snapshot, increment=increment, trimmed=trimmed)
 
 
 def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> RollOutcome:
@@ -262,7 +288,8 @@ def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> Roll
                 summary=summary,
                 now=now,
             )
-        # The window is the run of seqs [next - count, next): what the cutoff removes is known.
+        # The window is the run of seqs [next - count, next): what the cutoff removes is
+        # known. The cutoff is the snapshot's: messages that arrived since stay unrolled.
         cutoff = snapshot.cutoff(options.keep)
         trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
         session_id = (
@@ -271,8 +298,7 @@ def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> Roll
         statements += sql.advance_window(
             dialect,
             core_id=core_id,
-            rolled_seq=snapshot.next_seq,
-            cutoff=cutoff,
+            rolled_seq=cutoff,
             trimmed=trimmed,
             memory_session_id=session_id,
             now=now,

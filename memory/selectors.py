@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.models import Tenant
 
@@ -209,6 +209,34 @@ def dialog_history_block(*, tenant: Tenant, core: MemoryCore) -> dict[str, Any] 
         ]
     )
     return history_block(core=core, unit=unit, newest_first=slices)
+
+
+def last_rolled_message(
+    *, tenant: Tenant, core: MemoryCore, session_id: str, before: str | None = None
+) -> str | None:
+    """The ``message_id`` of the newest message of session ``session_id`` that the core
+    has rolled (that one of its units holds), or None when it rolled none of it.
+
+    With ``before``, the newest whose id is below it. Session message ids sort by
+    creation, so every message of the session up to the one returned that went to
+    this core's window has been rolled (the window is rolled oldest first). The
+    runtime logs it in the ``dialog_history`` block as ``rolled_through``: the model
+    sees the block in place of those turns. One backward walk of the index
+    ``memorymessage_session`` (``session_id, message_id``), whatever the history.
+    """
+    if core.tenant_id != tenant.pk:
+        raise NotFound(f"no memory core {core.pk!r}")
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    rows = (
+        MemoryMessage.objects.filter(tenant=tenant, unit__core=core, session_id=session_id)
+        .filter(~Q(session_id=""))  # the partial index's condition, spelled as it is
+        .exclude(message_id="")
+    )
+    if before is not None:
+        rows = rows.filter(message_id__lt=before)
+    newest: str | None = rows.order_by("-message_id").values_list("message_id", flat=True).first()
+    return newest
 
 
 def history_block(

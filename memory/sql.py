@@ -239,14 +239,15 @@ def advance_window(
     *,
     core_id: str,
     rolled_seq: int,
-    cutoff: int,
     trimmed: int,
     memory_session_id: str,
     now: datetime,
 ) -> list[Statement]:
-    """Trim the window below ``cutoff`` (``trimmed`` rows) and record the rolling."""
+    """Record the rolling: every window message below ``rolled_seq`` (the rolling's
+    cutoff: ``trimmed`` rows) leaves the window, so the window holds exactly the
+    messages no unit holds (``rolled_seq == window_next_seq - window_count``)."""
     return [
-        (f"DELETE FROM {WINDOW} WHERE core_id = %s AND seq < %s", [core_id, cutoff]),
+        (f"DELETE FROM {WINDOW} WHERE core_id = %s AND seq < %s", [core_id, rolled_seq]),
         (
             f"UPDATE {CORE} SET rolled_seq = %s, window_count = window_count - %s, "
             "rolled_at = %s, memory_session_id = %s WHERE id = %s",

@@ -7,7 +7,7 @@ raise ``NotFound``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,10 +271,15 @@ def last_compaction(
     return data if isinstance(data, dict) else None
 
 
-def last_step_tokens(*, tenant: Tenant, session: Session) -> dict[str, Any] | None:
+def last_step_tokens(
+    *, tenant: Tenant, session: Session, stale_after_blocks: Collection[str] = ()
+) -> dict[str, Any] | None:
     """The tokens the newest finished model step reported (its ``step-finish`` part),
     unless a compaction was logged after it (that usage no longer describes the
-    context). Reads back from the newest part (index ``part_session_id``)."""
+    context), or a ``context.updated`` holding a block of a kind in
+    ``stale_after_blocks`` (a block that changes which history the model sees).
+    Reads back from the newest part (index ``part_session_id``), then the context
+    events after it (their partial index)."""
     row = (
         Part.objects.filter(tenant=tenant, session=session, type="step-finish")
         .order_by("-id")
@@ -284,13 +289,17 @@ def last_step_tokens(*, tenant: Tenant, session: Session) -> dict[str, Any] | No
     if row is None:
         return None
     seq, data = row
-    compacted_after = (
-        _indexed_context_events(tenant=tenant, session=session)
-        .filter(type="session.compacted", seq__gt=seq)
-        .exists()
-    )
+    later = _indexed_context_events(tenant=tenant, session=session).filter(seq__gt=seq)
+    stale = later.filter(type="session.compacted").exists()
+    if not stale and stale_after_blocks:
+        updates = later.filter(type__in=CONTEXT_TYPES).values_list("data", flat=True)
+        stale = any(
+            isinstance(block, dict) and block.get("kind") in stale_after_blocks
+            for update in updates
+            for block in (update.get("blocks") or [] if isinstance(update, dict) else [])
+        )
     tokens = data.get("tokens") if isinstance(data, dict) else None
-    return None if compacted_after or not isinstance(tokens, dict) else tokens
+    return None if stale or not isinstance(tokens, dict) else tokens
 
 
 def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:

@@ -11,7 +11,10 @@ from :mod:`forge.context.incremental` (a per-session cache that folds only the
 events since the last step), byte-for-byte what the full derivation gives.
 The derivation itself lives in :mod:`forge.context.messages` (history to model
 messages) and :mod:`forge.context.visible` (the history read from the newest
-boundary on).
+boundary on). The history the model sees is ``filter_compacted`` (the newest
+compaction boundary, :mod:`forge.context.compacted`), then the rolled cut
+(:mod:`forge.context.rolled`: the messages long-term memory rolled, which the
+``dialog_history`` block's summaries replace), then ``drop_superseded``.
 
 Context blocks: each ``context.updated`` event carries ``{"blocks": [...]}``;
 a block is ``{"kind", "key", ...}`` and replaces the earlier block of the same
@@ -22,8 +25,9 @@ is that fold). Kinds used by the runtime:
 * ``tools`` (``tools``: a list of ``{name, description, parameters}``);
 * ``settings`` (``model``, ``temperature``): how the model is called.
 
-Other kinds (memory's ``dialog_history``, later) reach the model as extra
-system text, after the agent's prompt.
+Other kinds reach the model as extra system text, after the agent's prompt:
+memory's ``dialog_history`` (key ``memory``) is one, and its ``rolled_through``
+also hides the session's messages up to that id (:mod:`forge.context.rolled`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from sessions.projector import fold_context
 from .compacted import filter_compacted
 from .incremental import cache
 from .messages import COMPACTION_PROMPT, build_request, derive_messages, model_of
+from .rolled import drop_rolled, rolled_through
 
 __all__ = [
     "COMPACTION_PROMPT",
@@ -50,8 +55,9 @@ __all__ = [
 
 
 def visible_history(session: Session) -> list[dict[str, Any]]:
-    """The history the model sees at the log's end (:func:`filter_compacted`, read from
-    the newest boundary on: :mod:`forge.context.visible`), from the incremental cache."""
+    """The history the model sees at the log's end (:func:`filter_compacted` then the
+    rolled cut, read from the newest boundary or cut on: :mod:`forge.context.visible`),
+    from the incremental cache."""
     return cache.history(session)
 
 
@@ -68,8 +74,11 @@ def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelR
     head = selectors.head_seq(tenant=tenant, session_id=session.pk)
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= head:
         raise InvalidCursor(f"at must be a seq from 0 to {head} (the log's head), not {at!r}")
-    history = filter_compacted(selectors.history_at(tenant=tenant, session=session, seq=at))
     blocks = fold_context(selectors.context_updates(tenant=tenant, session=session, upto_seq=at))
+    history = drop_rolled(
+        filter_compacted(selectors.history_at(tenant=tenant, session=session, seq=at)),
+        rolled_through(blocks),
+    )
     model = model_of(blocks)
     _, _, name = model.partition("/")
     return model, build_request(blocks=blocks, history=history, model=name)

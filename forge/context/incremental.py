@@ -17,11 +17,17 @@ Invariants:
 * A cached state is used only while its ``(seq, hash)`` is still in the log: the
   hash chain makes that pair name the whole log up to ``seq``, so a log that was
   deleted, imported again, rolled back or rewritten is never folded onto.
+* The rolled cut (:mod:`forge.context.rolled`) is folded when a
+  ``context.updated`` moves it forward (the messages it now hides leave the
+  view); one that moves it back or removes it (the next speaker's memory rolled
+  less of the session, or they have none) needs messages the state may not
+  have read, so it falls back.
 * Whatever the fold does not apply exactly — a new or changed boundary
   (``session.compacted``, a summary message, a ``compaction`` part), a removal,
   a reply that supersedes another (``forge.context.superseded``), a message or
-  part out of id order, an unknown event — falls back to the full derivation,
-  which seeds the cache again. Falling back is always correct, only slower.
+  part out of id order, a rolled cut moved back, an unknown event — falls back
+  to the full derivation, which seeds the cache again. Falling back is always
+  correct, only slower.
 * A state is owned by one request at a time: it leaves the cache while it folds
   (a concurrent request for the same session derives in full).
 * Folding an event twice is harmless (a seed reads the head before the history,
@@ -31,7 +37,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -47,14 +52,9 @@ from sessions.projector import apply_context, fold_context
 
 from .compacted import filter_compacted
 from .messages import build_request, item_messages, model_of, request_with
+from .rolled import drop_rolled, is_generated, rolled_through
 from .superseded import drop_superseded, is_reply
 from .visible import read_history, visible_history
-
-# The ids the store generates (``accounts.ids``): a prefix and 26 Crockford base32
-# characters. Between two of them, Python's order is the database's whatever its
-# collation; an id of another shape (an imported log's) is never ordered here.
-_GENERATED_ID = re.compile(r"[a-z]+_[0-9A-HJKMNP-TV-Z]{26}")
-
 
 T = TypeVar("T")
 
@@ -72,9 +72,9 @@ class ContextCacheMismatch(AssertionError):
 
 def _ordered(low: str | None, high: str) -> bool:
     """``low < high`` in the database's order too (both generated ids), or no ``low``."""
-    if _GENERATED_ID.fullmatch(high) is None:
+    if not is_generated(high):
         return False
-    return low is None or (_GENERATED_ID.fullmatch(low) is not None and low < high)
+    return low is None or (is_generated(low) and low < high)
 
 
 def full_request(session: Session) -> tuple[str, ModelRequest]:
@@ -84,7 +84,8 @@ def full_request(session: Session) -> tuple[str, ModelRequest]:
     blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
     model = model_of(blocks)
     _, _, name = model.partition("/")
-    return model, build_request(blocks=blocks, history=visible_history(session), model=name)
+    history = visible_history(session, blocks)
+    return model, build_request(blocks=blocks, history=history, model=name)
 
 
 def request_bytes(result: tuple[str, ModelRequest]) -> str:
@@ -102,9 +103,10 @@ class Derived:
     seq: int
     hash: str
     start: str | None  # the id the history was read from (None: all of it)
+    through: str | None  # the rolled cut in force: ids up to it are hidden
     items: dict[str, dict[str, Any]]  # the read history {info, parts}, by message id
     last_id: str | None  # the newest message id read
-    order: list[str]  # the visible history's ids, in filter_compacted's order
+    order: list[str]  # the visible history's ids, in filter_compacted's order, cut
     kept: list[str]  # ``order`` without superseded replies: what the model is sent
     replies: dict[str, str]  # parent id -> its visible reply
     rendered: dict[str, list[dict[str, Any]]]  # kept message id -> its model messages
@@ -119,8 +121,10 @@ class Derived:
         is appended meanwhile is folded again on the next request, harmlessly."""
         tenant = session.tenant
         seq, head_hash = selectors.log_head(tenant=tenant, session=session)
-        history, start = read_history(session)
-        visible = filter_compacted(history)
+        blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
+        through = rolled_through(blocks)
+        history, start = read_history(session, through)
+        visible = drop_rolled(filter_compacted(history), through)
         kept = drop_superseded(visible)
         return cls(
             tenant_id=session.tenant_id,
@@ -128,6 +132,7 @@ class Derived:
             seq=seq,
             hash=head_hash,
             start=start,
+            through=through,
             items={str(item["info"]["id"]): item for item in history},
             last_id=str(history[-1]["info"]["id"]) if history else None,
             order=[str(item["info"]["id"]) for item in visible],
@@ -138,7 +143,7 @@ class Derived:
                 if is_reply(item["info"])
             },
             rendered={str(item["info"]["id"]): item_messages(item) for item in kept},
-            blocks=fold_context(selectors.context_updates(tenant=tenant, session=session)),
+            blocks=blocks,
         )
 
     @classmethod
@@ -151,6 +156,7 @@ class Derived:
             seq=0,
             hash="",
             start=None,
+            through=None,
             items={},
             last_id=None,
             order=[],
@@ -171,6 +177,7 @@ class Derived:
             self._part(data)
         elif type == "context.updated":
             apply_context(self.blocks, data)
+            self._cut(rolled_through(self.blocks))
         elif type not in ("session.created", "session.updated"):  # those change no input
             raise Fallback(type)  # session.compacted, removals, anything new
         self.seq, self.hash = seq, event_hash
@@ -189,7 +196,7 @@ class Derived:
             self._render(message_id)
         elif self.start is not None and _ordered(message_id, self.start):
             return  # older than the read range: the model does not see it
-        elif not _ordered(self.last_id, message_id):
+        elif not _ordered(self.last_id, message_id) or not _ordered(self.through, message_id):
             raise Fallback("message order")
         else:
             if is_reply(info):
@@ -206,6 +213,24 @@ class Derived:
             if not self.dirty:
                 self.tail_start = len(self.messages)
                 self.messages.extend(rendering)
+
+    def _cut(self, through: str | None) -> None:
+        """Apply the rolled cut in force after a ``context.updated``: forward, the
+        messages it now hides leave the view; back or removed, fall back."""
+        if through == self.through:
+            return
+        if through is None or not _ordered(self.through, through):
+            raise Fallback("rolled cut moved back")
+        hidden = {i for i in self.order if i <= through}
+        self.through = through
+        if not hidden:
+            return
+        self.order = [i for i in self.order if i not in hidden]
+        self.kept = [i for i in self.kept if i not in hidden]
+        for message_id in hidden:
+            self.rendered.pop(message_id, None)
+        self.replies = {p: r for p, r in self.replies.items() if r not in hidden}
+        self.dirty = True
 
     def _part(self, part: dict[str, Any]) -> None:
         if part.get("type") == "compaction":

@@ -1,16 +1,34 @@
-"""The history the model sees at the log's end, read from the newest boundary on."""
+"""The history the model sees at the log's end, read from the newest boundary on (or
+from the rolled cut on, when that is newer)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sessions import selectors
 from sessions.models import Session
+from sessions.projector import fold_context
 
 from .compacted import filter_compacted, find_boundary
+from .rolled import drop_rolled, is_generated, rolled_through
 
 
-def read_history(session: Session) -> tuple[list[dict[str, Any]], str | None]:
+def _behind(marker: Mapping[str, Any] | None, through: str | None) -> bool:
+    """Whether the rolled cut ``through`` hides the whole of the boundary ``marker``
+    names (its compaction message and its summary; the kept tail is older), so the
+    read may start at the cut: what is older is hidden either way."""
+    if not is_generated(through):
+        return False
+    if marker is None:
+        return True
+    ids = [marker.get("parent_id"), marker.get("message_id")]
+    return all(is_generated(i) and str(i) <= str(through) for i in ids)
+
+
+def read_history(
+    session: Session, through: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
     """``(history, start)``: the messages read for the model's view, oldest first, and
     the id they were read from (None: the whole history was read).
 
@@ -18,10 +36,18 @@ def read_history(session: Session) -> tuple[list[dict[str, Any]], str | None]:
     names (its kept tail, else its compaction message): what is older is never
     read, so the cost does not grow with the history behind the boundary. A
     marker whose boundary is gone (its messages removed) falls back to the
-    whole history.
+    whole history. When the rolled cut ``through`` (:mod:`forge.context.rolled`)
+    hides that boundary too, or there is none, the read starts at the cut
+    instead: a session that memory keeps rolling is read from its last rolled
+    message on, however long it grows. Like the boundary's, this trusts the
+    markers: a boundary is logged with its marker (``forge.context.boundary``).
     """
     tenant = session.tenant
     marker = selectors.last_compaction(tenant=tenant, session=session)
+    if through is not None and _behind(marker, through):
+        return list(selectors.iter_history(tenant=tenant, session_id=session.pk, since=through)), (
+            through
+        )
     start = None
     if marker is not None:
         ids = [marker.get("tail_start_id"), marker.get("parent_id")]
@@ -32,7 +58,13 @@ def read_history(session: Session) -> tuple[list[dict[str, Any]], str | None]:
     return history, start
 
 
-def visible_history(session: Session) -> list[dict[str, Any]]:
-    """The history the model sees at the log's end (:func:`filter_compacted` of
-    :func:`read_history`)."""
-    return filter_compacted(read_history(session)[0])
+def visible_history(
+    session: Session, blocks: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The history the model sees at the log's end: :func:`filter_compacted` of
+    :func:`read_history`, then the rolled cut of the ``dialog_history`` block in
+    force (``blocks``: the folded context blocks, read from the log when not given)."""
+    if blocks is None:
+        blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    through = rolled_through(blocks)
+    return drop_rolled(filter_compacted(read_history(session, through)[0]), through)

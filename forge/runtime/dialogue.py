@@ -19,8 +19,14 @@ finishing a turn reads it from the reply, as the memory tools do.
 * :func:`memory_blocks`: at the start of a turn, the speaker's core's current
   ``dialog_history`` block (or its removal), for ``set_blocks`` to log when it
   changed, so the model's view of memory is in the session's log and a request
-  stays replayable from it. When the next turn's speaker is another user, the
-  block changes to theirs (or is removed): one user never sees another's.
+  stays replayable from it. The block names the newest message of this session
+  that the core has rolled (``rolled_through``): the context derivation
+  (``forge.context.rolled``) hides the session's history up to it, so the
+  summaries stand *in place of* the rolled turns and no turn reaches the model
+  both raw and summarized (the trim). When the next turn's speaker is another
+  user, the block, and with it the trim, changes to theirs (or is removed, and
+  nothing is trimmed): one user never sees another's memory, and the turns
+  their memory did not roll are shown verbatim again.
 
 Subtasks (a turn started by another turn's ``task`` tool) are the agent talking
 to itself, not dialogue with the user: they are neither recorded nor given the
@@ -98,18 +104,33 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
 
 
 def memory_blocks(
-    session: Session, agent: str, speaker: AbstractBaseUser | None, *, depth: int = 0
+    session: Session,
+    agent: str,
+    speaker: AbstractBaseUser | None,
+    *,
+    depth: int = 0,
+    keep_from: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``dialog_history`` block the turn's model should see: the speaker's core's
     current one, or a removal of any earlier one (another speaker's included) when
-    that core has none."""
+    that core has none.
+
+    The block carries ``rolled_through``: the id of the newest message of this
+    session the core has rolled (None: none), below ``keep_from`` when given (a
+    regenerated reply's prompt must reach the model even if it was rolled)."""
     if depth:
         return []
     removed = [{"kind": "dialog_history", "key": "memory", "removed": True}]
     if speaker is None:
         return removed
-    core = memory_selectors.find_core(tenant=session.tenant, user=speaker, agent=agent)
-    block = (
-        memory_selectors.dialog_history_block(tenant=session.tenant, core=core) if core else None
+    tenant = session.tenant
+    core = memory_selectors.find_core(tenant=tenant, user=speaker, agent=agent)
+    if core is None:
+        return removed
+    block = memory_selectors.dialog_history_block(tenant=tenant, core=core)
+    if block is None:
+        return removed
+    through = memory_selectors.last_rolled_message(
+        tenant=tenant, core=core, session_id=session.pk, before=keep_from
     )
-    return removed if block is None else [block]
+    return [{**block, "rolled_through": through}]

@@ -90,8 +90,10 @@ def begin_regeneration(
         except UnknownAgent as exc:
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
         model = model_info(agent)  # InvalidPrompt: a model that is not configured
+        # The prompt answered again reaches the model even if memory rolled it.
         blocks = blocks_update(
-            session, [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker)]
+            session,
+            [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker, keep_from=user_id)],
         )
         reply = reply_message(
             message_id=assistant_id, parent_id=user_id, agent=agent, model=model, speaker=speaker

@@ -167,7 +167,12 @@ def _prune(session: Any) -> None:
 
 
 def _last_usage(session: Any) -> Usage | None:
-    tokens = selectors.last_step_tokens(tenant=session.tenant, session=session)
+    """The last step's usage, unless the model's view changed since: a compaction, or a
+    new ``dialog_history`` block (a rolling trims what the model is sent: the old usage
+    would overstate it, and compact a context that no longer needs it)."""
+    tokens = selectors.last_step_tokens(
+        tenant=session.tenant, session=session, stale_after_blocks=("dialog_history",)
+    )
     if not tokens:
         return None
     return Usage(input=int(tokens.get("input", 0)), output=int(tokens.get("output", 0)))

@@ -24,9 +24,9 @@ def url(name: str, *args: Any) -> str:
 @pytest.fixture
 def rolled(tenant: Any, user: Any) -> MemoryCore:
     core = talk(tenant=tenant, user=user, turns=3)
-    roll_committed(core)
+    roll_committed(core)  # turns 0-1 (keep 2: turn 2 stays unrolled)
     talk(tenant=tenant, user=user, turns=3, first=3)
-    roll_committed(core)
+    roll_committed(core)  # turns 2-4 (turn 5 stays unrolled)
     return core
 
 
@@ -51,14 +51,14 @@ def test_walk_from_a_core_to_the_raw_messages_of_a_slice(admin_client, rolled):
     assert unit_page.status_code == 200
     _first, second = MemorySlice.objects.order_by("created_at")
     assert url("memoryslice_change", second.pk) in unit_page.text
-    assert "Question 5 about topic5" in unit_page.text  # the unit's messages
+    assert "Question 4 about topic4" in unit_page.text  # the unit's messages
     slice_page = admin_client.get(url("memoryslice_change", second.pk))
     assert slice_page.status_code == 200
-    assert "[6, 12)" in slice_page.text
+    assert "[4, 10)" in slice_page.text
     assert second.summary.splitlines()[0] in slice_page.text
     for message in MemoryMessage.objects.filter(unit=unit):
         shown = message.text in slice_page.text
-        assert shown == (6 <= message.index < 12), message.index
+        assert shown == (4 <= message.index < 10), message.index
 
 
 def test_lists_search_filter_and_count(admin_client, rolled, tenant, user):
@@ -69,7 +69,7 @@ def test_lists_search_filter_and_count(admin_client, rolled, tenant, user):
     counted = admin_client.get(url("memorycore_changelist"), {"agent": "build"})
     assert rolled.pk in counted.text
     assert '<td class="field-slice_total">2</td>' in counted.text
-    assert '<td class="field-message_total">12</td>' in counted.text
+    assert '<td class="field-message_total">10</td>' in counted.text
     by_tenant = admin_client.get(url("memorycore_changelist"), {"tenant__id__exact": tenant.pk})
     assert rolled.pk in by_tenant.text
     found = admin_client.get(url("memoryslice_changelist"), {"q": "topic4"})
@@ -131,8 +131,9 @@ def test_staff_of_another_tenant_see_nothing_of_it(rolled, tenant, other_tenant,
     assert rolled.pk in own.get(url("memorycore_changelist")).text
 
 
-def test_roll_now_action_rolls_with_the_same_engine(tenant, user):
-    core = talk(tenant=tenant, user=user, turns=1)  # under any threshold
+def test_roll_now_action_rolls_with_the_same_engine(tenant, user, settings):
+    settings.FORGE_MEMORY_ROLL_KEEP = 8
+    core = talk(tenant=tenant, user=user, turns=5)  # 10 messages, under the threshold
     client = staff_client(tenant, "acme-operator")
     response = client.post(
         url("memorycore_changelist"),
@@ -142,14 +143,14 @@ def test_roll_now_action_rolls_with_the_same_engine(tenant, user):
     assert response.status_code == 200
     assert "Rolled 1 core." in response.text
     item = MemorySlice.objects.get()
-    assert (item.start_index, item.end_index) == (0, 2)
+    assert (item.start_index, item.end_index) == (0, 2)  # all but the 8 newest
     assert item.unit.core_id == core.pk
 
 
 def test_a_core_is_deleted_as_a_whole(admin_client, rolled):
     confirm = admin_client.get(url("memorycore_delete", rolled.pk))
     assert confirm.status_code == 200
-    assert "Memory messages: 12" in confirm.text
+    assert "Memory messages: 10" in confirm.text
     response = admin_client.post(url("memorycore_delete", rolled.pk), {"post": "yes"})
     assert response.status_code == 302
     for model in (MemoryCore, MemoryUnit, MemorySlice, MemoryMessage, DialogueMessage):

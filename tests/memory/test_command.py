@@ -46,7 +46,7 @@ def test_once_rolls_the_due_cores_and_reports_them_in_json(cores):
     assert core["core"] == cores["due"].pk
     assert core["status"] == "rolled"
     assert core["trigger"] == "threshold"
-    assert (core["messages"], core["trimmed"]) == (6, 4)
+    assert (core["messages"], core["trimmed"]) == (4, 4)  # the 2 newest stay unrolled
     assert core["slice"] == MemorySlice.objects.get().pk
     assert not report["dry_run"]
     assert not report["stopped"]
@@ -64,8 +64,8 @@ def test_thresholds_come_from_settings(cores, settings):
 
 
 def test_plain_output_names_what_was_rolled(cores):
-    text = run("--threshold", "6")
-    assert f"{cores['due'].pk}: rolled (threshold) 6 messages" in text
+    text = run("--threshold", "6", "--keep", "2")
+    assert f"{cores['due'].pk}: rolled (threshold) 4 messages" in text
     assert "1 candidate cores: 1 rolled" in text
 
 
@@ -92,6 +92,8 @@ def test_core_option_rolls_only_that_core_and_force_rolls_under_the_threshold(co
     report = json.loads(run("--json", "--core", cores["small"].pk, "--threshold", "6"))
     assert report["cores"][0]["status"] == "not_due"
     report = json.loads(run("--json", "--core", cores["small"].pk, "--force"))
+    assert report["cores"][0]["status"] == "not_due"  # both messages are the newest 8
+    report = json.loads(run("--json", "--core", cores["small"].pk, "--force", "--keep", "0"))
     assert report["cores"][0]["status"] == "rolled"
     assert report["cores"][0]["trigger"] == "manual"
     assert MemorySlice.objects.get().unit.core_id == cores["small"].pk

@@ -86,17 +86,18 @@ def state_of(core: MemoryCore) -> str:
         assert window == texts(n)
         assert units == []
         return "untouched"
-    assert stored.rolled_seq == 6
+    # Rolled: all but the 2 newest (keep), which stay in the window unrolled.
+    assert stored.rolled_seq == 4
     assert stored.window_count == 2
     assert window == texts(n)[-2:]
     [unit] = units
     messages = list(
         MemoryMessage.objects.filter(unit=unit).order_by("index").values_list("text", flat=True)
     )
-    assert messages == texts(n)  # never appended twice, never missing
+    assert messages == texts(n)[:4]  # never appended twice, never missing
     [item] = MemorySlice.objects.filter(unit=unit)
-    assert (item.start_index, item.end_index) == (0, 6)
-    assert (unit.message_count, unit.slice_count) == (6, 1)
+    assert (item.start_index, item.end_index) == (0, 4)
+    assert (unit.message_count, unit.slice_count) == (4, 1)
     return "rolled"
 
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from memory import after_rolling, selectors, services
 from memory.exceptions import InvalidInput, InvalidRollingOption, NotFound
 from memory.models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
-from memory.rolling import RollingOptions, candidate_core_ids, roll, take_snapshot
+from memory.rolling import RollingOptions, RollOutcome, candidate_core_ids, roll, take_snapshot
 from memory.times import now_ms
 
 from . import summarizers
@@ -39,6 +39,40 @@ def unit_texts(unit: MemoryUnit) -> list[str]:
 
 def all_texts(turns: range) -> list[str]:
     return [m["text"] for i in turns for m in turn(i)]
+
+
+def assert_window_is_what_no_unit_holds(core: MemoryCore) -> None:
+    """The invariant after a rolling: the window is the run of seqs [rolled_seq, next)."""
+    core = fresh(core)
+    assert core.rolled_seq == core.window_next_seq - core.window_count
+    seqs = list(
+        DialogueMessage.objects.filter(core=core).order_by("seq").values_list("seq", flat=True)
+    )
+    assert seqs == list(range(core.rolled_seq, core.window_next_seq))
+
+
+def legacy_window(core: MemoryCore) -> None:
+    """A core rolled under the old rule, which rolled the whole window and kept its last 2
+    messages in it (already rolled): roll with keep 0, then put those 2 back."""
+    roll_committed(core, options=options(keep=0))
+    core = fresh(core)
+    last = list(
+        MemoryMessage.objects.filter(unit__core=core)
+        .order_by("-index")[:2]
+        .values_list("role", "text", "at")
+    )[::-1]
+    DialogueMessage.objects.bulk_create(
+        DialogueMessage(
+            tenant=core.tenant,
+            core=core,
+            seq=core.window_next_seq - 2 + i,
+            role=role,
+            text=text,
+            at=at,
+        )
+        for i, (role, text, at) in enumerate(last)
+    )
+    MemoryCore.objects.filter(pk=core.pk).update(window_count=2)
 
 
 def make_idle(core: MemoryCore, seconds: float = 3600) -> None:
@@ -86,51 +120,68 @@ def test_under_the_threshold_nothing_happens(talker):
 
 
 def test_a_rolling_appends_the_increment_and_a_slice_covering_exactly_it(talker):
-    core = talker(turns=3)  # 6 messages
+    core = talker(turns=3)  # 6 messages, keep 2
     outcome = roll_committed(core)
-    assert (outcome.status, outcome.trigger, outcome.messages) == ("rolled", "threshold", 6)
+    assert (outcome.status, outcome.trigger, outcome.messages) == ("rolled", "threshold", 4)
     unit = MemoryUnit.objects.get(core=core)
     assert unit.memory_session_id == core.memory_session_id
-    assert unit_texts(unit) == all_texts(range(3))
+    assert unit_texts(unit) == all_texts(range(2))
     [item] = MemorySlice.objects.filter(unit=unit)
-    assert (item.start_index, item.end_index) == (0, 6)
+    assert (item.start_index, item.end_index) == (0, 4)
     assert item.summary.startswith("user: Question 0 about topic0.")
     assert (outcome.unit_id, outcome.slice_id) == (unit.pk, item.pk)
-    # keep-K: the 2 most recent messages stay in the window, already in the unit.
+    # keep-K: the 2 most recent messages stay in the window NOT rolled (no unit holds
+    # them), so the model can see them verbatim next to the summary, never both.
     core = fresh(core)
     assert window_texts(core) == all_texts(range(3))[-2:]
-    assert (core.window_count, core.rolled_seq, core.window_next_seq) == (2, 6, 6)
+    assert (core.window_count, core.rolled_seq, core.window_next_seq) == (2, 4, 6)
     assert outcome.trimmed == 4
+    assert_window_is_what_no_unit_holds(core)
 
 
 def test_successive_rollings_make_adjacent_slices_and_never_repeat_a_message(talker):
     core = talker(turns=3)
-    roll_committed(core)
+    roll_committed(core)  # rolls turns 0-1, keeps turn 2 unrolled
     talk(tenant=core.tenant, user=core.user, turns=2, first=3)  # window: 2 kept + 4 new = 6
     second = roll_committed(core)
-    assert (second.status, second.messages) == ("rolled", 4)
+    assert (second.status, second.messages) == ("rolled", 4)  # turns 2-3: the kept come first
+    assert_window_is_what_no_unit_holds(core)
     talk(tenant=core.tenant, user=core.user, turns=3, first=5)  # 2 kept + 6 new
     third = roll_committed(core)
     assert third.messages == 6
     unit = MemoryUnit.objects.get(core=core)
-    assert unit_texts(unit) == all_texts(range(8))
+    assert unit_texts(unit) == all_texts(range(7))
     ranges = list(
         MemorySlice.objects.filter(unit=unit)
         .order_by("created_at")
         .values_list("start_index", "end_index")
     )
-    assert ranges == [(0, 6), (6, 10), (10, 16)]
-    assert (unit.message_count, unit.slice_count) == (16, 3)
+    assert ranges == [(0, 4), (4, 8), (8, 14)]
+    assert (unit.message_count, unit.slice_count) == (14, 3)
     assert window_texts(core) == all_texts(range(8))[-2:]
+    assert_window_is_what_no_unit_holds(core)
 
 
-def test_the_increment_is_what_no_unit_holds_yet(talker):
+def test_the_increment_is_what_no_unit_holds_yet_but_the_newest_keep(talker):
     core = talker(turns=3)
     roll_committed(core)
     talk(tenant=core.tenant, user=core.user, turns=1, first=3)
     snap = take_snapshot(core.pk, options=options(), now=now_ms(), force=True)
-    assert not isinstance(snap, type(None))
-    assert [m.text for m in snap.increment] == all_texts(range(3, 4))  # type: ignore[union-attr]
+    assert not isinstance(snap, RollOutcome)
+    assert [m.text for m in snap.increment] == all_texts(range(2, 3))
+    assert snap.trimmed == 2
+    idle = take_snapshot(core.pk, options=options(idle_after=1), now=now_ms() + timedelta(hours=1))
+    assert not isinstance(idle, RollOutcome)
+    assert [m.text for m in idle.increment] == all_texts(range(2, 4))  # idle: all of it
+
+
+def test_a_rolling_with_nothing_to_roll_beyond_keep_is_not_due(tenant, talker):
+    core = talker(turns=1)  # 2 messages
+    outcome = services.roll_core(tenant=tenant, core=core, keep=2)  # manual: keeps both
+    assert (outcome.status, outcome.trigger) == ("not_due", "manual")
+    assert roll_committed(core, force=True, dry_run=True).status == "not_due"
+    assert not MemoryUnit.objects.exists()
+    assert (fresh(core).window_count, fresh(core).rolled_seq) == (2, 0)
 
 
 def test_rolling_again_is_idempotent(talker):
@@ -141,18 +192,26 @@ def test_rolling_again_is_idempotent(talker):
     assert MemorySlice.objects.count() == 1
 
 
-def test_a_lowered_threshold_trims_the_window_without_a_slice(talker):
+def test_a_lowered_keep_rolls_more_of_the_kept_messages(talker):
     core = talker(turns=3)
-    roll_committed(core, options=options(keep=4))  # keeps 4 rolled messages
+    roll_committed(core, options=options(keep=4))  # rolls turn 0, keeps 4 unrolled
     outcome = roll_committed(core, options=options(threshold=3, keep=1))
-    assert (outcome.status, outcome.messages, outcome.trimmed, outcome.slice_id) == (
-        "rolled",
-        0,
-        3,
-        None,
-    )
-    assert fresh(core).window_count == 1
-    assert MemorySlice.objects.count() == 1
+    assert (outcome.status, outcome.messages, outcome.trimmed) == ("rolled", 3, 3)
+    assert window_texts(core) == all_texts(range(3))[-1:]
+    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(3))[:5]
+    assert MemorySlice.objects.count() == 2
+    assert_window_is_what_no_unit_holds(core)
+
+
+def test_a_window_kept_by_the_old_rule_is_trimmed_by_the_next_rolling(talker):
+    core = talker(turns=3)
+    legacy_window(core)  # the window holds 2 messages already in the unit
+    talk(tenant=core.tenant, user=core.user, turns=2, first=3)  # + 4 new: 6, due
+    outcome = roll_committed(core)
+    assert (outcome.status, outcome.messages, outcome.trimmed) == ("rolled", 2, 4)
+    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(4))
+    assert window_texts(core) == all_texts(range(4, 5))
+    assert_window_is_what_no_unit_holds(core)
 
 
 def test_forcing_rolls_under_the_threshold(tenant, talker):
@@ -185,15 +244,33 @@ def test_idle_rolls_everything_and_starts_a_new_memory_session(talker):
         core.memory_session_id,
         after.memory_session_id,
     ]
-    assert unit_texts(units[1]) == all_texts(range(10, 13))
+    assert unit_texts(units[1]) == all_texts(range(10, 12))
     assert list(
         MemorySlice.objects.filter(unit=units[1]).values_list("start_index", "end_index")
-    ) == [(0, 6)]
+    ) == [(0, 4)]
+    assert_window_is_what_no_unit_holds(core)
 
 
-def test_idle_after_a_threshold_rolling_empties_the_kept_window(talker):
+def test_idle_after_a_threshold_rolling_rolls_the_kept_messages(talker):
     core = talker(turns=3)
     roll_committed(core)
+    make_idle(core)
+    outcome = roll_committed(core)
+    assert (outcome.status, outcome.trigger, outcome.messages, outcome.trimmed) == (
+        "rolled",
+        "idle",
+        2,
+        2,
+    )
+    assert fresh(core).window_count == 0
+    assert fresh(core).memory_session_id != core.memory_session_id
+    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(3))
+    assert_window_is_what_no_unit_holds(core)
+
+
+def test_idle_empties_a_window_kept_by_the_old_rule_without_a_slice(talker):
+    core = talker(turns=3)
+    legacy_window(core)
     make_idle(core)
     outcome = roll_committed(core)
     assert (outcome.status, outcome.trigger, outcome.messages, outcome.trimmed) == (
@@ -202,8 +279,10 @@ def test_idle_after_a_threshold_rolling_empties_the_kept_window(talker):
         0,
         2,
     )
+    assert outcome.slice_id is None
     assert fresh(core).window_count == 0
     assert fresh(core).memory_session_id != core.memory_session_id
+    assert MemorySlice.objects.count() == 1
 
 
 def test_candidates_are_the_cores_over_the_threshold_or_idle(tenant, user, talker):
@@ -212,7 +291,7 @@ def test_candidates_are_the_cores_over_the_threshold_or_idle(tenant, user, talke
     idle = talker(agent="idle", turns=1)
     make_idle(idle)
     empty_idle = talker(agent="empty", turns=3)
-    roll_committed(empty_idle, options=options(keep=0))
+    roll_committed(empty_idle, options=options(keep=0))  # the window is empty
     make_idle(empty_idle)
     found = candidate_core_ids(options=options(), now=now_ms())
     assert found == sorted([over.pk, idle.pk])
@@ -252,13 +331,14 @@ def test_a_dialogue_that_moved_while_summarizing_still_rolls_its_snapshot(
         return "summary"
 
     outcome = roll_committed(core, summarizer=chatty)
-    assert (outcome.status, outcome.messages) == ("rolled", 6)
+    assert (outcome.status, outcome.messages) == ("rolled", 4)
     after = fresh(core)
-    assert after.rolled_seq == 6
+    assert after.rolled_seq == 4
     assert after.window_next_seq == 8
-    # keep 2 of the rolled + the 2 that arrived, which the next rolling takes.
+    # the 2 kept unrolled + the 2 that arrived: the next rolling takes them.
     assert window_texts(after) == all_texts(range(3))[-2:] + all_texts(range(50, 51))
-    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(3))
+    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(2))
+    assert_window_is_what_no_unit_holds(core)
 
 
 def test_an_idle_core_whose_user_came_back_is_skipped(talker, inline_summarizer):
@@ -339,7 +419,7 @@ def test_the_summarizer_sees_the_compressed_increment(talker, tenant, user):
         seen.extend(messages)
         return "s"
 
-    roll_committed(core, summarizer=spy)
+    roll_committed(core, summarizer=spy, options=options(keep=0))
     assert [m["role"] for m in seen] == ["user", "tool", "assistant"]
     assert seen[0]["text"] == "look at this"
     assert len(seen[1]["text"]) < 2100
@@ -372,8 +452,8 @@ def test_consumers_run_after_commit_isolated(talker, caplog):
     assert result.core_id == core.pk
     assert result.trigger == "threshold"
     assert result.slice["id"] == outcome.slice_id == result.slice_id
-    assert (result.slice["start_index"], result.slice["end_index"]) == (0, 6)
-    assert [m["text"] for m in result.messages] == all_texts(range(3))
+    assert (result.slice["start_index"], result.slice["end_index"]) == (0, 4)
+    assert [m["text"] for m in result.messages] == all_texts(range(2))
     block = selectors.dialog_history_block(tenant=core.tenant, core=fresh(core))
     assert block is not None
     assert block["kind"] == "dialog_history"
@@ -511,6 +591,6 @@ def test_delete_core_removes_everything_it_holds(tenant, talker):
     core = talker(turns=3)
     roll_committed(core)
     counts = services.delete_core(tenant=tenant, core=core)
-    assert counts == {"messages": 6, "slices": 1, "window": 2, "units": 1, "cores": 1}
+    assert counts == {"messages": 4, "slices": 1, "window": 2, "units": 1, "cores": 1}
     for model in (MemoryCore, MemoryUnit, MemorySlice, MemoryMessage, DialogueMessage):
         assert not model.objects.exists()

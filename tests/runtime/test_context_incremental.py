@@ -326,6 +326,8 @@ OPS = st.lists(
         st.tuples(st.just("block"), st.sampled_from(["a", "b", None])),
         st.tuples(st.just("rename"), st.just(True)),
         st.tuples(st.just("open"), st.booleans()),
+        # memory's block: rolled through a message (an index), none (-1), or removed
+        st.tuples(st.just("roll"), st.one_of(st.none(), st.integers(-1, 20))),
     ),
     min_size=1,
     max_size=14,
@@ -367,6 +369,12 @@ def _apply(session: Any, op: str, arg: Any, n: int) -> None:
     elif op == "block":
         body = {"removed": True} if arg is None else {"text": f"say {arg}{n}"}
         set_block(session, kind="memory", key="k", body=body)
+    elif op == "roll":
+        history = list(selectors.iter_history(tenant=tenant, session_id=session.pk))
+        block: dict[str, Any] = {"removed": True} if arg is None else {"text": f"summaries {n}"}
+        if arg is not None and arg >= 0 and history:
+            block["rolled_through"] = history[arg % len(history)]["info"]["id"]
+        set_block(session, kind="dialog_history", key="memory", body=block)
     elif op == "rename":
         services.update_session(session=session, title=f"t{n}")
     elif op == "open":  # an unfinished reply: a prompt and a step in flight
@@ -396,3 +404,8 @@ def test_incremental_equals_full_after_every_event(user, ops):
             : n + 1
         ]
         assert visible_history(session) == full_history(session), ops[: n + 1]
+        # and replay (the log folded up to its head) gives the same bytes
+        head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+        assert request_bytes(request_for(session, at=head)) == request_bytes(
+            full_request(session)
+        ), ops[: n + 1]

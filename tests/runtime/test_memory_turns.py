@@ -94,18 +94,16 @@ def test_threshold_rolling_reaches_the_next_request_through_the_log(chat, user):
     data = memory_selectors.core_data(tenant=tenant, core_id=core.pk)
     assert len(data["units"]) == 1
     unit = memory_selectors.unit_data(tenant=tenant, unit_id=data["units"][0])
-    # The increment (every window message not yet in the unit) went to the unit, and
-    # the slice covers exactly its range; the window keeps the last 2 for context.
+    # The increment (the window's messages but the newest 2) went to the unit, and the
+    # slice covers exactly its range; the window keeps the last 2, unrolled.
     assert [m["text"] for m in unit["conversation_messages"]] == [
         PROMPTS[0],
         "Noted, answer 0.",
         PROMPTS[1],
         "Noted, answer 1.",
-        PROMPTS[2],
-        "Noted, answer 2.",
     ]
     [slice_] = unit["slices"]
-    assert (slice_["start_index"], slice_["end_index"]) == (0, 6)
+    assert (slice_["start_index"], slice_["end_index"]) == (0, 4)
     assert "Ada" in slice_["summary"]
     window = memory_selectors.dialogue_window(tenant=tenant, core=core)
     assert [m["text"] for m in window] == [PROMPTS[2], "Noted, answer 2."]  # kept: the last 2
@@ -115,6 +113,9 @@ def test_threshold_rolling_reaches_the_next_request_through_the_log(chat, user):
     system = "\n".join(m["content"] for m in sent if m["role"] == "system")
     assert "Summaries of the earlier dialogue" in system
     assert slice_["summary"] in system
+    # In place of the rolled turns: the model sees the kept turn verbatim, not the rolled.
+    chat_texts = [m["content"] for m in sent if m["role"] != "system"]
+    assert chat_texts == [PROMPTS[2], "Noted, answer 2.", "Which hotel did you pick?"]
     events = api.get(f"/api/sessions/{session_id}/events/?limit=1000").json()["results"]
     blocks = [
         block

@@ -39,7 +39,7 @@ def remember(tenant: Any, user: Any, agent: str, *texts: str) -> MemoryCore:
             ],
         )
     assert core is not None
-    services.roll_core(tenant=tenant, core=core)
+    services.roll_core(tenant=tenant, core=core, keep=0)  # all of it: none kept unrolled
     search.index_pending()
     core.refresh_from_db()
     return core

@@ -36,7 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps")
         parser.add_argument("--core", metavar="ID", help="only this core")
         parser.add_argument("--threshold", type=int, help="window size that triggers a rolling")
-        parser.add_argument("--keep", type=int, help="messages kept in the window after rolling")
+        parser.add_argument(
+            "--keep", type=int, help="newest window messages left unrolled (for the next rolling)"
+        )
         parser.add_argument("--idle-after", type=float, help="seconds without interaction")
         parser.add_argument(
             "--force", action="store_true", help="with --core: roll it even under the threshold"

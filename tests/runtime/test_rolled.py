@@ -1,0 +1,272 @@
+"""The rolled cut: the messages long-term memory rolled leave the model's view of the
+session (the ``dialog_history`` block's ``rolled_through``), after the compaction
+boundary, in every derivation: live, incremental, ``at=``, replay of the log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from forge.context import request_for, visible_history
+from forge.context.blocks import set_block, set_blocks
+from forge.context.boundary import record_compaction
+from forge.context.compacted import filter_compacted
+from forge.context.incremental import Derived, cache, full_request, request_bytes
+from forge.context.rolled import drop_rolled, rolled_through
+from forge.context.visible import read_history
+from forge.context.visible import visible_history as full_history
+from sessions import selectors
+
+from .test_compacted import ids, reply, user
+from .test_context_incremental import turn
+
+# --- the rule, on plain histories ---------------------------------------------------------
+
+OLD = [user("m01"), reply("m02", "m01"), user("m03"), reply("m04", "m03")]
+
+
+def visible(history: list[Any], through: str | None) -> list[str]:
+    return ids(drop_rolled(filter_compacted(history), through))
+
+
+def test_the_cut_hides_every_message_up_to_the_rolled_one():
+    history = [*OLD, user("m05"), reply("m06", "m05")]
+    assert visible(history, "m04") == ["m05", "m06"]
+    assert visible(history, "m03") == ["m04", "m05", "m06"]  # a reply whose prompt rolled
+    assert visible(history, None) == ids(history)
+    assert visible(history, "m99") == []
+
+
+def test_rolling_first_then_a_compaction_of_what_the_cut_left():
+    # m01-m04 rolled; a compaction then summarized m05-m06 and kept m07-m08 verbatim.
+    history = [*OLD, user("m05"), reply("m06", "m05"), user("m07"), reply("m08", "m07")]
+    history += [user("m09", compaction={"tail_start_id": "m07"}), reply("m10", "m09", summary=True)]
+    history += [user("m11"), reply("m12", "m11")]
+    assert visible(history, "m04") == ["m09", "m10", "m07", "m08", "m11", "m12"]
+
+
+def test_a_compaction_first_then_a_rolling_past_its_boundary():
+    history = [*OLD, user("m05", compaction={"tail_start_id": "m03"})]
+    history += [reply("m06", "m05", summary=True), user("m07"), reply("m08", "m07")]
+    history += [user("m09"), reply("m10", "m09")]
+    # rolled through m08: the boundary (and its kept tail) are behind the cut too
+    assert visible(history, "m08") == ["m09", "m10"]
+    # rolled through m03 only: the boundary stands, the cut takes the tail's first message
+    assert visible(history, "m03") == ["m05", "m06", "m04", "m07", "m08", "m09", "m10"]
+
+
+def test_the_block_in_force_names_the_cut():
+    block = {"kind": "dialog_history", "key": "memory", "text": "Summaries"}
+    assert rolled_through({}) is None
+    assert rolled_through({"dialog_history:memory": block}) is None  # logged before the trim
+    for value in (None, "", 7, ["msg_x"]):
+        assert rolled_through({"dialog_history:memory": {**block, "rolled_through": value}}) is None
+    assert rolled_through({"dialog_history:memory": {**block, "rolled_through": "m04"}}) == "m04"
+    other = {"kind": "notes", "key": "memory", "rolled_through": "m04"}
+    assert rolled_through({"notes:memory": other}) is None  # only memory's block cuts
+
+
+# --- from the store: live, incremental, at=, replay ------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(settings: Any) -> None:
+    cache.clear()
+    settings.FORGE_CONTEXT_VERIFY = False  # the tests below compare themselves
+
+
+def roll(session: Any, through: str | None, *, text: str = "SUMMARY OF ROLLED TURNS") -> None:
+    """Log the ``dialog_history`` block a turn would, rolled through ``through``."""
+    set_block(
+        session,
+        kind="dialog_history",
+        key="memory",
+        body={"text": text, "slice_ids": ["msl_x"], "rolled_through": through},
+    )
+
+
+def contents(session: Any, at: int | None = None) -> list[str]:
+    return [str(m.get("content")) for m in request_for(session, at=at)[1].messages]
+
+
+def head(session: Any) -> int:
+    return selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+
+
+def assert_every_derivation_agrees(session: Any) -> None:
+    live = request_for(session)
+    assert request_bytes(live) == request_bytes(full_request(session))
+    assert request_bytes(request_for(session, at=head(session))) == request_bytes(live)
+    assert visible_history(session) == full_history(session)
+
+
+def reply_id(session: Any, prompt_id: str) -> str:
+    return next(
+        item["info"]["id"]
+        for item in selectors.iter_history(tenant=session.tenant, session_id=session.pk)
+        if item["info"].get("parent_id") == prompt_id
+    )
+
+
+@pytest.mark.django_db
+def test_the_block_in_force_cuts_what_the_model_is_sent(session):
+    prompts = [turn(session, n) for n in range(4)]
+    before = head(session)
+    roll(session, reply_id(session, prompts[1]))  # turns 0-1 rolled
+    assert contents(session) == ["ask 2", "answer 2", "ask 3", "answer 3"]
+    assert "SUMMARY OF ROLLED TURNS" in request_for(session)[1].system
+    assert_every_derivation_agrees(session)
+    assert contents(session, at=before)[:2] == ["ask 0", "answer 0"]  # before the block
+    # the log and /messages/ keep every turn
+    page = selectors.message_page(tenant=session.tenant, session_id=session.pk, limit=50)
+    assert len(page.items) == 8
+
+
+@pytest.mark.django_db
+def test_a_block_without_rolled_through_cuts_nothing(session):
+    for n in range(3):
+        turn(session, n)
+    set_block(session, kind="dialog_history", key="memory", body={"text": "old style block"})
+    assert contents(session)[:2] == ["ask 0", "answer 0"]
+    assert_every_derivation_agrees(session)
+    roll(session, None)
+    assert len(contents(session)) == 6
+    assert_every_derivation_agrees(session)
+
+
+@pytest.mark.django_db
+def test_another_speaker_brings_their_cut_or_none(session):
+    prompts = [turn(session, n) for n in range(4)]
+    roll(session, reply_id(session, prompts[2]), text="alice's summaries")
+    alices = head(session)
+    assert contents(session) == ["ask 3", "answer 3"]
+    # carol speaks: her memory rolled less of this session
+    roll(session, reply_id(session, prompts[0]), text="carol's summaries")
+    assert contents(session) == ["ask 1", "answer 1", "ask 2", "answer 2", "ask 3", "answer 3"]
+    assert request_for(session)[1].system == ["carol's summaries"]
+    assert_every_derivation_agrees(session)
+    # dave has no memory: the block is removed, and so is the cut
+    set_blocks(session, [{"kind": "dialog_history", "key": "memory", "removed": True}])
+    assert len(contents(session)) == 8
+    assert_every_derivation_agrees(session)
+    # replay still shows what alice's turn saw
+    assert contents(session, at=alices) == ["ask 3", "answer 3"]
+
+
+@pytest.mark.django_db
+def test_rolling_then_compaction_from_the_store(session):
+    prompts = [turn(session, n) for n in range(4)]
+    roll(session, reply_id(session, prompts[1]))
+    record_compaction(
+        session, summary="COMPACTED", auto=False, overflow=False, tail_start_id=prompts[3],
+        model="x/y",
+    )  # fmt: skip
+    turn(session, 4)
+    assert contents(session) == [
+        "What did we do so far? Summarize the conversation for continuing it.",
+        "COMPACTED",
+        "ask 3",
+        "answer 3",
+        "ask 4",
+        "answer 4",
+    ]
+    assert_every_derivation_agrees(session)
+
+
+@pytest.mark.django_db
+def test_compaction_then_a_rolling_past_the_boundary_from_the_store(session):
+    prompts = [turn(session, n) for n in range(3)]
+    record_compaction(
+        session, summary="COMPACTED", auto=False, overflow=False, tail_start_id=prompts[2],
+        model="x/y",
+    )  # fmt: skip
+    later = [turn(session, n) for n in range(3, 6)]
+    assert "COMPACTED" in contents(session)
+    roll(session, reply_id(session, later[1]))  # rolled through turn 4: past the boundary
+    assert contents(session) == ["ask 5", "answer 5"]
+    assert_every_derivation_agrees(session)
+    # the live read starts at the cut: nothing older is read
+    history, start = read_history(session, reply_id(session, later[1]))
+    assert start == reply_id(session, later[1])
+    assert len(history) == 3  # the rolled reply itself, and turn 5
+    # rolled only into the kept tail: the boundary stands
+    roll(session, prompts[2])
+    assert contents(session)[1:] == ["COMPACTED", "answer 2", "ask 3", "answer 3", "ask 4",
+                                     "answer 4", "ask 5", "answer 5"]  # fmt: skip
+    assert_every_derivation_agrees(session)
+
+
+@pytest.mark.django_db
+def test_the_cache_folds_a_cut_moving_forward_and_falls_back_when_it_moves_back(session):
+    prompts = [turn(session, n) for n in range(6)]
+    request_for(session)
+    roll(session, reply_id(session, prompts[1]))
+    with CaptureQueriesContext(connection) as queries:
+        assert contents(session) == [f"{w} {n}" for n in range(2, 6) for w in ("ask", "answer")]
+    assert len(queries) == 1  # folded: only the new events read
+    assert not [key for key in cache.stats if "fallback" in key or "full" in key]
+    assert_every_derivation_agrees(session)
+    roll(session, reply_id(session, prompts[3]))
+    turn(session, 6)
+    assert contents(session) == ["ask 4", "answer 4", "ask 5", "answer 5", "ask 6", "answer 6"]
+    assert not [key for key in cache.stats if "fallback" in key]
+    assert_every_derivation_agrees(session)
+    roll(session, reply_id(session, prompts[0]))  # back: another speaker's memory
+    assert contents(session)[:2] == ["ask 1", "answer 1"]
+    assert cache.stats["fallback:rolled cut moved back"] == 1
+    assert_every_derivation_agrees(session)
+    # a state seeded at a cut reads from it
+    cache.clear()
+    roll(session, reply_id(session, prompts[4]))
+    seeded = Derived.seed(session)
+    assert seeded.start == seeded.through == reply_id(session, prompts[4])
+    assert len(seeded) == 1 + 4  # the rolled reply itself, turns 5 and 6
+
+
+@pytest.mark.django_db
+def test_a_reply_behind_the_cut_is_hidden_its_regenerated_successor_is_not(session):
+    first = turn(session, 0)
+    turn(session, 1)
+    request_for(session)
+    turn(session, 2, parent=first)  # the newest reply to the first prompt
+    roll(session, reply_id(session, first))  # the older reply: the newer one is not rolled
+    assert contents(session) == ["ask 1", "answer 1", "answer 2"]
+    assert_every_derivation_agrees(session)
+
+
+@pytest.mark.django_db
+def test_the_admin_page_counts_the_rolled_messages(admin_client, session):
+    from django.urls import reverse
+
+    prompts = [turn(session, n) for n in range(3)]
+    url = reverse("admin:forge_sessions_session_context", args=[session.pk])
+    assert "<strong>0 rolled</strong>" in admin_client.get(url).text
+    through = reply_id(session, prompts[1])
+    roll(session, through)
+    page = admin_client.get(url)
+    assert "2 of 6 messages reach the model" in page.text
+    assert "<strong>0 hidden</strong>" in page.text
+    assert "<strong>4 rolled</strong>" in page.text
+    assert through in page.text
+    assert "ask 1" not in page.text
+    assert "ask 2" in page.text
+
+
+@pytest.mark.django_db
+def test_a_new_memory_block_makes_the_last_steps_usage_stale(session):
+    from forge.runtime.steps import _last_usage
+
+    turn(session, 0)  # its step-finish reported {input: 1, output: 1}
+    assert _last_usage(session) is not None
+    set_block(session, kind="notes", key="k", body={"text": "not memory"})
+    assert _last_usage(session) is not None  # another block: the usage still stands
+    roll(session, None)  # a dialog_history block after the step: what it measured changed
+    assert _last_usage(session) is None
+    tokens = selectors.last_step_tokens(tenant=session.tenant, session=session)
+    assert tokens is not None  # the store's rule alone ignores blocks
+    assert (tokens["input"], tokens["output"]) == (1, 1)
+    turn(session, 1)  # a step after the block: its usage counts
+    assert _last_usage(session) is not None

@@ -1,0 +1,133 @@
+"""The trim through the runtime: each turn logs its speaker's ``dialog_history`` block
+with ``rolled_through`` (``forge.runtime.dialogue.memory_blocks``), and the turn's
+model request, replayed from the log, holds the block in place of the rolled turns.
+Real rollings of real memory (offline model, extractive summaries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from accounts.models import Membership, User
+from forge import runtime
+from forge.context import request_for
+from forge.runtime.dialogue import memory_blocks
+from memory import selectors as memory_selectors
+from memory import services as memory_services
+from sessions import selectors
+from sessions.models import SessionEvent
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def chat(settings: Any, agents: Any) -> None:
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    settings.FORGE_MEMORY_ROLL_THRESHOLD = 4
+    settings.FORGE_MEMORY_ROLL_KEEP = 2
+
+
+@pytest.fixture
+def carol(tenant: Any) -> Any:
+    carol = User.objects.create_user(username="carol", password="pw-carol-123")
+    Membership.objects.create(tenant=tenant, user=carol)
+    return carol
+
+
+def say(session: Any, text: str, who: Any) -> dict[str, Any]:
+    done = runtime.prompt(session=session, text=text, wait=True, speaker=who)
+    assert done.reply is not None
+    assert done.reply["info"]["error"] is None
+    return done.message
+
+
+def roll(session: Any, who: Any, **options: Any) -> None:
+    core = memory_selectors.find_core(tenant=session.tenant, user=who, agent="build")
+    assert core is not None
+    outcome = memory_services.roll_core(tenant=session.tenant, core=core, **options)
+    assert outcome.status == "rolled", outcome
+
+
+def last_step_request(session: Any) -> list[str]:
+    """The user and assistant texts of the request of the session's newest step, replayed
+    from the log as of that step's start."""
+    seq = (
+        SessionEvent.objects.filter(session=session, type="part.updated", data__type="step-start")
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    assert seq is not None
+    return [str(m["content"]) for m in request_for(session, at=seq)[1].messages]
+
+
+def block_in_force(session: Any) -> dict[str, Any] | None:
+    from sessions.projector import fold_context
+
+    blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    return blocks.get("dialog_history:memory")
+
+
+def said(history: list[str], text: str) -> int:
+    """How many messages of the request hold ``text`` (a prompt and its echo)."""
+    return sum(1 for content in history if text in content)
+
+
+def test_the_speakers_rolled_turns_leave_the_view_and_another_speaker_brings_theirs(
+    chat, session, user, carol
+):
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    roll(session, user, force=False)  # 6 in the window, threshold 4: rolls turns 0-1
+    say(session, "alice turn 3", user)
+    block = block_in_force(session)
+    assert block is not None
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    assert block["rolled_through"] == history[3]["info"]["id"]  # turn 1's reply
+    seen = last_step_request(session)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    assert said(seen, "alice turn 2") == 2  # the kept turn, verbatim
+    assert seen[-1] == "alice turn 3"
+    system = request_for(session)[1].system
+    assert any("Summaries of the earlier dialogue" in text for text in system)
+
+    # carol speaks next: she has no memory, so the block and its cut go
+    say(session, "carol asks", carol)
+    assert block_in_force(session) is None
+    seen = last_step_request(session)
+    assert said(seen, "alice turn 0") == 2  # verbatim again: her memory rolled none of it
+    assert seen[-1] == "carol asks"
+
+    # alice again: her block and her cut come back; carol's turn is after the cut
+    say(session, "alice turn 4", user)
+    seen = last_step_request(session)
+    assert said(seen, "alice turn 1") == 0
+    assert said(seen, "carol asks") == 2
+    assert seen[-1] == "alice turn 4"
+    # the chat's history keeps every turn
+    assert len(history) + 4 == len(
+        list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    )
+
+
+def test_a_subtask_gets_no_block_and_no_cut(chat, session, user):
+    for n in range(3):
+        say(session, f"turn {n}", user)
+    roll(session, user, force=False)
+    assert memory_blocks(session, "build", user, depth=1) == []
+    [block] = memory_blocks(session, "build", user)
+    assert block["rolled_through"] is not None
+
+
+def test_a_regenerated_reply_still_sees_its_rolled_prompt(chat, session, user):
+    say(session, "first question", user)
+    asked = say(session, "second question", user)
+    roll(session, user, keep=0)  # everything rolled, the last prompt too
+    runtime.regenerate(session=session, wait=True, speaker=user)
+    seen = last_step_request(session)
+    assert seen == ["second question"]  # the prompt answered again, not the rolled first turn
+    block = block_in_force(session)
+    assert block is not None
+    assert block["rolled_through"] < asked["info"]["id"]
