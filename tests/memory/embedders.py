@@ -45,7 +45,7 @@ def vector(text: str) -> np.ndarray:
         concept = _CONCEPT_OF.get(word)
         if concept is not None:
             at, sign = _feature(f"concept:{concept}")
-            out[at] += 8.0 * sign
+            out[at] += 3.0 * sign
         padded = f"#{word}#"
         for i in range(max(1, len(padded) - 2)):
             at, sign = _feature(padded[i : i + 3])
@@ -92,6 +92,17 @@ class Crashing(Hashed):
         raise RuntimeError("boom")
 
 
+class Flaky(Hashed):
+    """Answers its first call, then is down (a run stopped halfway)."""
+
+    name = Renamed.name
+
+    def embed_batch(self, texts: list[str]) -> Any:
+        if self.calls >= 1:
+            raise EmbeddingUnavailable("the test's embedder went down")
+        return super().embed_batch(texts)
+
+
 class WrongDimension(Hashed):
     def embed_batch(self, texts: list[str]) -> Any:
         return np.ones((len(texts), DIM // 2), dtype=np.float32)
@@ -118,6 +129,10 @@ def down() -> Embedder:
 
 def crashing() -> Embedder:
     return Crashing()
+
+
+def flaky() -> Embedder:
+    return Flaky()
 
 
 def wrong_dimension() -> Embedder:
