@@ -12,10 +12,12 @@ EMBEDDING_SETTINGS = frozenset(
 def forget_embedder(*, setting: str, **kwargs: Any) -> None:
     if setting in EMBEDDING_SETTINGS:
         from .embeddings import reset_embedder
+        from .search import forget_failures
         from .vectors import cache
 
         reset_embedder()
         cache.clear()
+        forget_failures()
 
 
 class MemoryConfig(AppConfig):

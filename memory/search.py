@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,10 +132,19 @@ def embedder_or_none(purpose: str) -> Embedder | None:
     try:
         return get_embedder()
     except Exception as exc:  # misconfigured, not installed, a factory that raised
-        logger.warning(
-            "memory %s: no embedder (%s: %s); full text only", purpose, type(exc).__name__, exc
-        )
+        message = f"{type(exc).__name__}: {exc}"
+        if message not in _unbuilt:  # once per process and cause: it fails every time
+            _unbuilt.add(message)
+            logger.warning("memory %s: no embedder (%s); full text only", purpose, message)
         return None
+
+
+_unbuilt: set[str] = set()
+
+
+def forget_failures() -> None:
+    """Warn again about an embedder that cannot be built (its settings changed)."""
+    _unbuilt.clear()
 
 
 def _in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -523,9 +532,13 @@ def _newest_key(key: Hashable) -> Any:
 
 def _bm25(body: str, idf: dict[str, float], average: float) -> float:
     tokens = body.split()
-    counts = Counter(t for t in tokens if t in idf)
     norm = K1 * (1 - B + B * len(tokens) / average)
-    return sum(idf[t] * tf * (K1 + 1) / (tf + norm) for t, tf in counts.items())
+    score = 0.0
+    for t, w in idf.items():
+        tf = tokens.count(t)  # list.count: C speed, a whole token each
+        if tf:
+            score += w * tf * (K1 + 1) / (tf + norm)
+    return score
 
 
 def _query_vector(query: str, embedder: Embedder) -> np.ndarray | None:
@@ -618,10 +631,16 @@ def best_messages(
     lines = candidate.body.split("\n")[1:]  # line 0 is the summary
     scored: dict[str, float] = {}
     for j, line in enumerate(lines):
-        counts = Counter(t for t in line.split() if t in idf)
-        if counts:
-            index = str(candidate.start_index + j)
-            scored[index] = sum(idf[t] * tf / (tf + K1) for t, tf in counts.items())
+        if not line:
+            continue
+        tokens = line.split()
+        score = 0.0
+        for t, w in idf.items():
+            tf = tokens.count(t)
+            if tf:
+                score += w * tf / (tf + K1)
+        if score:
+            scored[str(candidate.start_index + j)] = score
     by_words = sorted(scored, key=lambda i: (-scored[i], int(i)))
     by_meaning: list[str] = []
     if query_vector is not None and embedder is not None:

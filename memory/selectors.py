@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, QuerySet
 
 from accounts.models import Tenant
 
@@ -285,11 +285,15 @@ def search_slices(
         for f in found
         if f.slice_id in slices and slices[f.slice_id].tenant_id == tenant.pk
     ]
-    wanted = Q(pk__in=[])
-    for f, item in kept:
-        if f.messages:
-            wanted |= Q(unit_id=item.unit_id, index__in=list(f.messages))
-    rows = {(m.unit_id, m.index): m for m in MemoryMessage.objects.filter(wanted, tenant=tenant)}
+    # A superset of the messages wanted (their units × their indexes), in one query.
+    rows = {
+        (m.unit_id, m.index): m
+        for m in MemoryMessage.objects.filter(
+            tenant=tenant,
+            unit_id__in={item.unit_id for f, item in kept if f.messages},
+            index__in={i for f, _ in kept for i in f.messages},
+        )
+    }
     hits: list[SliceHit] = []
     for rank, (f, item) in enumerate(kept, 1):
         messages = tuple(

@@ -169,13 +169,21 @@ def query_tokens(text: str) -> list[str]:
     return out
 
 
-def _fold_mapped(text: str) -> tuple[str, list[int]]:
+@lru_cache(maxsize=65_536)
+def _fold_char(char: str) -> str:
+    return fold(char)
+
+
+def _fold_mapped(text: str) -> tuple[str, list[int] | None]:
     """``text`` folded character by character, with the index in ``text`` of each folded
-    character (close to :func:`fold`, which also composes across characters)."""
+    character (close to :func:`fold`, which also composes across characters); None for
+    the identity (ASCII text keeps its length)."""
+    if text.isascii():
+        return text.lower(), None
     parts: list[str] = []
     where: list[int] = []
     for i, char in enumerate(text):
-        folded = fold(char)
+        folded = _fold_char(char)
         parts.append(folded)
         where.extend([i] * len(folded))
     return "".join(parts), where
@@ -187,14 +195,18 @@ def locate(text: str, wanted: set[str] | frozenset[str]) -> tuple[int, int] | No
     if not wanted or not text:
         return None
     folded, where = _fold_mapped(text)
+
+    def span(first: int, last: int) -> tuple[int, int]:
+        return (first, last + 1) if where is None else (where[first], where[last] + 1)
+
     for cjk, run, start in _runs(folded):
         if cjk:
             for i in range(len(run)):
                 for size in (2, 1):
                     if i + size <= len(run) and run[i : i + size] in wanted:
-                        return where[start + i], where[start + i + size - 1] + 1
+                        return span(start + i, start + i + size - 1)
         elif _word(run) in wanted:
-            return where[start], where[start + len(run) - 1] + 1
+            return span(start, start + len(run) - 1)
     return None
 
 

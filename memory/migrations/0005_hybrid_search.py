@@ -3,9 +3,10 @@ tokens of ``memory.text``, and dense vectors per slice and message.
 
 SQLite: the FTS5 table ``memory_slice_fts`` (summaries, FTS5's own tokenizer) gives
 way to ``memory_search_fts(body, scope)``, whose ``body`` holds the tokens
-``memory.text`` made (a line for the summary, then one per message), so FTS5's
-``unicode61`` only splits on the spaces; ``detail=column`` (no positions: no phrase
-is ever searched). A trigger drops a slice's row when the slice is deleted.
+``memory.text`` made (a line for the summary, then one per message). FTS5's
+``ascii`` tokenizer only splits them on the spaces (every non-ASCII character is
+part of a token, so a letter FTS5's own Unicode tables do not know never cuts a
+token in two); ``detail=column`` (no positions: no phrase is ever searched). A trigger drops a slice's row when the slice is deleted.
 
 PostgreSQL: ``search_document`` (tsvector, GIN) is kept and now holds the same
 tokens (``array_to_tsvector``); ``search_text`` holds the token lines.
@@ -34,7 +35,7 @@ SQLITE_FORWARD = [
     f"DROP TABLE IF EXISTS {OLD_FTS}",
     f"""
     CREATE VIRTUAL TABLE {FTS} USING fts5(
-        body, scope, tokenize = 'unicode61 remove_diacritics 0', detail = column
+        body, scope, tokenize = 'ascii', detail = column
     )
     """,
     f"""

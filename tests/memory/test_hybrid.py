@@ -117,6 +117,14 @@ def test_japanese_is_found_inside_a_sentence(tenant, user):
     assert found(tenant, "傘")[0] != ramen.pk
 
 
+def test_letters_newer_than_the_databases_unicode_tables_are_plain_tokens(tenant, user):
+    # U+9FEF (CJK, Unicode 11) and Adlam (Unicode 9): letters to Python, unknown to
+    # SQLite's Unicode 6.1 tables; a token is never cut in two (no phrase query).
+    item = remember(tenant, user, ["咖\u9fef啡 and \U0001e900\U0001e901 word"])
+    assert found(tenant, "\u9fef啡") == [item.pk]
+    assert found(tenant, "\U0001e900\U0001e901") == [item.pk]
+
+
 def test_accents_fold_both_ways(tenant, user):
     cafe = remember(tenant, user, ["We met at the Café Crème on Monday."])
     resume = remember(tenant, user, ["I sent my resume to the agency."])
@@ -269,3 +277,29 @@ def test_other_tenants_and_users_never_appear_under_row_level_security(
         assert found(globex, query) == [memories["bob"].pk]
         if connection.vendor == "postgresql":
             assert found(tenant, query, user=user) == []
+
+
+def test_restored_units_are_indexed_by_their_messages_on_commit(tenant, user):
+    core = talk(tenant=tenant, user=user, turns=1)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        unit = services.restore_unit(
+            tenant=tenant,
+            core=core,
+            unit={
+                "conversation_messages": [
+                    {"role": "user", "text": "My sister lives in Valparaíso."},
+                    {"role": "assistant", "text": "A lovely city."},
+                    {"role": "user", "text": "她养了一只猫。"},
+                ],
+                "slices": [
+                    {"summary": "Family.", "start_index": 0, "end_index": 2},
+                    {"summary": "Pets.", "start_index": 2, "end_index": 3},
+                ],
+            },
+        )
+    first, second = MemorySlice.objects.filter(unit=unit).order_by("start_index")
+    assert found(tenant, "valparaiso") == [first.pk]
+    assert found(tenant, "一只猫") == [second.pk]
+    assert MemoryVectors.objects.filter(slice__unit=unit).count() == 2
+    hit = selectors.search_slices(tenant=tenant, query="猫")[0]
+    assert (hit.slice.pk, hit.messages[0].index) == (second.pk, 2)
