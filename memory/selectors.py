@@ -285,7 +285,7 @@ def search_slices(
         for f in found
         if f.slice_id in slices and slices[f.slice_id].tenant_id == tenant.pk
     ]
-    # A superset of the messages wanted (their units × their indexes), in one query.
+    # A superset of the messages wanted (their units by their indexes), in one query.
     rows = {
         (m.unit_id, m.index): m
         for m in MemoryMessage.objects.filter(
