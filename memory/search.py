@@ -60,7 +60,7 @@ import logging
 import math
 import re
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -418,9 +418,9 @@ class Found:
 
 @dataclass
 class Lexical:
-    order: list[Hashable] = field(default_factory=list)  # keys, best first
+    order: list[str] = field(default_factory=list)  # slice ids, best first (the window)
     idf: dict[str, float] = field(default_factory=dict)
-    found: dict[Hashable, Candidate] = field(default_factory=dict)  # key → candidate
+    found: dict[str, Candidate] = field(default_factory=dict)  # slice id → candidate
 
 
 def _fts_scope(scope: Scope) -> str:
@@ -442,7 +442,8 @@ def _slice_scope(scope: Scope) -> tuple[str, list[Any]]:
 
 
 def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, Candidate]]:
-    """(key, candidate) of slices ``s`` matching ``where``, with their token lines."""
+    """(key, candidate) of slices ``s`` matching ``where``, with their token lines; the key
+    is the full-text row (SQLite's rowid, PostgreSQL's slice id)."""
     if connection.vendor == "postgresql":
         cursor.execute(
             f"SELECT s.id, s.id, u.core_id, s.start_index, coalesce(s.search_text, '') "
@@ -462,72 +463,84 @@ def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, C
     ]
 
 
-def lexical(scope: Scope, words: Sequence[str], *, limit: int) -> Lexical:
-    """The full-text ranking of the scope's slices for ``words`` (see the module)."""
+def candidates(scope: Scope, slice_ids: Sequence[str]) -> dict[str, Candidate]:
+    """The scope's slices among ``slice_ids``, with their token lines."""
+    if not slice_ids:
+        return {}
+    clause, values = _in("s.id", slice_ids)
+    where, params = _slice_scope(scope)
+    with connection.cursor() as cursor:
+        rows = _candidates(cursor, f"{clause} AND {where}", values + params)
+    return {c.slice_id: c for _, c in rows}
+
+
+def _matching(scope: Scope, words: Sequence[str]) -> tuple[str, list[list[Any]]]:
+    """SQL selecting the full-text keys of the scope's slices holding each word, in
+    ``{key}`` form (``key``), with each word's parameters."""
+    where, params = _slice_scope(scope)
+    if connection.vendor == "postgresql":
+        sql = (
+            f"SELECT s.id AS key FROM {SLICE} s WHERE s.search_document @@ %s::tsquery AND {where}"
+        )
+        return sql, [[f"'{w}'", *params] for w in words]
+    sql = f"SELECT rowid AS key FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s"
+    extra: list[Any] = []
+    if not scope.whole_tenant and len(scope.core_ids) > SCOPE_CORES_MAX:
+        # The tenant's postings, narrowed to the scope's cores by their slices.
+        sql += f" AND rowid IN (SELECT s.search_rowid FROM {SLICE} s WHERE {where})"
+        extra = params
+    fts_scope = _fts_scope(scope)
+    return sql, [[f'body : "{w}" AND {fts_scope}', *extra] for w in words]
+
+
+def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
+    """The full-text ranking of the scope's slices for ``words``: its best ``window``
+    (the module's docstring, step 1).
+
+    Three statements: the scope's size and each word's count; the ``window`` slices
+    with the largest sum of idf (ties: the newest); their token lines, for BM25.
+    """
     out = Lexical()
     if not words:
         return out
     where, params = _slice_scope(scope)
-    postgres = connection.vendor == "postgresql"
+    matching, word_params = _matching(scope, words)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*), coalesce(sum(s.search_length), 0) FROM {SLICE} s "
-            f"WHERE s.indexed AND {where}",
-            params,
+            "SELECT n.total, n.length"
+            + "".join(f", (SELECT count(*) FROM ({matching}) m{i})" for i in range(len(words)))
+            + f" FROM (SELECT count(*) AS total, coalesce(sum(s.search_length), 0) AS length "
+            f"FROM {SLICE} s WHERE s.indexed AND {where}) n",
+            [*(v for values in word_params for v in values), *params],
         )
-        total, length = cursor.fetchone()
-        if not total:
+        total, length, *holding = cursor.fetchone()
+        held = [int(n) for n in holding]
+        if not total or not any(held):
             return out
-        if postgres:
-            cursor.execute(
-                " UNION ALL ".join(
-                    f"SELECT {i}, s.id FROM {SLICE} s WHERE s.search_document @@ %s::tsquery "
-                    f"AND {where}"
-                    for i in range(len(words))
-                ),
-                [v for w in words for v in (f"'{w}'", *params)],
-            )
-        else:
-            fts_scope = _fts_scope(scope)
-            cursor.execute(
-                " UNION ALL ".join(
-                    f"SELECT {i}, rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s"
-                    for i in range(len(words))
-                ),
-                [f'body : "{w}" AND {fts_scope}' for w in words],
-            )
-        holding: list[set[Hashable]] = [set() for _ in words]
-        for i, key in cursor.fetchall():
-            holding[i].add(key)
-        if not postgres and not scope.whole_tenant and len(scope.core_ids) > SCOPE_CORES_MAX:
-            cursor.execute(
-                f"SELECT s.search_rowid FROM {SLICE} s WHERE s.indexed AND {where}", params
-            )
-            inside = {row[0] for row in cursor.fetchall()}
-            holding = [keys & inside for keys in holding]
-        total = max(int(total), *(len(keys) for keys in holding))
+        total = max(int(total), *held)
         average = max(float(length) / total, 1.0)
-        out.idf = {
-            w: weight(total, len(keys)) for w, keys in zip(words, holding, strict=True) if keys
-        }
-        score: dict[Hashable, float] = defaultdict(float)
-        for w, keys in zip(words, holding, strict=True):
-            for key in keys:
-                score[key] += out.idf[w]
-        order = sorted(sorted(score, key=_newest_key, reverse=True), key=lambda k: -score[k])
-        # The best of them by the full BM25, from their token lines.
-        head = order[: max(RERANK, limit)]
-        if head:
-            clause, values = _in("s.id" if postgres else "s.search_rowid", head)
-            out.found = {k: c for k, c in _candidates(cursor, clause, values) if k is not None}
-    bm25 = {key: _bm25(out.found[key].body, out.idf, average) for key in head if key in out.found}
-    head = sorted(sorted(bm25, key=_newest_key, reverse=True), key=lambda k: -bm25[k])
-    out.order = head + [key for key in order[len(head) :] if key not in bm25]
+        out.idf = {w: weight(total, n) for w, n in zip(words, held, strict=True) if n}
+        kept = [(w, values) for w, values in zip(words, word_params, strict=True) if w in out.idf]
+        cursor.execute(
+            "SELECT key, sum(w) AS score FROM ("
+            + " UNION ALL ".join(
+                f"SELECT key, %s AS w FROM ({matching}) m{i}" for i in range(len(kept))
+            )
+            + ") hits GROUP BY key ORDER BY score DESC, key DESC LIMIT %s",
+            [v for w, values in kept for v in (out.idf[w], *values)] + [window],
+        )
+        head = [row[0] for row in cursor.fetchall()]
+        clause, values = _in(
+            "s.id" if connection.vendor == "postgresql" else "s.search_rowid", head
+        )
+        by_key = dict(_candidates(cursor, clause, values))
+    # The window by the full BM25, from their token lines; ties as the first order.
+    place = {key: i for i, key in enumerate(head)}
+    scored = [(key, _bm25(by_key[key].body, out.idf, average)) for key in head if key in by_key]
+    scored.sort(key=lambda item: (-item[1], place[item[0]]))
+    out.order = [by_key[key].slice_id for key, _ in scored]
+    out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
     return out
-
-
-def _newest_key(key: Hashable) -> Any:
-    return key  # rowids (SQLite) and slice ids (PostgreSQL) grow with creation
 
 
 def _bm25(body: str, idf: dict[str, float], average: float) -> float:
@@ -575,49 +588,44 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     """The best ``limit`` slices of the scope for ``query``, best first (module docstring).
 
     The query must have passed :func:`terms`; with no tokens the answer is ``[]``.
+    Each ranking is cut to its best ``max(RERANK, limit)`` (the rank window) before
+    fusion, as Elasticsearch's reciprocal-rank fusion cuts to its ``rank_window_size``.
     """
     words = terms(query)
     if not words or not scope.core_ids:
         return []
-    full = lexical(scope, words, limit=limit)
+    window = max(RERANK, limit)
+    full = lexical(scope, words, window=window)
     embedder = embedder_or_none("search")
     query_vector = None if embedder is None else _query_vector(query, embedder)
     dense_ids: list[str] = []
     if embedder is not None and query_vector is not None:
-        known = {c.slice_id for c in full.found.values()}
         dense = vectors.dense_ranking(
             scope.core_ids[:DENSE_CORES_MAX],
             query_vector,
             embedder,
-            also=known,
+            also=full.order,
             minimum=dense_minimum(),
         )
-        dense_ids = [slice_id for slice_id, _ in dense]
-        unknown = [s for s in dense_ids if s not in known]
-        if unknown:
-            clause, values = _in("s.id", unknown)
-            where, params = _slice_scope(scope)
-            with connection.cursor() as cursor:
-                for key, candidate in _candidates(cursor, f"{clause} AND {where}", values + params):
-                    full.found[key if key is not None else candidate.slice_id] = candidate
-        present = {c.slice_id for c in full.found.values()}
-        dense_ids = [s for s in dense_ids if s in present]  # in the scope, still there
-    candidates = {c.slice_id: c for c in full.found.values()}
-    lexical_ids = [full.found[k].slice_id for k in full.order if k in full.found]
-    if not lexical_ids and not dense_ids:
-        return []
-    ranked = fuse([lexical_ids, dense_ids])[:limit]
-    found: list[Found] = []
-    for rank, slice_id in enumerate(ranked, 1):
-        candidate = candidates[slice_id]
-        found.append(
-            Found(
-                slice_id=slice_id,
-                rank=rank,
-                messages=best_messages(candidate, full.idf, query_vector, embedder),
-            )
+        dense_ids = [slice_id for slice_id, _ in dense[:window]]
+    ranked = fuse([full.order, dense_ids])
+    found = dict(full.found)
+    hits: list[str] = []
+    start = 0
+    while len(hits) < limit and start < len(ranked):
+        # Slices found by meaning only are read (and so checked to be in the scope) first.
+        batch = ranked[start : start + limit - len(hits)]
+        found.update(candidates(scope, [s for s in batch if s not in found]))
+        hits += [s for s in batch if s in found]
+        start += len(batch)
+    return [
+        Found(
+            slice_id=slice_id,
+            rank=rank,
+            messages=best_messages(found[slice_id], full.idf, query_vector, embedder),
         )
-    return found
+        for rank, slice_id in enumerate(hits, 1)
+    ]
 
 
 def best_messages(

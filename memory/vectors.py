@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 STORED = np.dtype("<f2")  # float16, little-endian: half the bytes, ranking unchanged
 EMBED_CHARS = 4000  # what is embedded of one text (its start)
-SHORTLIST = 500  # slices of a core scored vector by vector (above: by centroid first)
+SHORTLIST = 300  # slices of a core scored vector by vector (above: by centroid first)
 CACHE_MB = 1024
 VECTORS = MemoryVectors._meta.db_table
 
@@ -174,7 +174,7 @@ class CoreVectors:
         self.starts: list[int] = []
         self.offsets: list[int] = [0]
         self.centroids = _Rows(self.dim, np.float32)
-        self.rows = _Rows(self.dim, STORED)
+        self.rows = _Rows(self.dim, np.float32)  # float16 stored; float32 here, no cast per query
         self._offsets_array: np.ndarray | None = None
 
     @property
@@ -224,9 +224,9 @@ class CoreVectors:
             self.offsets.append(self.offsets[-1] + rows)
         if not blocks:
             return
-        stacked = np.concatenate(blocks)
+        stacked = np.concatenate(blocks).astype(np.float32)
         self.rows.extend(stacked)
-        sums = np.add.reduceat(stacked.astype(np.float32), _starts_of(blocks), axis=0)
+        sums = np.add.reduceat(stacked, _starts_of(blocks), axis=0)
         norms = np.linalg.norm(sums, axis=1)
         norms[norms == 0] = 1.0
         self.centroids.extend((sums / norms[:, None]).astype(np.float32))
@@ -244,7 +244,7 @@ class CoreVectors:
         if not total:
             return {}
         if total > SHORTLIST:
-            near = np.argpartition(-(self.centroids.view() @ query), SHORTLIST)[:SHORTLIST]
+            near = np.argpartition(-_dot(self.centroids.view(), query), SHORTLIST)[:SHORTLIST]
             extra = [self.position[s] for s in also if s in self.position]
             picked = np.unique(np.concatenate([near, np.asarray(extra, dtype=np.int64)]))
         else:
@@ -254,7 +254,7 @@ class CoreVectors:
         lengths = offsets[picked + 1] - starts
         firsts = np.cumsum(lengths) - lengths
         where = np.arange(int(lengths.sum())) - np.repeat(firsts - starts, lengths)
-        sims = self.rows.data[where].astype(np.float32) @ query
+        sims = _dot(self.rows.data[where], query)
         best = np.maximum.reduceat(sims, firsts)
         return {self.slice_ids[i]: float(s) for i, s in zip(picked.tolist(), best, strict=True)}
 
@@ -264,13 +264,19 @@ class CoreVectors:
         if i is None:
             return {}
         block = self.rows.data[self.offsets[i] + 1 : self.offsets[i + 1]]
-        sims = block.astype(np.float32) @ query
+        sims = _dot(block, query)
         start = self.starts[i]
         return {
             start + j: float(s)
             for j, s in enumerate(sims.tolist())
             if np.any(block[j])  # a message with no text has no vector
         }
+
+
+def _dot(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``matrix @ vector`` on this thread: numpy's own loop, not a BLAS call, whose
+    worker threads make a small product wait on a busy machine."""
+    return np.einsum("ij,j->i", matrix, vector)
 
 
 def _starts_of(blocks: list[np.ndarray]) -> np.ndarray:
