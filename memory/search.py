@@ -279,7 +279,7 @@ def index_fulltext(docs: Sequence[Doc], *, rebuild: bool = False) -> int:
         return 0
     made = [(doc, document(doc)) for doc in docs]
     done = 0
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         guard = "" if rebuild else " AND NOT indexed"
         if connection.vendor == "postgresql":
             for doc, item in made:
@@ -326,19 +326,36 @@ def index_vectors(docs: Sequence[Doc], *, embedder: Embedder | None = None) -> i
     try:
         return vectors.store(docs, embedder)
     except EmbeddingError as exc:
-        logger.warning(
-            "memory indexing: %d slice(s) left without vectors, the embedder failed (%s): %s",
-            len(docs),
-            exc.code,
-            exc,
-        )
+        _no_vectors(len(docs), exc)
         return 0
 
 
+def _no_vectors(count: int, exc: EmbeddingError) -> None:
+    logger.warning(
+        "memory indexing: %d slice(s) left without vectors, the embedder failed (%s): %s",
+        count,
+        exc.code,
+        exc,
+    )
+
+
 def index_docs(docs: Sequence[Doc]) -> int:
-    """Full text, then vectors, of these slices (after their transaction committed)."""
-    done = index_fulltext(docs)
-    index_vectors(docs)
+    """Full text and vectors of these slices, after their transaction committed: embedded
+    first, with no transaction open, then both written in one short transaction (the
+    full text alone when the embedder fails, with a warning)."""
+    if not docs:
+        return 0
+    embedder = embedder_or_none("indexing")
+    found: list[np.ndarray] | None = None
+    if embedder is not None:
+        try:
+            found = vectors.matrices(docs, embedder)
+        except EmbeddingError as exc:
+            _no_vectors(len(docs), exc)
+    with transaction.atomic():
+        done = index_fulltext(docs)
+        if embedder is not None and found is not None:
+            vectors.write(docs, found, embedder)
     return done
 
 

@@ -138,15 +138,21 @@ def _runs(folded: str) -> Iterator[tuple[bool, str, int]]:
             yield False, match.group(2), match.start()
 
 
+_ASCII_RUN = re.compile(r"[a-z0-9]+")
+
+
 def tokens(text: str) -> list[str]:
     """The tokens of a document, in order: stemmed words, CJK unigrams and bigrams."""
+    folded = fold(text)
+    if folded.isascii():  # the common case, without the CJK alternation
+        return [w for w in map(_word, _ASCII_RUN.findall(folded)) if w is not None]
     out: list[str] = []
-    for cjk, run, _start in _runs(fold(text)):
+    for cjk, other in _RUN.findall(folded):
         if cjk:
-            out.extend(run)
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+            out.extend(cjk)
+            out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
         else:
-            word = _word(run)
+            word = _word(other)
             if word is not None:
                 out.append(word)
     return out

@@ -27,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -35,6 +36,7 @@ from django.db.backends.utils import CursorWrapper
 
 from .embeddings import Embedder, embed_texts
 from .models import MemoryVectors
+from .times import now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -100,27 +102,39 @@ def store(docs: Sequence[Doc], embedder: Embedder, *, replace: bool = False) -> 
     """
     if not docs:
         return 0
-    found = matrices(docs, embedder)
-    rows = [
-        MemoryVectors(
-            tenant_id=doc.tenant_id,
-            core_id=doc.core_id,
-            slice_id=doc.slice_id,
-            model=embedder.name,
-            dim=embedder.dim,
-            rows=matrix.shape[0],
-            start_index=doc.start_index,
-            data=matrix.tobytes(),
-        )
-        for doc, matrix in zip(docs, found, strict=True)
-    ]
-    with transaction.atomic():
+    return write(docs, matrices(docs, embedder), embedder, replace=replace)
+
+
+def write(
+    docs: Sequence[Doc], found: Sequence[np.ndarray], embedder: Embedder, *, replace: bool = False
+) -> int:
+    """Store vectors :func:`matrices` made (in the caller's transaction, if any): one
+    ``INSERT … ON CONFLICT DO NOTHING`` (a slice that has this model's vectors keeps
+    them). Returns how many slices were written."""
+    if not docs:
+        return 0
+    at = connection.ops.adapt_datetimefield_value(now_ms())
+    params: list[Any] = []
+    for doc, matrix in zip(docs, found, strict=True):
+        params += [
+            doc.tenant_id, doc.core_id, doc.slice_id, embedder.name, embedder.dim,
+            matrix.shape[0], doc.start_index, matrix.astype(STORED).tobytes(), at,
+        ]  # fmt: skip
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         if replace:
-            MemoryVectors.objects.filter(slice_id__in=[d.slice_id for d in docs]).exclude(
-                model=embedder.name
-            ).delete()
-        created = MemoryVectors.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(created)
+            clause = ", ".join(["%s"] * len(docs))
+            cursor.execute(
+                f"DELETE FROM {VECTORS} WHERE slice_id IN ({clause}) AND model <> %s",
+                [*(d.slice_id for d in docs), embedder.name],
+            )
+        cursor.execute(
+            f"INSERT INTO {VECTORS} (tenant_id, core_id, slice_id, model, dim, rows, "
+            "start_index, data, created_at) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(docs))
+            + " ON CONFLICT (slice_id, model) DO NOTHING",
+            params,
+        )
+        return max(int(cursor.rowcount), 0)
 
 
 # --- the per-process cache --------------------------------------------------------------------
