@@ -514,43 +514,27 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
     """The full-text ranking of the scope's slices for ``words``: its best ``window``
     (the module's docstring, step 1).
 
-    Three statements: the scope's size and each word's count; the ``window`` slices
-    with the largest sum of idf (ties: the newest); their token lines, for BM25.
+    The scope's size and each word's count, and the ``window`` slices with the largest
+    sum of idf (ties: the newest): two statements on SQLite (FTS5 walks postings
+    fast), one on PostgreSQL (each word's matches read once); then their token lines,
+    for BM25.
     """
     out = Lexical()
     if not words:
         return out
-    where, params = _slice_scope(scope)
-    matching, word_params = _matching(scope, words)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT n.total, n.length"
-            + "".join(f", (SELECT count(*) FROM ({matching}) m{i})" for i in range(len(words)))
-            + f" FROM (SELECT count(*) AS total, coalesce(sum(s.search_length), 0) AS length "
-            f"FROM {SLICE} s WHERE s.indexed AND {where}) n",
-            [*(v for values in word_params for v in values), *params],
-        )
-        total, length, *holding = cursor.fetchone()
-        held = [int(n) for n in holding]
-        if not total or not any(held):
+        if connection.vendor == "postgresql":
+            stats = _head_postgres(cursor, scope, words, window)
+        else:
+            stats = _head_sqlite(cursor, scope, words, window)
+        if stats is None:
             return out
-        total = max(int(total), *held)
+        total, length, held, head = stats
         average = max(float(length) / total, 1.0)
         out.idf = {w: weight(total, n) for w, n in zip(words, held, strict=True) if n}
-        kept = [(w, values) for w, values in zip(words, word_params, strict=True) if w in out.idf]
-        cursor.execute(
-            "SELECT key, sum(w) AS score FROM ("
-            + " UNION ALL ".join(
-                f"SELECT key, %s AS w FROM ({matching}) m{i}" for i in range(len(kept))
-            )
-            + ") hits GROUP BY key ORDER BY score DESC, key DESC LIMIT %s",
-            [v for w, values in kept for v in (out.idf[w], *values)] + [window],
-        )
-        head = [row[0] for row in cursor.fetchall()]
-        clause, values = _in(
-            "s.id" if connection.vendor == "postgresql" else "s.search_rowid", head
-        )
-        by_key = dict(_candidates(cursor, clause, values))
+        key_column = "s.id" if connection.vendor == "postgresql" else "s.search_rowid"
+        clause, values = _in(key_column, head)
+        by_key = dict(_candidates(cursor, clause, values)) if head else {}
     # The window by the full BM25, from their token lines; ties as the first order.
     place = {key: i for i, key in enumerate(head)}
     scored = [(key, _bm25(by_key[key].body, out.idf, average)) for key in head if key in by_key]
@@ -558,6 +542,76 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
     out.order = [by_key[key].slice_id for key, _ in scored]
     out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
     return out
+
+
+Head = tuple[int, float, list[int], list[Any]]  # N, total length, each word's n, the window
+
+
+def _head_sqlite(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+    where, params = _slice_scope(scope)
+    matching, word_params = _matching(scope, words)
+    cursor.execute(
+        "SELECT n.total, n.length"
+        + "".join(f", (SELECT count(*) FROM ({matching}) m{i})" for i in range(len(words)))
+        + " FROM (SELECT count(*) AS total, coalesce(sum(s.search_length), 0) AS length "
+        f"FROM {SLICE} s WHERE s.indexed AND {where}) n",
+        [*(v for values in word_params for v in values), *params],
+    )
+    total, length, *holding = cursor.fetchone()
+    held = [int(n) for n in holding]
+    if not total or not any(held):
+        return None
+    total = max(int(total), *held)
+    kept = [(weight(total, n), values) for n, values in zip(held, word_params, strict=True) if n]
+    cursor.execute(
+        "SELECT key, sum(w) AS score FROM ("
+        + " UNION ALL ".join(
+            f"SELECT key, %s AS w FROM ({matching}) m{i}" for i in range(len(kept))
+        )
+        + ") hits GROUP BY key ORDER BY score DESC, key DESC LIMIT %s",
+        [v for w, values in kept for v in (w, *values)] + [window],
+    )
+    return total, float(length), held, [row[0] for row in cursor.fetchall()]
+
+
+def _head_postgres(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+    """One statement: each word's matches read once (materialized), counted, weighted
+    (the idf of :func:`weight`, in SQL) and summed per slice."""
+    where, params = _slice_scope(scope)
+    matching, word_params = _matching(scope, words)
+    cursor.execute(
+        "WITH size AS MATERIALIZED (SELECT count(*)::float8 AS total, "
+        "coalesce(sum(s.search_length), 0)::float8 AS length "
+        f"FROM {SLICE} s WHERE s.indexed AND {where}), "
+        "m AS MATERIALIZED ("
+        + " UNION ALL ".join(
+            f"SELECT {i} AS t, key FROM ({matching}) m{i}" for i in range(len(words))
+        )
+        + "), df AS (SELECT t, count(*)::float8 AS n FROM m GROUP BY t), "
+        "w AS (SELECT df.t, df.n, ln(1 + (greatest(size.total, df.n) - df.n + 0.5) "
+        "/ (df.n + 0.5)) AS w FROM df, size), "
+        "top AS (SELECT m.key, sum(w.w) AS score FROM m JOIN w USING (t) GROUP BY m.key "
+        "ORDER BY score DESC, m.key DESC LIMIT %s) "
+        "SELECT 'k', key, score FROM top "
+        "UNION ALL SELECT 'n', t::text, n FROM w "
+        "UNION ALL SELECT 'size', total::text, length FROM size",
+        [*params, *(v for values in word_params for v in values), window],
+    )
+    held = [0] * len(words)
+    head: list[tuple[str, float]] = []
+    total, length = 0, 0.0
+    for kind, key, number in cursor.fetchall():
+        if kind == "k":
+            head.append((key, float(number)))
+        elif kind == "n":
+            held[int(key)] = int(number)
+        else:
+            total, length = int(float(key)), float(number)
+    if not total or not any(held):
+        return None
+    head.sort(key=lambda item: item[0], reverse=True)  # the newest first, among equals
+    head.sort(key=lambda item: -item[1])
+    return max(total, *held), length, held, [key for key, _ in head]
 
 
 def _bm25(body: str, idf: dict[str, float], average: float) -> float:
