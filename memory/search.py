@@ -422,6 +422,7 @@ class Candidate:
     core_id: str
     start_index: int
     body: str = ""
+    length: int = 0  # tokens in the body
 
 
 @dataclass(frozen=True)
@@ -463,20 +464,25 @@ def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, C
     is the full-text row (SQLite's rowid, PostgreSQL's slice id)."""
     if connection.vendor == "postgresql":
         cursor.execute(
-            f"SELECT s.id, s.id, u.core_id, s.start_index, coalesce(s.search_text, '') "
+            f"SELECT s.id, s.id, u.core_id, s.start_index, coalesce(s.search_text, ''), "
+            f"coalesce(s.search_length, 0) "
             f"FROM {SLICE} s JOIN {UNIT} u ON u.id = s.unit_id WHERE {where}",
             params,
         )
     else:
         cursor.execute(
-            f"SELECT s.search_rowid, s.id, u.core_id, s.start_index, coalesce(f.body, '') "
+            f"SELECT s.search_rowid, s.id, u.core_id, s.start_index, coalesce(f.body, ''), "
+            f"coalesce(s.search_length, 0) "
             f"FROM {SLICE} s JOIN {UNIT} u ON u.id = s.unit_id "
             f"LEFT JOIN {FTS_TABLE} f ON f.rowid = s.search_rowid WHERE {where}",
             params,
         )
     return [
-        (key, Candidate(slice_id=sid, core_id=core, start_index=int(start), body=body))
-        for key, sid, core, start, body in cursor.fetchall()
+        (
+            key,
+            Candidate(slice_id=sid, core_id=core, start_index=int(start), body=body, length=int(n)),
+        )
+        for key, sid, core, start, body, n in cursor.fetchall()
     ]
 
 
@@ -537,7 +543,7 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
         by_key = dict(_candidates(cursor, clause, values)) if head else {}
     # The window by the full BM25, from their token lines; ties as the first order.
     place = {key: i for i, key in enumerate(head)}
-    scored = [(key, _bm25(by_key[key].body, out.idf, average)) for key in head if key in by_key]
+    scored = [(key, _bm25(by_key[key], out.idf, average)) for key in head if key in by_key]
     scored.sort(key=lambda item: (-item[1], place[item[0]]))
     out.order = [by_key[key].slice_id for key, _ in scored]
     out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
@@ -614,12 +620,18 @@ def _head_postgres(cursor: Any, scope: Scope, words: Sequence[str], window: int)
     return max(total, *held), length, held, [key for key, _ in head]
 
 
-def _bm25(body: str, idf: dict[str, float], average: float) -> float:
-    tokens = body.split()
-    norm = K1 * (1 - B + B * len(tokens) / average)
+def _spaced(text: str) -> str:
+    """Token lines with two spaces around every token, so ``str.count(" t ")`` counts
+    each whole token ``t``, repeated ones included (C speed, no list of tokens)."""
+    return " " + text.replace(" ", "  ").replace("\n", "  ") + " "
+
+
+def _bm25(candidate: Candidate, idf: dict[str, float], average: float) -> float:
+    spaced = _spaced(candidate.body)
+    norm = K1 * (1 - B + B * candidate.length / average)
     score = 0.0
     for t, w in idf.items():
-        tf = tokens.count(t)  # list.count: C speed, a whole token each
+        tf = spaced.count(f" {t} ")
         if tf:
             score += w * tf * (K1 + 1) / (tf + norm)
     return score
@@ -712,10 +724,10 @@ def best_messages(
     for j, line in enumerate(lines):
         if not line:
             continue
-        tokens = line.split()
+        spaced = _spaced(line)
         score = 0.0
         for t, w in idf.items():
-            tf = tokens.count(t)
+            tf = spaced.count(f" {t} ")
             if tf:
                 score += w * tf / (tf + K1)
         if score:

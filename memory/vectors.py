@@ -278,13 +278,10 @@ class CoreVectors:
         if i is None:
             return {}
         block = self.rows.data[self.offsets[i] + 1 : self.offsets[i + 1]]
-        sims = _dot(block, query)
+        sims = _dot(block, query).tolist()
         start = self.starts[i]
-        return {
-            start + j: float(s)
-            for j, s in enumerate(sims.tolist())
-            if np.any(block[j])  # a message with no text has no vector
-        }
+        present = np.flatnonzero(block.any(axis=1)).tolist()  # no text: a row of zeros
+        return {start + j: sims[j] for j in present}
 
 
 def _dot(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
