@@ -184,11 +184,14 @@ class MemoryMessage(_Message):
 class MemorySlice(models.Model):
     """A summary of messages ``[start_index, end_index)`` of its unit.
 
-    ``indexed`` turns true once the summary is in the full-text index (an
-    AfterRolling consumer; ``roll_dialogs`` catches up any it missed). On
-    SQLite ``search_rowid`` is the summary's row in the FTS5 table; on
-    PostgreSQL the table has a ``search_document`` tsvector column instead,
-    outside the ORM (see migration 0002).
+    ``indexed`` turns true once the slice is in the full-text index: its summary
+    and the raw messages of its range, as the tokens of ``memory.text`` (an
+    AfterRolling consumer; ``roll_dialogs`` catches up any it missed).
+    ``search_length`` is how many tokens that document holds (BM25's length). On
+    SQLite ``search_rowid`` is the document's row in the FTS5 table; on
+    PostgreSQL the table has ``search_document`` (tsvector) and ``search_text``
+    (the tokens, a line per message) columns instead, outside the ORM (see
+    migrations 0002 and 0005).
     """
 
     id = models.CharField(primary_key=True, max_length=ID_MAX, default=new_slice_id)
@@ -202,6 +205,7 @@ class MemorySlice(models.Model):
     created_at = models.DateTimeField(default=now_ms)
     indexed = models.BooleanField(default=False)
     search_rowid = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
+    search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         constraints = [
@@ -223,3 +227,39 @@ class MemorySlice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} [{self.start_index}:{self.end_index}]"
+
+
+class MemoryVectors(models.Model):
+    """The dense vectors of one slice under one embedding model (``model`` is the
+    embedder's ``name``: vectors of two names are never compared).
+
+    ``data`` holds ``rows`` by ``dim`` float16 numbers (little-endian), unit rows: row 0
+    is the slice's summary, row ``1 + i`` message ``start_index + i`` of its unit (all
+    zeros for a message with no text). One row per slice rather than per vector: a
+    rolling writes one row, and a core's vectors load in one ordered scan of the
+    index ``(core, model, id)`` (``memory.vectors``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    core = models.ForeignKey(MemoryCore, on_delete=models.CASCADE, related_name="+", db_index=False)
+    slice = models.ForeignKey(
+        MemorySlice, on_delete=models.CASCADE, related_name="vectors", db_index=False
+    )
+    model = models.CharField(max_length=200)
+    dim = models.PositiveIntegerField()
+    rows = models.PositiveIntegerField()
+    start_index = models.PositiveIntegerField()
+    data = models.BinaryField()
+    created_at = models.DateTimeField(default=now_ms)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["slice", "model"], name="memoryvectors_slice_model")
+        ]
+        indexes = [models.Index(fields=["core", "model", "id"], name="memoryvectors_core_model")]
+        verbose_name = "memory vectors"
+        verbose_name_plural = "memory vectors"
+
+    def __str__(self) -> str:
+        return f"{self.slice_id} ({self.model}, {self.rows}x{self.dim})"

@@ -1,60 +1,106 @@
-"""Full-text search over slice summaries: SQLite FTS5 or a PostgreSQL ``tsvector``.
+"""Hybrid search of what was said: full text and dense vectors, fused by rank.
 
-* SQLite: the FTS5 table ``memory_slice_fts(summary, scope)`` (porter stemming,
-  diacritics folded); a slice's row id is kept in ``MemorySlice.search_rowid``
-  and a trigger drops the row when the slice is deleted. ``scope`` holds the
-  tenant, so a query only walks its tenant's postings.
-* PostgreSQL: the column ``memory_memoryslice.search_document`` with a GIN
-  index, built with the text search configuration ``FORGE_MEMORY_SEARCH_CONFIG``
-  (default ``english``).
+**Documents.** A slice is indexed as one document: its summary and the raw
+messages of its range (``MemoryMessage`` rows ``[start_index, end_index)`` of
+its unit), cut into tokens by ``memory.text`` (folded, stemmed English words,
+CJK bigrams and unigrams), a line per text (the summary first, then each
+message). The same tokens go to both engines:
 
-Both rank the same way, from the searched memory alone (:func:`search`): FTS5's
-bm25 takes its word statistics from the whole index, every tenant's rows, so its
-scores (and the order they give) would move when another tenant's memory gained
-a word (issue 17).
+* SQLite: the FTS5 table ``memory_search_fts(body, scope)``; ``body`` holds the
+  token lines, ``scope`` the tenant and core (``t<tenant> c<core>``) so a query
+  walks only the searched memory's postings. ``MemorySlice.search_rowid`` is the
+  document's row; a trigger drops it when the slice is deleted.
+* PostgreSQL: ``memory_memoryslice.search_document`` (a ``tsvector`` of the
+  distinct tokens, GIN index) and ``search_text`` (the token lines).
 
-The index is kept current by the built-in AfterRolling consumer
-:func:`index_consumer`; ``roll_dialogs`` indexes any slice it missed (a
-process that died between a rolling's commit and its consumers).
+Dense vectors (``memory.vectors``) are stored per slice and per message.
 
-A query is never handed to the database as a query language: it is cut into
-words (letters and digits), each searched as a plain term, any of them
-matching, the ones matching more ranking higher. FTS syntax in the input
-(quotes, ``*``, ``NEAR``, ``OR``, parentheses …) is just text.
+**Ranking** (:func:`search`), from the searched memory alone (issue 17: the
+index is shared by every tenant, and an engine's own statistics, such as FTS5's
+bm25, would let another tenant's rows move the order):
+
+1. *Full text*: BM25 (``k1`` 1.2, ``b`` 0.75) over the searched slices, with
+   ``N`` (slices searched), each token's ``n`` (how many of them hold it) and
+   the average length counted in the searched memory;
+   ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``. Every slice holding a query
+   token is ranked by the sum of the idf of the tokens it holds, and the best
+   :data:`RERANK` of them (at least ``limit``) by the full BM25 score (term
+   frequencies read from their token lines).
+2. *Dense*: the query's vector against the searched cores' vectors; a slice
+   scores its best cosine (its summary's or one of its messages'), above
+   ``FORGE_MEMORY_DENSE_MIN_SIMILARITY``.
+3. *Reciprocal-rank fusion*: ``score(s) = Σ 1 / (RRF_K + rank_i(s))`` over the
+   two rankings a slice is in (``RRF_K`` = 60, ranks from 1). Ties: the better
+   full-text rank, then the better dense rank, then the newest. Hits carry
+   ``rank`` (1, 2, 3 …), never a score.
+
+Inside each hit, its messages are ranked the same way (the query tokens' idf
+times ``tf / (tf + k1)`` per message line, and the message's cosine), and the best
+:data:`MESSAGES_PER_HIT` are returned.
+
+**Fallbacks.** Vectors off (``FORGE_MEMORY_VECTORS``), no embedder, or an
+embedder that fails (``EmbeddingError``): full-text results, with a logged
+warning; never an error. A query with no tokens (only stop words, emoji,
+punctuation) gives ``[]`` without asking the embedder.
+
+**Indexing.** The AfterRolling consumer :func:`index_consumer` indexes the new
+slice (full text, then vectors, one embedder call for its summary and
+messages), after the rolling's commit; ``update_memory_unit`` and
+``restore_unit`` index on commit. A failing embedder leaves the slice with full
+text only (a warning; ``reindex_memory`` embeds it later). ``roll_dialogs``
+indexes the full text of any slice a dead process left out (:func:`index_pending`).
+
+A query is never handed to the database as a query language: its tokens are
+letters and digits only, each searched as one plain term, any of them matching.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 
+from . import text, vectors
+from .embeddings import Embedder, EmbeddingError, embed_texts, get_embedder
 from .exceptions import InvalidQuery
-from .models import MemoryCore, MemorySlice, MemoryUnit
+from .models import MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .results import RollingResult
+from .vectors import Doc
+
+logger = logging.getLogger(__name__)
 
 # SQL below is assembled from table names (the models' Meta) and fixed fragments;
-# every value is a bound parameter, and query words are letters and digits only.
+# every value is a bound parameter, and tokens are letters and digits only.
 
-FTS_TABLE = "memory_slice_fts"
+FTS_TABLE = "memory_search_fts"
 SLICE = MemorySlice._meta.db_table
 UNIT = MemoryUnit._meta.db_table
 CORE = MemoryCore._meta.db_table
+MESSAGE = MemoryMessage._meta.db_table
 QUERY_MAX = 1000
 TERMS_MAX = 32
-TERM_MAX = 64
 LIMIT_MAX = 100
 INDEX_BATCH = 500
-
-_TERM = re.compile(r"[^\W_]+")
+DISTINCT_MAX = 50_000  # distinct tokens of one PostgreSQL document (a tsvector is < 1 MB)
+RERANK = 100  # full-text candidates scored by the full BM25
+RRF_K = 60
+K1 = 1.2
+B = 0.75
+MESSAGES_PER_HIT = 3
+SCOPE_CORES_MAX = 64  # cores named one by one in an FTS5 query; more: the tenant's postings
+DENSE_CORES_MAX = 32  # cores whose vectors one search reads (the most recently active)
 
 
 def terms(query: Any) -> list[str]:
-    """The distinct words of ``query`` (at most ``TERMS_MAX``), lower-cased, in order.
+    """The distinct tokens of ``query`` (at most ``TERMS_MAX``), in order.
 
     Raises ``InvalidQuery`` for a non-string or a query over ``QUERY_MAX`` characters.
     """
@@ -62,208 +108,282 @@ def terms(query: Any) -> list[str]:
         raise InvalidQuery("a query must be a string")
     if len(query) > QUERY_MAX:
         raise InvalidQuery(f"a query is at most {QUERY_MAX} characters")
-    seen: dict[str, None] = {}
-    for word in _TERM.findall(query.lower()):
-        if len(word) <= TERM_MAX:
-            seen.setdefault(word, None)
-        if len(seen) >= TERMS_MAX:
-            break
-    return list(seen)
-
-
-def search_config() -> str:
-    config = str(getattr(settings, "FORGE_MEMORY_SEARCH_CONFIG", "english"))
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", config):
-        raise InvalidQuery(f"FORGE_MEMORY_SEARCH_CONFIG={config!r} is not a configuration name")
-    return config
-
-
-def _sqlite_match(words: Sequence[str], tenant_id: int) -> str:
-    phrases = " OR ".join(f'"{w}"' for w in words)  # words hold no quote: letters and digits
-    return f'summary : ({phrases}) AND scope : "t{tenant_id}"'
-
-
-def _tsquery(words: Sequence[str]) -> str:
-    return " | ".join(f"'{w}'" for w in words)  # words hold no quote: letters and digits
+    return list(dict.fromkeys(text.query_tokens(query)))[:TERMS_MAX]
 
 
 def weight(total: int, holding: int) -> float:
-    """How much matching a word counts: BM25's inverse document frequency, over the
-    searched memory alone (``total`` slices, ``holding`` of which hold the word)."""
+    """How much matching a token counts: BM25's inverse document frequency, over the
+    searched memory alone (``total`` slices, ``holding`` of which hold the token)."""
     return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
 
 
-def search(
-    *,
-    tenant_id: int,
-    words: Sequence[str],
-    user_id: int | None = None,
-    agent: str | None = None,
-    limit: int = 10,
-) -> list[str]:
-    """Ids of the matching slices, best first.
+def vectors_enabled() -> bool:
+    return bool(getattr(settings, "FORGE_MEMORY_VECTORS", True))
 
-    The order depends on the searched memory alone (the tenant's, narrowed to
-    ``user_id`` and ``agent`` when given), never on other tenants' rows, which
-    share the index (issue 17): first the sum of the weights of the words a slice
-    matches (:func:`weight`, from how many of the searched slices hold each word,
-    counted here, not taken from the engine's whole-index statistics such as
-    FTS5's bm25), then a measure of the slice alone (SQLite: how many of its words
-    match; PostgreSQL: ``ts_rank_cd``), then the newest first. Scores are not
-    returned: a caller sees ranks.
-    """
-    if not words:
-        return []
-    joins = ""
+
+def dense_minimum() -> float:
+    return float(getattr(settings, "FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0))
+
+
+def embedder_or_none(purpose: str) -> Embedder | None:
+    """The process's embedder, or None (vectors off, or it cannot be built: logged)."""
+    if not vectors_enabled():
+        return None
+    try:
+        return get_embedder()
+    except Exception as exc:  # misconfigured, not installed, a factory that raised
+        message = f"{type(exc).__name__}: {exc}"
+        if message not in _unbuilt:  # once per process and cause: it fails every time
+            _unbuilt.add(message)
+            logger.warning("memory %s: no embedder (%s); full text only", purpose, message)
+        return None
+
+
+_unbuilt: set[str] = set()
+
+
+def forget_failures() -> None:
+    """Warn again about an embedder that cannot be built (its settings changed)."""
+    _unbuilt.clear()
+
+
+def _in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``column IN (…)`` for either engine, with its parameters."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+# --- documents -------------------------------------------------------------------------------
+
+
+def core_token(core_id: str) -> str:
+    return "c" + re.sub(r"[^0-9a-z]", "", core_id.lower())
+
+
+def tenant_token(tenant_id: int) -> str:
+    return f"t{int(tenant_id)}"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A slice's full-text document: token lines (summary, then each message)."""
+
+    body: str
+    length: int
+    lexemes: list[str]
+
+
+def document(doc: Doc) -> Document:
+    lines = [text.tokens(doc.summary), *(text.tokens(m) for m in doc.messages)]
+    seen: dict[str, None] = {}
+    for line in lines:
+        seen.update(dict.fromkeys(line))
+    return Document(
+        body="\n".join(" ".join(line) for line in lines),
+        length=sum(len(line) for line in lines),
+        lexemes=list(seen)[:DISTINCT_MAX],
+    )
+
+
+def doc_of(result: RollingResult) -> Doc:
+    return Doc(
+        slice_id=result.slice_id,
+        tenant_id=result.tenant_id,
+        core_id=result.core_id,
+        start_index=int(result.slice["start_index"]),
+        summary=str(result.slice["summary"]),
+        messages=tuple(str(m.get("text", "")) for m in result.messages),
+    )
+
+
+def load_docs(
+    slice_ids: Sequence[str] | None = None,
+    *,
+    pending: bool = False,
+    core_id: str | None = None,
+    after: tuple[str, str] | None = None,
+    limit: int = INDEX_BATCH,
+) -> list[Doc]:
+    """Slices with their messages' texts, oldest first: those named, or (``pending``) those
+    not indexed yet, or (neither) all, of ``core_id`` when given, after ``after``
+    (``(created_at, id)`` of the last one of a previous batch)."""
     where: list[str] = []
     params: list[Any] = []
-    if user_id is not None or agent is not None:
-        joins = f" JOIN {UNIT} u ON u.id = s.unit_id JOIN {CORE} c ON c.id = u.core_id"
-        if user_id is not None:
-            where.append("c.user_id = %s")
-            params.append(user_id)
-        if agent is not None:
-            where.append("c.agent = %s")
-            params.append(agent)
-    extra = "".join(f" AND {w}" for w in where)
-    scope = (joins, extra, params)
+    if slice_ids is not None:
+        if not slice_ids:
+            return []
+        clause, values = _in("s.id", slice_ids)
+        where.append(clause)
+        params += values
+    if pending:
+        where.append("NOT s.indexed")
+    if core_id is not None:
+        where.append("u.core_id = %s")
+        params.append(core_id)
+    if after is not None:
+        where.append("(s.created_at > %s OR (s.created_at = %s AND s.id > %s))")
+        params += [after[0], after[0], after[1]]
+    condition = " AND ".join(where) or "1 = 1"
     with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT s.id, s.tenant_id, u.core_id, s.start_index, s.end_index, s.summary "
+            f"FROM {SLICE} s JOIN {UNIT} u ON u.id = s.unit_id WHERE {condition} "
+            "ORDER BY s.created_at, s.id LIMIT %s",
+            [*params, limit],
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        clause, values = _in("s.id", [row[0] for row in rows])
+        cursor.execute(
+            f'SELECT s.id, m."index", m.text FROM {SLICE} s JOIN {MESSAGE} m '
+            f'ON m.unit_id = s.unit_id AND m."index" >= s.start_index AND m."index" < s.end_index '
+            f"WHERE {clause}",
+            values,
+        )
+        texts: dict[str, dict[int, str]] = defaultdict(dict)
+        for slice_id, index, body in cursor.fetchall():
+            texts[slice_id][int(index)] = body
+    return [
+        Doc(
+            slice_id=slice_id,
+            tenant_id=int(tenant_id),
+            core_id=core_id_,
+            start_index=int(start),
+            summary=summary,
+            messages=tuple(texts[slice_id].get(i, "") for i in range(int(start), int(end))),
+        )
+        for slice_id, tenant_id, core_id_, start, end, summary in rows
+    ]
+
+
+def slice_created(slice_id: str) -> tuple[str, str] | None:
+    """``(created_at, id)`` of a slice as :func:`load_docs` pages by, in SQL form."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT created_at, id FROM {SLICE} WHERE id = %s", [slice_id])
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+# --- writing the full-text index ----------------------------------------------------------------
+
+
+def index_fulltext(docs: Sequence[Doc], *, rebuild: bool = False) -> int:
+    """Put the docs into the full-text index, in one transaction; returns how many.
+
+    Idempotent: a slice indexed already is left alone, unless ``rebuild`` (its entry
+    is written again, from the current tokenizer).
+    """
+    if not docs:
+        return 0
+    made = [(doc, document(doc)) for doc in docs]
+    done = 0
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        guard = "" if rebuild else " AND NOT indexed"
         if connection.vendor == "postgresql":
-            return _search_postgres(cursor, tenant_id, words, scope, limit)
-        return _search_sqlite(cursor, tenant_id, words, scope, limit)
+            for doc, item in made:
+                cursor.execute(
+                    f"UPDATE {SLICE} SET search_document = array_to_tsvector(%s::text[]), "
+                    f"search_text = %s, search_length = %s, indexed = true WHERE id = %s{guard}",
+                    [item.lexemes, item.body, item.length, doc.slice_id],
+                )
+                done += cursor.rowcount
+            return done
+        # SQLite: the transaction holds the write lock, so the read and the writes agree.
+        for doc, item in made:
+            if rebuild:
+                cursor.execute(
+                    f"DELETE FROM {FTS_TABLE} WHERE rowid = "
+                    f"(SELECT search_rowid FROM {SLICE} WHERE id = %s)",
+                    [doc.slice_id],
+                )
+            cursor.execute(
+                f"INSERT INTO {FTS_TABLE} (body, scope) VALUES (%s, %s)",
+                [item.body, f"{tenant_token(doc.tenant_id)} {core_token(doc.core_id)}"],
+            )
+            rowid = cursor.lastrowid
+            cursor.execute(
+                f"UPDATE {SLICE} SET search_rowid = %s, search_length = %s, indexed = 1 "
+                f"WHERE id = %s{guard}",
+                [rowid, item.length, doc.slice_id],
+            )
+            if cursor.rowcount:
+                done += 1
+            else:
+                cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = %s", [rowid])
+    return done
 
 
-Scope = tuple[str, str, list[Any]]  # joins, extra WHERE, their parameters
+def index_vectors(docs: Sequence[Doc], *, embedder: Embedder | None = None) -> int:
+    """Embed and store the docs' vectors; 0 with a logged warning when the embedder
+    fails (the slices keep their full text; ``reindex_memory`` embeds them later)."""
+    if not docs:
+        return 0
+    embedder = embedder or embedder_or_none("indexing")
+    if embedder is None:
+        return 0
+    try:
+        return vectors.store(docs, embedder)
+    except EmbeddingError as exc:
+        _no_vectors(len(docs), exc)
+        return 0
 
 
-def _search_sqlite(
-    cursor: Any, tenant_id: int, words: Sequence[str], scope: Scope, limit: int
-) -> list[str]:
-    joins, extra, params = scope
-    matching = (
-        f"FROM {FTS_TABLE} JOIN {SLICE} s ON s.search_rowid = {FTS_TABLE}.rowid{joins} "
-        f"WHERE {FTS_TABLE} MATCH %s AND s.tenant_id = %s{extra}"
+def _no_vectors(count: int, exc: EmbeddingError) -> None:
+    logger.warning(
+        "memory indexing: %d slice(s) left without vectors, the embedder failed (%s): %s",
+        count,
+        exc.code,
+        exc,
     )
-    # One statement: the searched slices, and how many of them hold each word.
-    cursor.execute(
-        f"SELECT (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s AND s.indexed"
-        f"{extra})" + "".join(f", (SELECT count(*) {matching})" for _ in words),
-        [
-            tenant_id,
-            *params,
-            *[v for w in words for v in (_sqlite_match([w], tenant_id), tenant_id, *params)],
-        ],
-    )
-    total, *holding = cursor.fetchone()
-    weighted = [(w, weight(total, n)) for w, n in zip(words, holding, strict=True) if n]
-    if not weighted:
-        return []
-    score = " + ".join(
-        f"(CASE WHEN s.search_rowid IN (SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} "
-        f"MATCH %s) THEN %s ELSE 0.0 END)"
-        for _ in weighted
-    )
-    marked = f"highlight({FTS_TABLE}, 0, char(1), '')"  # each matching word opens a mark
-    cursor.execute(
-        f"SELECT s.id {matching} ORDER BY ({score}) DESC, "
-        f"length({marked}) - length(replace({marked}, char(1), '')) DESC, "
-        f"s.created_at DESC, s.id DESC LIMIT %s",
-        [
-            _sqlite_match([w for w, _ in weighted], tenant_id),
-            tenant_id,
-            *params,
-            *[v for w, x in weighted for v in (_sqlite_match([w], tenant_id), x)],
-            limit,
-        ],
-    )
-    return [row[0] for row in cursor.fetchall()]
 
 
-def _search_postgres(
-    cursor: Any, tenant_id: int, words: Sequence[str], scope: Scope, limit: int
-) -> list[str]:
-    joins, extra, params = scope
-    config = search_config()
-    cursor.execute(
-        f"SELECT (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s AND s.indexed"
-        f"{extra})"
-        + "".join(
-            f", (SELECT count(*) FROM {SLICE} s{joins} WHERE s.tenant_id = %s{extra} "
-            f"AND s.search_document @@ to_tsquery(%s::regconfig, %s))"
-            for _ in words
-        ),
-        [
-            tenant_id,
-            *params,
-            *[v for w in words for v in (tenant_id, *params, config, _tsquery([w]))],
-        ],
-    )
-    total, *holding = cursor.fetchone()
-    weighted = [(w, weight(total, n)) for w, n in zip(words, holding, strict=True) if n]
-    if not weighted:
-        return []
-    score = " + ".join(
-        "(CASE WHEN s.search_document @@ to_tsquery(%s::regconfig, %s) "
-        "THEN %s::float8 ELSE 0.0 END)"
-        for _ in weighted
-    )
-    cursor.execute(
-        f"SELECT s.id FROM {SLICE} s CROSS JOIN to_tsquery(%s::regconfig, %s) q{joins} "
-        f"WHERE s.search_document @@ q AND s.tenant_id = %s{extra} "
-        f"ORDER BY ({score}) DESC, ts_rank_cd(s.search_document, q, 32) DESC, "
-        f"s.created_at DESC, s.id DESC LIMIT %s",
-        [
-            config,
-            _tsquery([w for w, _ in weighted]),
-            tenant_id,
-            *params,
-            *[v for w, x in weighted for v in (config, _tsquery([w]), x)],
-            limit,
-        ],
-    )
-    return [row[0] for row in cursor.fetchall()]
+def index_docs(docs: Sequence[Doc]) -> int:
+    """Full text and vectors of these slices, after their transaction committed: embedded
+    first, with no transaction open, then both written in one short transaction (the
+    full text alone when the embedder fails, with a warning)."""
+    if not docs:
+        return 0
+    embedder = embedder_or_none("indexing")
+    found: list[np.ndarray] | None = None
+    if embedder is not None:
+        try:
+            found = vectors.matrices(docs, embedder)
+        except EmbeddingError as exc:
+            _no_vectors(len(docs), exc)
+    with transaction.atomic():
+        done = index_fulltext(docs)
+        if embedder is not None and found is not None:
+            vectors.write(docs, found, embedder)
+    return done
 
 
 def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_BATCH) -> int:
-    """Put summaries into the index: the slices named (or up to ``limit`` of those not
-    indexed yet). Idempotent: an indexed slice is left alone. Returns how many."""
-    pending = MemorySlice.objects.filter(indexed=False)
-    if slice_ids is not None:
-        if not slice_ids:
-            return 0
-        pending = pending.filter(pk__in=list(slice_ids))
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            ids = list(pending.order_by("created_at").values_list("pk", flat=True)[:limit])
-            if not ids:
-                return 0
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {SLICE} SET search_document = "
-                    f"to_tsvector(%s::regconfig, summary), "
-                    f"indexed = true WHERE id = ANY(%s) AND NOT indexed",
-                    [search_config(), ids],
-                )
-                return int(cursor.rowcount)
-        # SQLite: the transaction holds the write lock, so the read and the writes agree.
-        rows = list(
-            pending.order_by("created_at").values_list("pk", "tenant_id", "summary")[:limit]
-        )
-        with connection.cursor() as cursor:
-            for slice_id, tenant_id, summary in rows:
-                cursor.execute(
-                    f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",
-                    [summary, f"t{tenant_id}"],
-                )
-                cursor.execute(
-                    f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s",
-                    [cursor.lastrowid, slice_id],
-                )
-        return len(rows)
+    """Index slices: the ones named (full text where missing, and vectors where missing),
+    or up to ``limit`` of those not in the full-text index yet (full text only).
+    Idempotent. Returns how many entered the full-text index."""
+    if slice_ids is None:
+        return index_fulltext(load_docs(pending=True, limit=limit))
+    total = 0
+    for offset in range(0, len(slice_ids), limit):
+        docs = load_docs(slice_ids[offset : offset + limit], limit=limit)
+        total += index_fulltext(docs)
+        embedder = embedder_or_none("indexing")
+        if embedder is not None:
+            have = set(
+                vectors.MemoryVectors.objects.filter(
+                    slice_id__in=[d.slice_id for d in docs], model=embedder.name
+                ).values_list("slice_id", flat=True)
+            )
+            index_vectors([d for d in docs if d.slice_id not in have], embedder=embedder)
+    return total
 
 
 def index_pending(*, batch: int = INDEX_BATCH) -> int:
-    """Index every slice not indexed yet; returns how many."""
+    """The full text of every slice not indexed yet (``roll_dialogs`` runs it before each
+    sweep: a process that died between a rolling's commit and its consumers); returns
+    how many. Vectors are ``reindex_memory``'s job."""
     total = 0
     while True:
         done = index_slices(limit=batch)
@@ -272,34 +392,374 @@ def index_pending(*, batch: int = INDEX_BATCH) -> int:
             return total
 
 
-def index_slice(*, slice_id: str, tenant_id: int, summary: str) -> bool:
-    """Index one slice whose summary the caller holds; False if it was indexed already."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:  # one statement: its own transaction
-            cursor.execute(
-                f"UPDATE {SLICE} SET search_document = to_tsvector(%s::regconfig, %s), "
-                "indexed = true WHERE id = %s AND NOT indexed",
-                [search_config(), summary, slice_id],
-            )
-            return bool(cursor.rowcount)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {FTS_TABLE} (summary, scope) VALUES (%s, %s)",
-            [summary, f"t{tenant_id}"],
-        )
-        rowid = cursor.lastrowid
-        cursor.execute(
-            f"UPDATE {SLICE} SET search_rowid = %s, indexed = 1 WHERE id = %s AND NOT indexed",
-            [rowid, slice_id],
-        )
-        if cursor.rowcount:
-            return True
-        cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = %s", [rowid])
-        return False
+def index_slice(*, doc: Doc) -> bool:
+    """Index one slice whose texts the caller holds; False if it was indexed already."""
+    return bool(index_docs([doc]))
 
 
 def index_consumer(result: RollingResult) -> None:
-    """The built-in AfterRolling consumer: index the new slice's summary."""
-    index_slice(
-        slice_id=result.slice_id, tenant_id=result.tenant_id, summary=result.slice["summary"]
+    """The built-in AfterRolling consumer: index the new slice (full text, then vectors)."""
+    index_docs([doc_of(result)])
+
+
+# --- searching ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The searched memory: the tenant's slices, of ``core_ids`` unless ``whole_tenant``."""
+
+    tenant_id: int
+    core_ids: tuple[str, ...]  # most recently active first
+    whole_tenant: bool = False
+
+
+@dataclass
+class Candidate:
+    """What a search reads of one slice it may return."""
+
+    slice_id: str
+    core_id: str
+    start_index: int
+    body: str = ""
+    length: int = 0  # tokens in the body
+
+
+@dataclass(frozen=True)
+class Found:
+    """One hit: the slice, its rank, and its best messages' indexes (best first)."""
+
+    slice_id: str
+    rank: int
+    messages: tuple[int, ...]
+
+
+@dataclass
+class Lexical:
+    order: list[str] = field(default_factory=list)  # slice ids, best first (the window)
+    idf: dict[str, float] = field(default_factory=dict)
+    found: dict[str, Candidate] = field(default_factory=dict)  # slice id → candidate
+
+
+def _fts_scope(scope: Scope) -> str:
+    if scope.whole_tenant or len(scope.core_ids) > SCOPE_CORES_MAX:
+        return f'scope : "{tenant_token(scope.tenant_id)}"'
+    return "scope : (" + " OR ".join(f'"{core_token(c)}"' for c in scope.core_ids) + ")"
+
+
+def _slice_scope(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL narrowing ``s`` (the slice table) to the scope, with its parameters."""
+    if scope.whole_tenant:
+        return "s.tenant_id = %s", [scope.tenant_id]
+    clause, values = _in("core_id", scope.core_ids)
+    return (
+        f"s.tenant_id = %s AND s.unit_id IN (SELECT id FROM {UNIT} WHERE tenant_id = %s "
+        f"AND {clause})",
+        [scope.tenant_id, scope.tenant_id, *values],
     )
+
+
+def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, Candidate]]:
+    """(key, candidate) of slices ``s`` matching ``where``, with their token lines; the key
+    is the full-text row (SQLite's rowid, PostgreSQL's slice id)."""
+    if connection.vendor == "postgresql":
+        cursor.execute(
+            f"SELECT s.id, s.id, u.core_id, s.start_index, coalesce(s.search_text, ''), "
+            f"coalesce(s.search_length, 0) "
+            f"FROM {SLICE} s JOIN {UNIT} u ON u.id = s.unit_id WHERE {where}",
+            params,
+        )
+    else:
+        cursor.execute(
+            f"SELECT s.search_rowid, s.id, u.core_id, s.start_index, coalesce(f.body, ''), "
+            f"coalesce(s.search_length, 0) "
+            f"FROM {SLICE} s JOIN {UNIT} u ON u.id = s.unit_id "
+            f"LEFT JOIN {FTS_TABLE} f ON f.rowid = s.search_rowid WHERE {where}",
+            params,
+        )
+    return [
+        (
+            key,
+            Candidate(slice_id=sid, core_id=core, start_index=int(start), body=body, length=int(n)),
+        )
+        for key, sid, core, start, body, n in cursor.fetchall()
+    ]
+
+
+def candidates(scope: Scope, slice_ids: Sequence[str]) -> dict[str, Candidate]:
+    """The scope's slices among ``slice_ids``, with their token lines."""
+    if not slice_ids:
+        return {}
+    clause, values = _in("s.id", slice_ids)
+    where, params = _slice_scope(scope)
+    with connection.cursor() as cursor:
+        rows = _candidates(cursor, f"{clause} AND {where}", values + params)
+    return {c.slice_id: c for _, c in rows}
+
+
+def _matching(scope: Scope, words: Sequence[str]) -> tuple[str, list[list[Any]]]:
+    """SQL selecting the full-text keys of the scope's slices holding each word, in
+    ``{key}`` form (``key``), with each word's parameters."""
+    where, params = _slice_scope(scope)
+    if connection.vendor == "postgresql":
+        sql = (
+            f"SELECT s.id AS key FROM {SLICE} s WHERE s.search_document @@ %s::tsquery AND {where}"
+        )
+        return sql, [[f"'{w}'", *params] for w in words]
+    sql = f"SELECT rowid AS key FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s"
+    extra: list[Any] = []
+    if not scope.whole_tenant and len(scope.core_ids) > SCOPE_CORES_MAX:
+        # The tenant's postings, narrowed to the scope's cores by their slices.
+        sql += f" AND rowid IN (SELECT s.search_rowid FROM {SLICE} s WHERE {where})"
+        extra = params
+    fts_scope = _fts_scope(scope)
+    return sql, [[f'body : "{w}" AND {fts_scope}', *extra] for w in words]
+
+
+def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
+    """The full-text ranking of the scope's slices for ``words``: its best ``window``
+    (the module's docstring, step 1).
+
+    The scope's size and each word's count, and the ``window`` slices with the largest
+    sum of idf (ties: the newest): two statements on SQLite (FTS5 walks postings
+    fast), one on PostgreSQL (each word's matches read once); then their token lines,
+    for BM25.
+    """
+    out = Lexical()
+    if not words:
+        return out
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            stats = _head_postgres(cursor, scope, words, window)
+        else:
+            stats = _head_sqlite(cursor, scope, words, window)
+        if stats is None:
+            return out
+        total, length, held, head = stats
+        average = max(float(length) / total, 1.0)
+        out.idf = {w: weight(total, n) for w, n in zip(words, held, strict=True) if n}
+        key_column = "s.id" if connection.vendor == "postgresql" else "s.search_rowid"
+        clause, values = _in(key_column, head)
+        by_key = dict(_candidates(cursor, clause, values)) if head else {}
+    # The window by the full BM25, from their token lines; ties as the first order.
+    place = {key: i for i, key in enumerate(head)}
+    scored = [(key, _bm25(by_key[key], out.idf, average)) for key in head if key in by_key]
+    scored.sort(key=lambda item: (-item[1], place[item[0]]))
+    out.order = [by_key[key].slice_id for key, _ in scored]
+    out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
+    return out
+
+
+Head = tuple[int, float, list[int], list[Any]]  # N, total length, each word's n, the window
+
+
+def _head_sqlite(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+    where, params = _slice_scope(scope)
+    matching, word_params = _matching(scope, words)
+    cursor.execute(
+        "SELECT n.total, n.length"
+        + "".join(f", (SELECT count(*) FROM ({matching}) m{i})" for i in range(len(words)))
+        + " FROM (SELECT count(*) AS total, coalesce(sum(s.search_length), 0) AS length "
+        f"FROM {SLICE} s WHERE s.indexed AND {where}) n",
+        [*(v for values in word_params for v in values), *params],
+    )
+    total, length, *holding = cursor.fetchone()
+    held = [int(n) for n in holding]
+    if not total or not any(held):
+        return None
+    total = max(int(total), *held)
+    kept = [(weight(total, n), values) for n, values in zip(held, word_params, strict=True) if n]
+    cursor.execute(
+        "SELECT key, sum(w) AS score FROM ("
+        + " UNION ALL ".join(
+            f"SELECT key, %s AS w FROM ({matching}) m{i}" for i in range(len(kept))
+        )
+        + ") hits GROUP BY key ORDER BY score DESC, key DESC LIMIT %s",
+        [v for w, values in kept for v in (w, *values)] + [window],
+    )
+    return total, float(length), held, [row[0] for row in cursor.fetchall()]
+
+
+def _head_postgres(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+    """One statement: each word's matches read once (materialized), counted, weighted
+    (the idf of :func:`weight`, in SQL) and summed per slice."""
+    where, params = _slice_scope(scope)
+    matching, word_params = _matching(scope, words)
+    cursor.execute(
+        "WITH size AS MATERIALIZED (SELECT count(*)::float8 AS total, "
+        "coalesce(sum(s.search_length), 0)::float8 AS length "
+        f"FROM {SLICE} s WHERE s.indexed AND {where}), "
+        "m AS MATERIALIZED ("
+        + " UNION ALL ".join(
+            f"SELECT {i} AS t, key FROM ({matching}) m{i}" for i in range(len(words))
+        )
+        + "), df AS (SELECT t, count(*)::float8 AS n FROM m GROUP BY t), "
+        "w AS (SELECT df.t, df.n, ln(1 + (greatest(size.total, df.n) - df.n + 0.5) "
+        "/ (df.n + 0.5)) AS w FROM df, size), "
+        "top AS (SELECT m.key, sum(w.w) AS score FROM m JOIN w USING (t) GROUP BY m.key "
+        "ORDER BY score DESC, m.key DESC LIMIT %s) "
+        "SELECT 'k', key, score FROM top "
+        "UNION ALL SELECT 'n', t::text, n FROM w "
+        "UNION ALL SELECT 'size', total::text, length FROM size",
+        [*params, *(v for values in word_params for v in values), window],
+    )
+    held = [0] * len(words)
+    head: list[tuple[str, float]] = []
+    total, length = 0, 0.0
+    for kind, key, number in cursor.fetchall():
+        if kind == "k":
+            head.append((key, float(number)))
+        elif kind == "n":
+            held[int(key)] = int(number)
+        else:
+            total, length = int(float(key)), float(number)
+    if not total or not any(held):
+        return None
+    head.sort(key=lambda item: item[0], reverse=True)  # the newest first, among equals
+    head.sort(key=lambda item: -item[1])
+    return max(total, *held), length, held, [key for key, _ in head]
+
+
+def _spaced(text: str) -> str:
+    """Token lines with two spaces around every token, so ``str.count(" t ")`` counts
+    each whole token ``t``, repeated ones included (C speed, no list of tokens)."""
+    return " " + text.replace(" ", "  ").replace("\n", "  ") + " "
+
+
+def _bm25(candidate: Candidate, idf: dict[str, float], average: float) -> float:
+    spaced = _spaced(candidate.body)
+    norm = K1 * (1 - B + B * candidate.length / average)
+    score = 0.0
+    for t, w in idf.items():
+        tf = spaced.count(f" {t} ")
+        if tf:
+            score += w * tf * (K1 + 1) / (tf + norm)
+    return score
+
+
+def _query_vector(query: str, embedder: Embedder) -> np.ndarray | None:
+    try:
+        return embed_texts([query], embedder=embedder)[0]
+    except EmbeddingError as exc:
+        logger.warning(
+            "memory search: the query could not be embedded (%s: %s); full-text results only",
+            exc.code,
+            exc,
+        )
+        return None
+
+
+def fuse(rankings: Iterable[Sequence[str]]) -> list[str]:
+    """Reciprocal-rank fusion: ids by ``Σ 1 / (RRF_K + rank)`` over the rankings (ranks
+    from 1), ties to the better rank in the first ranking, then the next, then the
+    newest id."""
+    lists = list(rankings)
+    ranks = [{item: i for i, item in enumerate(ranking, 1)} for ranking in lists]
+    score: dict[str, float] = defaultdict(float)
+    for ranked in ranks:
+        for item, rank in ranked.items():
+            score[item] += 1.0 / (RRF_K + rank)
+    missing = 1 << 30
+
+    def key(item: str) -> tuple[Any, ...]:
+        return (-score[item], *(r.get(item, missing) for r in ranks))
+
+    return sorted(sorted(score, reverse=True), key=key)
+
+
+def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
+    """The best ``limit`` slices of the scope for ``query``, best first (module docstring).
+
+    The query must have passed :func:`terms`; with no tokens the answer is ``[]``.
+    Each ranking is cut to its best ``max(RERANK, limit)`` (the rank window) before
+    fusion, as Elasticsearch's reciprocal-rank fusion cuts to its ``rank_window_size``.
+    """
+    words = terms(query)
+    if not words or not scope.core_ids:
+        return []
+    window = max(RERANK, limit)
+    full = lexical(scope, words, window=window)
+    embedder = embedder_or_none("search")
+    query_vector = None if embedder is None else _query_vector(query, embedder)
+    dense_ids: list[str] = []
+    if embedder is not None and query_vector is not None:
+        dense = vectors.dense_ranking(
+            scope.core_ids[:DENSE_CORES_MAX],
+            query_vector,
+            embedder,
+            also=full.order,
+            minimum=dense_minimum(),
+        )
+        dense_ids = [slice_id for slice_id, _ in dense[:window]]
+    ranked = fuse([full.order, dense_ids])
+    found = dict(full.found)
+    hits: list[str] = []
+    start = 0
+    while len(hits) < limit and start < len(ranked):
+        # Slices found by meaning only are read (and so checked to be in the scope) first.
+        batch = ranked[start : start + limit - len(hits)]
+        found.update(candidates(scope, [s for s in batch if s not in found]))
+        hits += [s for s in batch if s in found]
+        start += len(batch)
+    return [
+        Found(
+            slice_id=slice_id,
+            rank=rank,
+            messages=best_messages(found[slice_id], full.idf, query_vector, embedder),
+        )
+        for rank, slice_id in enumerate(hits, 1)
+    ]
+
+
+def best_messages(
+    candidate: Candidate,
+    idf: dict[str, float],
+    query_vector: np.ndarray | None,
+    embedder: Embedder | None,
+) -> tuple[int, ...]:
+    """The indexes of the slice's best-matching messages, best first (at most
+    :data:`MESSAGES_PER_HIT`): fused ranks of their full-text and dense scores."""
+    lines = candidate.body.split("\n")[1:]  # line 0 is the summary
+    scored: dict[str, float] = {}
+    for j, line in enumerate(lines):
+        if not line:
+            continue
+        spaced = _spaced(line)
+        score = 0.0
+        for t, w in idf.items():
+            tf = spaced.count(f" {t} ")
+            if tf:
+                score += w * tf / (tf + K1)
+        if score:
+            scored[str(candidate.start_index + j)] = score
+    by_words = sorted(scored, key=lambda i: (-scored[i], int(i)))
+    by_meaning: list[str] = []
+    if query_vector is not None and embedder is not None:
+        sims = vectors.message_scores(candidate.core_id, candidate.slice_id, query_vector, embedder)
+        minimum = dense_minimum()
+        by_meaning = [
+            str(i)
+            for i, s in sorted(sims.items(), key=lambda item: (-item[1], item[0]))
+            if s > minimum
+        ]
+    ranked = fuse([by_words, by_meaning]) if by_meaning else by_words
+    return tuple(int(i) for i in ranked[:MESSAGES_PER_HIT])
+
+
+# --- snippets ------------------------------------------------------------------------------------
+
+SNIPPET_CHARS = 200
+
+
+def snippet(body: str, words: Iterable[str], *, size: int = SNIPPET_CHARS) -> str:
+    """About ``size`` characters of ``body`` around its first match of ``words`` (its
+    start when none matches), white space collapsed, cuts marked with ``…``."""
+    place = text.locate(body, frozenset(words))
+    if place is None:
+        start = 0
+    else:
+        middle = (place[0] + place[1]) // 2
+        start = max(0, min(middle - size // 2, len(body) - size))
+    end = min(len(body), start + size)
+    piece = " ".join(body[start:end].split())
+    return ("…" if start > 0 else "") + piece + ("…" if end < len(body) else "")

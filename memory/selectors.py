@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from accounts.models import Tenant
 
@@ -20,11 +20,14 @@ from . import search
 from .exceptions import InvalidQuery, NotFound
 from .ids import is_valid_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
+from .times import format_time
 from .wire import (
     core_wire,
+    hit_wire,
     history_block_wire,
     history_line,
     indexed_message_wire,
+    message_wire,
     slice_wire,
     unit_wire,
     window_message_wire,
@@ -259,18 +262,25 @@ def history_block(
 
 
 @dataclass(frozen=True)
+class MessageHit:
+    """A best-matching message inside a hit, with a snippet around the match."""
+
+    message: MemoryMessage
+    snippet: str
+
+    @property
+    def index(self) -> int:
+        return self.message.index
+
+
+@dataclass(frozen=True)
 class SliceHit:
     slice: MemorySlice  # with ``unit`` and ``unit.core`` loaded
     rank: int  # 1 = best; a position, never a score (scores would tell of other tenants)
+    messages: tuple[MessageHit, ...] = ()  # best first
 
     def wire(self) -> dict[str, Any]:
-        return {
-            "slice": slice_wire(self.slice),
-            "unit_id": self.slice.unit_id,
-            "core_id": self.slice.unit.core_id,
-            "agent": self.slice.unit.core.agent,
-            "rank": self.rank,
-        }
+        return hit_wire(self.slice, self.rank, ((m.message, m.snippet) for m in self.messages))
 
 
 def search_slices(
@@ -281,33 +291,63 @@ def search_slices(
     agent: str | None = None,
     limit: int = SEARCH_LIMIT,
 ) -> list[SliceHit]:
-    """Slices of the tenant whose summary matches ``query``, best first, ranked 1, 2, 3 …
+    """Slices of the tenant that match ``query`` by their summary or raw messages, in
+    words or in meaning, best first, ranked 1, 2, 3 … (``memory.search``), each with
+    its best-matching messages.
 
-    Any word of the query may match; slices matching more (and rarer, among the
-    searched slices) words rank higher. The answer depends on the searched memory
-    alone, never on other tenants' (``search.search``). Query syntax is not
-    interpreted: quotes, ``*``, ``NEAR``, ``OR`` and parentheses are plain text. A
-    query with no words gives ``[]``; one over ``QUERY_MAX`` characters, or a limit
-    outside 1..100, raises ``InvalidQuery``.
+    The searched memory is the tenant's cores, narrowed to ``user`` and ``agent`` when
+    given (the ``memory_search`` tool: the speaker's core with this agent). The answer
+    depends on the searched memory alone, never on other tenants'. Query syntax is
+    not interpreted. A query with no tokens (empty, only stop words, emoji or
+    punctuation) gives ``[]``; one over ``QUERY_MAX`` characters, or a limit outside
+    1..100, raises ``InvalidQuery``. An embedder that fails gives full-text results.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= search.LIMIT_MAX:
         raise InvalidQuery(f"limit must be an integer from 1 to {search.LIMIT_MAX}")
     if agent is not None and not isinstance(agent, str):
         raise InvalidQuery("agent must be a name")
     words = search.terms(query)
-    found = search.search(
-        tenant_id=tenant.pk,
-        words=words,
-        user_id=None if user is None else user.pk,
-        agent=agent,
-        limit=limit,
+    if not words:
+        return []
+    cores = MemoryCore.objects.filter(tenant=tenant)
+    if user is not None:
+        cores = cores.filter(user_id=user.pk)
+    if agent is not None:
+        cores = cores.filter(agent=agent)
+    core_ids = cores.order_by(F("last_interaction_at").desc(nulls_last=True), "-id").values_list(
+        "pk", flat=True
     )
+    scope = search.Scope(
+        tenant_id=tenant.pk,
+        core_ids=tuple(core_ids),
+        whole_tenant=user is None and agent is None,
+    )
+    found = search.search(scope=scope, query=query, limit=limit)
     if not found:
         return []
-    slices = MemorySlice.objects.select_related("unit", "unit__core").in_bulk(found)
+    slices = MemorySlice.objects.select_related("unit", "unit__core").in_bulk(
+        [f.slice_id for f in found]
+    )
     kept = [
-        slices[slice_id]
-        for slice_id in found
-        if slice_id in slices and slices[slice_id].tenant_id == tenant.pk
+        (f, slices[f.slice_id])
+        for f in found
+        if f.slice_id in slices and slices[f.slice_id].tenant_id == tenant.pk
     ]
-    return [SliceHit(slice=item, rank=rank) for rank, item in enumerate(kept, 1)]
+    # A superset of the messages wanted (their units by their indexes), in one query.
+    rows = {
+        (m.unit_id, m.index): m
+        for m in MemoryMessage.objects.filter(
+            tenant=tenant,
+            unit_id__in={item.unit_id for f, item in kept if f.messages},
+            index__in={i for f, _ in kept for i in f.messages},
+        )
+    }
+    hits: list[SliceHit] = []
+    for rank, (f, item) in enumerate(kept, 1):
+        messages = tuple(
+            MessageHit(message=row, snippet=search.snippet(row.text, words))
+            for index in f.messages
+            if (row := rows.get((item.unit_id, index))) is not None
+        )
+        hits.append(SliceHit(slice=item, rank=rank, messages=messages))
+    return hits

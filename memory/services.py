@@ -34,6 +34,7 @@ from .ids import new_slice_id, new_unit_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .normalize import Msg, clean_agent, clean_messages, clean_summary, normalize_unit
 from .times import now_ms
+from .vectors import Doc
 
 if TYPE_CHECKING:
     from .rolling import RollOutcome
@@ -131,7 +132,8 @@ def update_memory_unit(
     needed) and create a slice ``[start, start + len(messages))`` with ``summary``.
 
     Leaves the dialogue window alone (rolling does that); for plugins and imports. The
-    summary is indexed for search once the transaction commits.
+    slice (summary and messages: full text, then vectors) is indexed for search once
+    the transaction commits.
     """
     _check_core(tenant, core)
     now = now_ms()
@@ -162,9 +164,15 @@ def update_memory_unit(
                 now=now,
             ),
         )
-        transaction.on_commit(
-            partial(search.index_slice, slice_id=slice_id, tenant_id=locked.tenant_id, summary=text)
+        doc = Doc(
+            slice_id=slice_id,
+            tenant_id=locked.tenant_id,
+            core_id=core.pk,
+            start_index=locked.unit_message_count,
+            summary=text,
+            messages=tuple(m.text for m in rows),
         )
+        transaction.on_commit(partial(search.index_slice, doc=doc))
     return MemoryUnit.objects.get(pk=unit_id), MemorySlice.objects.get(pk=slice_id)
 
 
@@ -173,7 +181,8 @@ def restore_unit(*, tenant: Tenant, core: MemoryCore, unit: Mapping[str, Any]) -
     """Write a unit from its wire shape (an export, another store), normalized first:
     ids and times filled, ranges clamped, slices ordered and made not to overlap.
 
-    The unit's id and memory session must be new to the core.
+    The unit's id and memory session must be new to the core. Its slices are indexed
+    for search (full text, then vectors) once the transaction commits.
     """
     _check_core(tenant, core)
     data = normalize_unit(unit, now=now_ms())
@@ -254,7 +263,10 @@ def delete_core(*, tenant: Tenant, core: MemoryCore) -> dict[str, int]:
     units = MemoryUnit.objects.filter(tenant=tenant, core=core)
     counts = {
         "messages": MemoryMessage.objects.filter(tenant=tenant, unit__in=units).delete()[0],
-        "slices": MemorySlice.objects.filter(tenant=tenant, unit__in=units).delete()[0],
+        # (their vectors go with them: MemoryVectors cascades)
+        "slices": MemorySlice.objects.filter(tenant=tenant, unit__in=units)
+        .delete()[1]
+        .get(MemorySlice._meta.label, 0),
         "window": DialogueMessage.objects.filter(tenant=tenant, core=core).delete()[0],
         "units": units.delete()[0],
     }

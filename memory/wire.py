@@ -3,6 +3,7 @@
 core  ``{id, user, agent, memory_session_id, units: [unit ids, oldest first]}``
 unit  ``{id, memory_session_id, updated_at, conversation_messages: [{role, text, at}], slices}``
 slice ``{id, start_index, end_index, summary, created_at}`` (``end_index`` exclusive)
+hit   ``{slice, unit_id, core_id, agent, rank, messages: [{index, role, at, snippet}]}``
 """
 
 from __future__ import annotations
@@ -142,4 +143,30 @@ def unit_wire(
         "updated_at": format_time(unit.updated_at),
         "conversation_messages": [message_wire(m) for m in messages],
         "slices": [slice_wire(s) for s in slices],
+    }
+
+
+def message_hit_wire(message: MemoryMessage, snippet: str) -> dict[str, Any]:
+    """A best-matching message of a search hit: ``index`` is its place in the unit (what
+    ``memory_read {unit_id, start, end}`` takes), ``snippet`` a piece around the match."""
+    return {
+        "index": message.index,
+        "role": message.role,
+        "at": format_time(message.at),
+        "snippet": snippet,
+    }
+
+
+def hit_wire(
+    item: MemorySlice, rank: int, messages: Iterable[tuple[MemoryMessage, str]]
+) -> dict[str, Any]:
+    """A search hit: the slice (with ``unit`` and ``unit.core`` loaded), its rank (1 =
+    best; never a score), and its best-matching messages, best first."""
+    return {
+        "slice": slice_wire(item),
+        "unit_id": item.unit_id,
+        "core_id": item.unit.core_id,
+        "agent": item.unit.core.agent,
+        "rank": rank,
+        "messages": [message_hit_wire(message, snippet) for message, snippet in messages],
     }

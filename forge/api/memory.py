@@ -9,10 +9,14 @@
   URL of the following messages, or null) say where the page sits. Slice
   indexes are always over the whole unit.
 * ``GET /api/memory/search/?q=&agent=&limit=``: the best ``limit`` (1..100,
-  default 10) slices whose summary matches ``q``, each ``{slice, unit_id,
-  core_id, agent, rank}`` (``rank`` 1 = best; no score, whose value would
-  depend on other tenants' memory). One page (``next`` is always null). ``q`` missing is
-  a 400; a ``q`` with no words (empty, only punctuation) gives no results.
+  default 10) slices of the caller's own memory (their cores in the tenant; one
+  agent's with ``agent``) that match ``q`` by summary or raw messages, in words or
+  in meaning (``memory.search``), each ``{slice, unit_id, core_id, agent, rank,
+  messages: [{index, role, at, snippet}]}`` (``rank`` 1 = best; no score, whose
+  value would depend on other memory; ``messages`` the best-matching messages
+  inside the slice, best first). One page (``next`` is always null). ``q``
+  missing is a 400; a ``q`` with no words (empty, only stop words, emoji or
+  punctuation) gives no results.
 
 Thin: parse, call a ``memory.selectors`` read, shape the answer. Everything is
 scoped to the caller's tenant; another tenant's core or unit is a 404 with the
@@ -26,6 +30,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -104,6 +109,15 @@ class MemoryUnitSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True, help_text="URL of the following messages")
 
 
+class MemoryHitMessageSerializer(serializers.Serializer):
+    index = serializers.IntegerField(
+        help_text="the message's index in its unit (memory_read's start)", min_value=0
+    )
+    role = serializers.CharField()
+    at = serializers.CharField()
+    snippet = serializers.CharField(help_text="about 200 characters around the match")
+
+
 class MemoryHitSerializer(serializers.Serializer):
     slice = MemorySliceSerializer()
     unit_id = serializers.CharField()
@@ -111,7 +125,10 @@ class MemoryHitSerializer(serializers.Serializer):
     agent = serializers.CharField()
     rank = serializers.IntegerField(
         min_value=1,
-        help_text="1 = the best hit; the order depends on the caller's tenant's memory alone",
+        help_text="1 = the best hit; the order depends on the searched memory alone",
+    )
+    messages = MemoryHitMessageSerializer(
+        many=True, help_text="the best-matching messages inside the slice, best first"
     )
 
 
@@ -204,9 +221,12 @@ class MemoryViewSet(GenericViewSet):
         operation_id="memory_search",
         parameters=[
             OpenApiParameter(
-                "q", str, required=True, description="words to look for in slice summaries"
+                "q",
+                str,
+                required=True,
+                description="what to look for in the caller's memory (summaries and messages)",
             ),
-            OpenApiParameter("agent", str, description="only this agent's memory"),
+            OpenApiParameter("agent", str, description="only the caller's memory with this agent"),
             OpenApiParameter("limit", int, description=f"hits to give, at most {SEARCH_MAX}"),
         ],
         responses=MemorySearchSerializer,
@@ -219,5 +239,10 @@ class MemoryViewSet(GenericViewSet):
         limit = parse_limit(
             request.query_params.get("limit"), default=SEARCH_DEFAULT, maximum=SEARCH_MAX
         )
-        hits = selectors.search_slices(tenant=self.tenant, query=query, agent=agent, limit=limit)
+        tenant = self.tenant  # authenticates: the caller is a user of this tenant
+        user = request.user
+        assert isinstance(user, AbstractBaseUser)
+        hits = selectors.search_slices(
+            tenant=tenant, query=query, user=user, agent=agent, limit=limit
+        )
         return Response(page_body([hit.wire() for hit in hits], None))

@@ -394,8 +394,13 @@ FORGE_MEMORY_TOOL_OUTPUT_CHARS = env_int("FORGE_MEMORY_TOOL_OUTPUT_CHARS", 2000)
 # The dialog_history context block: at most this many recent slices and characters.
 FORGE_MEMORY_HISTORY_SLICES = env_int("FORGE_MEMORY_HISTORY_SLICES", 8)
 FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
-# PostgreSQL text search configuration of the slice index (SQLite: FTS5 with porter).
-FORGE_MEMORY_SEARCH_CONFIG = env_str("FORGE_MEMORY_SEARCH_CONFIG", "english")
+# Memory search (docs/memory.md, "Search"): full text on both engines, plus dense vectors
+# when FORGE_MEMORY_VECTORS is on (off: full text only, nothing embedded). A slice found
+# by meaning alone needs a cosine above FORGE_MEMORY_DENSE_MIN_SIMILARITY. Each process
+# keeps the vectors of the cores it searched, up to FORGE_MEMORY_VECTOR_CACHE_MB.
+FORGE_MEMORY_VECTORS = env_bool("FORGE_MEMORY_VECTORS", True)
+FORGE_MEMORY_DENSE_MIN_SIMILARITY = env_float("FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0)
+FORGE_MEMORY_VECTOR_CACHE_MB = env_int("FORGE_MEMORY_VECTOR_CACHE_MB", 1024)
 # Dense vectors for memory search (memory/embeddings, docs/memory.md "Embeddings"):
 # FORGE_EMBEDDING_MODEL "openai/<model>": that model's /v1/embeddings at OPENAI_BASE_URL
 # (with OPENAI_API_KEY); unset: the offline model shipped in the wordllama wheel

@@ -56,6 +56,9 @@ STATIC_ROOT = None  # type: ignore[assignment]  # tests serve static files from 
 WHITENOISE_USE_FINDERS = True
 
 FORGE_ECHO_DELAY = 0.0
+# Memory's embedder in the whole suite: a small deterministic one defined in the tests
+# (hashed character trigrams), never the offline model; a test may set another.
+FORGE_MEMORY_EMBEDDER = env_str("FORGE_TEST_MEMORY_EMBEDDER", "tests.memory.embedders.hashed")
 # Every scripted session of the suite proves the incremental context equals the
 # full derivation, byte for byte (forge.context.incremental.verify).
 FORGE_CONTEXT_VERIFY = True

@@ -8,11 +8,14 @@ belongs to (``ToolContext.message_id``). A slice or unit of another user,
 another agent or another tenant is answered exactly like a missing one (a tool
 error), never with its data.
 
-* ``memory_search {query, limit?}``: slices whose summary matches, best first,
-  as text: rank, slice id, unit id, the message range ``[start, end)`` and the
-  summary (each cut at :data:`SUMMARY_MAX_CHARS`). ``limit`` 1..20, default 5.
-  No score: the order is all there is, and it depends on the speaker's memory
-  alone (``memory.search``).
+* ``memory_search {query, limit?}``: slices that match by their summary or their
+  raw messages, in words or in meaning (hybrid search, ``memory.search``), best
+  first, as text: rank, slice id, unit id, the message range ``[start, end)``,
+  the summary (cut at :data:`SUMMARY_MAX_CHARS`), then the best-matching
+  messages inside the slice, one line each: ``[index] role (time): snippet``,
+  so the model can quote them and open ``memory_read {unit_id, start, end}``
+  at that index. ``limit`` 1..20, default 5. No score: the order is all there
+  is, and it depends on the speaker's memory alone.
 * ``memory_read {slice_id}`` or ``{unit_id, start?, end?}``: the raw messages of
   the slice's range, or of the unit's ``[start, end)`` (``start`` default 0,
   ``end`` default ``start + READ_MAX_MESSAGES``), at most
@@ -129,6 +132,11 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"| {format_time(item.created_at)}"
         )
         lines.append("   " + _cut(item.summary, SUMMARY_MAX_CHARS).replace("\n", "\n   "))
+        for found in hit.messages:
+            message = found.message
+            lines.append(
+                f"   [{message.index}] {message.role} ({format_time(message.at)}): {found.snippet}"
+            )
     lines.append(
         'Read the messages behind a slice with memory_read {"slice_id": "…"}, '
         'or a range of a unit with {"unit_id": "…", "start": N, "end": M}.'
@@ -136,17 +144,22 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     return ToolResult(
         output="\n".join(lines),
         title=f"memory search: {shown}",
-        metadata={"count": len(hits), "slice_ids": [hit.slice.pk for hit in hits]},
+        metadata={
+            "count": len(hits),
+            "slice_ids": [hit.slice.pk for hit in hits],
+            "messages": [[m.index for m in hit.messages] for hit in hits],
+        },
     )
 
 
 @tool(
     name="memory_search",
     description=(
-        "Search your long-term memory of earlier conversations with this user: summaries "
-        "of past dialogue (slices), best match first, each with its slice id, unit id, "
-        "message range and summary. Any word of the query may match; no query syntax. "
-        "Use memory_read to see the original messages."
+        "Search your long-term memory of earlier conversations with this user, by words "
+        "and by meaning: the best-matching stretches of past dialogue (slices), best "
+        "first, each with its slice id, unit id, message range and summary, and the "
+        "messages inside it that match best ([index] role (time): snippet). Any word of "
+        "the query may match; no query syntax. Use memory_read to see whole messages."
     ),
     parameters={
         "type": "object",

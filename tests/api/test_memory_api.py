@@ -167,7 +167,12 @@ def test_search_ranks_hits_and_gives_their_unit(api, tenant, user, mine):
     assert body["next"] is None
     hits = body["results"]
     assert len(hits) == 2
-    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "rank"}
+    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "rank", "messages"}
+    for hit in hits:
+        assert hit["messages"], hit
+        for message in hit["messages"]:
+            assert set(message) == {"index", "role", "at", "snippet"}
+            assert hit["slice"]["start_index"] <= message["index"] < hit["slice"]["end_index"]
     assert [h["rank"] for h in hits] == [1, 2]
     assert {h["agent"] for h in hits} == {"build", "explore"}
     mine_hit = next(h for h in hits if h["agent"] == "build")

@@ -82,12 +82,14 @@ def test_memory_search_answers_the_same_bytes_whatever_another_tenant_writes(
     assert after.content == before.content
     assert [hit["rank"] for hit in hits] == [1, 2]
     for hit in hits:
-        assert set(hit) == {"slice", "unit_id", "core_id", "agent", "rank"}
+        assert set(hit) == {"slice", "unit_id", "core_id", "agent", "rank", "messages"}
 
 
-def test_memory_search_order_is_the_tenants_own(api: APIClient, tenant, user, apples):
-    """Within the tenant the word statistics do count: a slice matching a word few of
-    the tenant's slices hold ranks above one matching a common word."""
+def test_memory_search_order_is_the_tenants_own(api: APIClient, tenant, user, apples, settings):
+    """Within the searched memory the word statistics do count: a slice matching a word
+    few of its slices hold ranks above one matching a common word (the full-text
+    ranking, seen alone with vectors off; cosines have no corpus statistics)."""
+    settings.FORGE_MEMORY_VECTORS = False
     for n in range(4):
         summarized(tenant, user, f"Banana note {n}.")
     hits = api.get(f"/api/memory/search/?q={QUERY}").json()["results"]

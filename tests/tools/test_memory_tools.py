@@ -114,7 +114,9 @@ async def test_search_gives_the_owners_slices_for_this_agent_only(ctx, memories)
     mine = memories["mine"]
     item = await database_sync_to_async(slice_of)(mine)
     result = await call("memory_search", {"query": "rocket"}, ctx)
-    assert result.metadata == {"count": 1, "slice_ids": [item.pk]}
+    assert result.metadata == {"count": 1, "slice_ids": [item.pk], "messages": [[0, 1]]}
+    # The best-matching message, quotable: its unit index, role, time and a snippet.
+    assert re.search(r"^   \[0\] user \(\d{4}-[^)]+\): We deployed the rocket", result.output, re.M)
     assert f"slice {item.pk}" in result.output
     assert f"unit {item.unit_id}" in result.output
     assert f"messages [{item.start_index}, {item.end_index})" in result.output
@@ -332,5 +334,6 @@ async def test_a_scripted_turn_calls_memory_search_and_logs_its_output(
     assert "We deployed the rocket service" in output
     assert "Carol" not in output
     assert "Another tenant" not in output
-    assert part["state"]["metadata"] == {"count": 1, "slice_ids": [item.pk]}
+    assert part["state"]["metadata"]["slice_ids"] == [item.pk]
+    assert part["state"]["metadata"]["count"] == 1
     assert reply["parts"][-2]["text"] == "ok"

@@ -1,0 +1,160 @@
+"""``manage.py reindex_memory``: re-embed memory slices and messages (CONTRACT §5).
+
+    reindex_memory [--core ID] [--batch N] [--fulltext] [--json]
+
+Embeds every slice (its summary and messages) that has no vectors of the current
+embedder's model: never embedded (the embedder was down, or vectors were off),
+or embedded by another model (after a change of ``FORGE_EMBEDDING_MODEL`` /
+``FORGE_MEMORY_EMBEDDER``; the old vectors go in the same transaction as the new
+ones arrive). ``--fulltext`` also rebuilds every slice's full-text entry (after a
+change of the tokenizer). Batches of ``--batch`` slices, each committed on its
+own: a run that stops (Ctrl-C, a failing embedder) keeps what it did, and the
+next run goes on from there; a run with nothing to do changes nothing.
+
+Exit status: 0 done; 1 the embedder failed (the count done so far is printed; run
+again later); 2 bad input (an unknown core, a batch out of range, no embedder
+configured).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Exists, OuterRef, QuerySet
+from tqdm import tqdm
+
+from memory import search, vectors
+from memory.embeddings import Embedder, EmbeddingError, get_embedder
+from memory.models import MemoryCore, MemorySlice, MemoryVectors
+
+BATCH_DEFAULT = 64
+BATCH_MAX = 10_000
+
+
+class Command(BaseCommand):
+    help = (
+        "Embed memory slices and messages that have no vectors of the current embedding "
+        "model (and, with --fulltext, rebuild their full-text index)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--core", metavar="ID", help="only this memory core")
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=BATCH_DEFAULT,
+            help=f"slices per batch, each committed on its own (default {BATCH_DEFAULT})",
+        )
+        parser.add_argument(
+            "--fulltext", action="store_true", help="also rebuild the full-text index"
+        )
+        parser.add_argument("--json", action="store_true", help="print a JSON report")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        batch = options["batch"]
+        if not 1 <= batch <= BATCH_MAX:
+            raise CommandError(f"--batch must be from 1 to {BATCH_MAX}, got {batch}", returncode=2)
+        core_id = options["core"]
+        if core_id is not None and not MemoryCore.objects.filter(pk=core_id).exists():
+            raise CommandError(f"no memory core {core_id!r}", returncode=2)
+        try:
+            embedder = get_embedder()
+        except Exception as exc:
+            raise CommandError(
+                f"no embedder: {type(exc).__name__}: {exc} (see FORGE_MEMORY_EMBEDDER, "
+                "FORGE_EMBEDDING_MODEL)",
+                returncode=2,
+            ) from None
+        show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
+        started = time.monotonic()
+        report: dict[str, Any] = {"model": embedder.name, "core": core_id}
+        if options["fulltext"]:
+            report["fulltext"] = self._fulltext(core_id, batch, show)
+        report["embedded"], failure = self._embed(core_id, batch, embedder, show)
+        report["removed"] = stale(core_id, embedder).delete()[0] if failure is None else 0
+        report["left"] = missing(core_id, embedder).count()
+        report["elapsed"] = round(time.monotonic() - started, 3)
+        report["error"] = failure
+        self._print(report, options)
+        if failure is not None:
+            raise CommandError(
+                f"the embedder failed after {report['embedded']} slices ({failure['code']}: "
+                f"{failure['message']}); {report['left']} slices still need vectors: run "
+                "reindex_memory again later",
+                returncode=1,
+            )
+
+    def _fulltext(self, core_id: str | None, batch: int, show: bool) -> int:
+        slices = MemorySlice.objects.all()
+        if core_id is not None:
+            slices = slices.filter(unit__core_id=core_id)
+        done = 0
+        after: tuple[str, str] | None = None
+        with tqdm(
+            total=slices.count(), unit="slice", desc="full text", file=sys.stderr, disable=not show
+        ) as bar:
+            while True:
+                docs = search.load_docs(core_id=core_id, after=after, limit=batch)
+                if not docs:
+                    return done
+                done += search.index_fulltext(docs, rebuild=True)
+                bar.update(len(docs))
+                after = search.slice_created(docs[-1].slice_id)
+                if after is None:  # deleted meanwhile: start again past what was done
+                    return done
+
+    def _embed(
+        self, core_id: str | None, batch: int, embedder: Embedder, show: bool
+    ) -> tuple[int, dict[str, str] | None]:
+        todo = missing(core_id, embedder)
+        done = 0
+        with tqdm(
+            total=todo.count(), unit="slice", desc="vectors", file=sys.stderr, disable=not show
+        ) as bar:
+            while True:
+                ids = list(todo.order_by("created_at", "id").values_list("pk", flat=True)[:batch])
+                if not ids:
+                    return done, None
+                docs = search.load_docs(ids, limit=batch)
+                try:
+                    vectors.store(docs, embedder, replace=True)
+                except EmbeddingError as exc:
+                    return done, {"code": exc.code, "message": str(exc)}
+                done += len(docs)
+                bar.update(len(docs))
+
+    def _print(self, report: dict[str, Any], options: dict[str, Any]) -> None:
+        if options["json"]:
+            self.stdout.write(json.dumps(report, sort_keys=True))
+            return
+        if options["verbosity"] == 0:
+            return
+        scope = f"core {report['core']}" if report["core"] else "every core"
+        rebuilt = f", full text rebuilt for {report['fulltext']}" if "fulltext" in report else ""
+        self.stdout.write(
+            f"{scope}: {report['embedded']} slices embedded with {report['model']}{rebuilt}, "
+            f"{report['left']} left, in {report['elapsed']:.2f} s"
+        )
+
+
+def missing(core_id: str | None, embedder: Embedder) -> QuerySet[MemorySlice]:
+    """Slices with no vectors of the embedder's model (of the core, when given)."""
+    current = MemoryVectors.objects.filter(slice=OuterRef("pk"), model=embedder.name)
+    slices = MemorySlice.objects.filter(~Exists(current))
+    if core_id is not None:
+        slices = slices.filter(unit__core_id=core_id)
+    return slices
+
+
+def stale(core_id: str | None, embedder: Embedder) -> QuerySet[MemoryVectors]:
+    """Vectors of other models of slices that have the current model's (never compared:
+    left over when a slice was embedded again outside this command)."""
+    current = MemoryVectors.objects.filter(slice=OuterRef("slice"), model=embedder.name)
+    rows = MemoryVectors.objects.exclude(model=embedder.name).filter(Exists(current))
+    if core_id is not None:
+        rows = rows.filter(core_id=core_id)
+    return rows

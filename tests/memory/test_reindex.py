@@ -1,0 +1,122 @@
+"""``manage.py reindex_memory``: after a change of embedding model, old vectors are never
+compared, and the command re-embeds (idempotent, resumable, with clear exit codes)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from memory import selectors
+from memory.models import MemorySlice, MemoryVectors
+
+from .test_hybrid import FILLER, remember
+
+pytestmark = pytest.mark.django_db
+
+OLD = "test/hashed-trigrams@512"
+NEW = "test/hashed-trigrams-v2@512"
+
+
+def reindex(*args: str) -> dict[str, Any]:
+    out = io.StringIO()
+    call_command("reindex_memory", "--json", *args, stdout=out, stderr=io.StringIO())
+    return json.loads(out.getvalue())
+
+
+def found(tenant: Any, query: str) -> list[str]:
+    return [hit.slice.pk for hit in selectors.search_slices(tenant=tenant, query=query)]
+
+
+def models() -> list[tuple[str, str]]:
+    return sorted(MemoryVectors.objects.values_list("slice_id", "model"))
+
+
+@pytest.fixture
+def espresso(tenant: Any, user: Any) -> MemorySlice:
+    item = remember(tenant, user, ["I drank an espresso this morning."])
+    remember(tenant, user, FILLER)
+    return item
+
+
+def test_a_new_model_never_compares_old_vectors_until_reindexed(tenant, espresso, settings):
+    assert found(tenant, "latte")[0] == espresso.pk  # by meaning, with the old model
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.renamed"
+    # The same numbers under another name: never compared. Full text still answers.
+    assert espresso.pk not in found(tenant, "latte")
+    assert found(tenant, "espresso") == [espresso.pk]
+
+    report = reindex()
+    assert report["model"] == NEW
+    assert (report["embedded"], report["left"], report["error"]) == (2, 0, None)
+    assert {model for _, model in models()} == {NEW}  # the old vectors went
+    assert found(tenant, "latte")[0] == espresso.pk
+
+    rows = list(MemoryVectors.objects.order_by("id").values_list("id", "slice_id", "model"))
+    again = reindex()
+    assert (again["embedded"], again["left"], again["removed"]) == (0, 0, 0)
+    assert list(MemoryVectors.objects.order_by("id").values_list("id", "slice_id", "model")) == rows
+
+
+def test_slices_left_without_vectors_are_embedded(tenant, user, settings):
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.down"
+    item = remember(tenant, user, ["I drank an espresso this morning."])
+    assert not MemoryVectors.objects.exists()
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.hashed"
+    assert found(tenant, "latte") == []
+    assert reindex()["embedded"] == 1
+    assert models() == [(item.pk, OLD)]
+    assert found(tenant, "latte") == [item.pk]
+
+
+def test_a_run_stopped_by_the_embedder_keeps_its_batches_and_the_next_goes_on(
+    tenant, user, settings
+):
+    made = [remember(tenant, user, [f"Note {n} about the espresso."]) for n in range(3)]
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.flaky"  # NEW, then down
+    with pytest.raises(CommandError, match="the embedder failed after 1 slices") as info:
+        reindex("--batch", "1")
+    assert info.value.returncode == 1
+    assert [model for _, model in models()].count(NEW) == 1  # the first batch stayed
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.renamed"
+    report = reindex("--batch", "1")
+    assert (report["embedded"], report["left"]) == (2, 0)
+    assert models() == sorted((item.pk, NEW) for item in made)
+
+
+def test_core_and_fulltext(tenant, user, settings, espresso):
+    other = remember(tenant, user, ["An espresso for the explorer."], agent="explore")
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.renamed"
+    report = reindex("--core", other.unit.core_id, "--fulltext")
+    assert (report["embedded"], report["fulltext"], report["core"]) == (1, 1, other.unit.core_id)
+    assert dict(models())[other.pk] == NEW
+    assert dict(models())[espresso.pk] == OLD  # another core: untouched
+    assert set(found(tenant, "espresso")) == {espresso.pk, other.pk}  # rebuilt, still found
+
+
+def test_the_text_report(tenant, espresso):
+    out = io.StringIO()
+    call_command("reindex_memory", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith(f"every core: 0 slices embedded with {OLD}, 0 left, in ")
+
+
+@pytest.mark.parametrize(
+    ("args", "embedder", "message"),
+    [
+        (["--core", "mco_nope"], None, "no memory core 'mco_nope'"),
+        (["--batch", "0"], None, "--batch must be from 1"),
+        ([], "tests.memory.embedders.no_such_factory", "no embedder"),
+        ([], "tests.memory.embedders.broken_factory", "no embedder"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(espresso, settings, args, embedder, message):
+    if embedder:
+        settings.FORGE_MEMORY_EMBEDDER = embedder
+    before = models()
+    with pytest.raises(CommandError, match=message) as info:
+        reindex(*args)
+    assert info.value.returncode == 2
+    assert models() == before
