@@ -20,15 +20,12 @@ from . import search
 from .exceptions import InvalidQuery, NotFound
 from .ids import is_valid_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
-from .times import format_time
 from .wire import (
     core_wire,
-    hit_wire,
     history_block_wire,
     history_line,
+    hit_wire,
     indexed_message_wire,
-    message_wire,
-    slice_wire,
     unit_wire,
     window_message_wire,
 )

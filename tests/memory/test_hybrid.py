@@ -219,7 +219,7 @@ def test_an_embedder_down_at_rolling_time_leaves_full_text_and_a_warning(
     item = MemorySlice.objects.get(pk=outcome.slice_id)
     assert item.indexed
     assert not MemoryVectors.objects.filter(slice=item).exists()
-    assert found(tenant, "topic2") == [item.pk]
+    assert found(tenant, "topic1") == [item.pk]  # turn 2 is kept (keep=2), not rolled
 
 
 def test_a_rolling_stores_vectors_per_slice_and_message(tenant, user):

@@ -72,8 +72,8 @@ def test_cores_data_reads_every_cores_units_in_one_query(
 
 
 def test_unit_message_rows_are_a_range_of_the_tenants_unit(tenant, user, other_tenant):
-    core = talk(tenant=tenant, user=user, turns=3)
-    roll_committed(core)
+    core = talk(tenant=tenant, user=user, turns=4)
+    roll_committed(core)  # rolls 6 of the 8 messages (keep=2 stay unrolled)
     unit = MemoryUnit.objects.get(core=core)
     rows = selectors.unit_message_rows(tenant=tenant, unit=unit, start=2, end=5)
     assert [row.index for row in rows] == [2, 3, 4]
