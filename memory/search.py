@@ -61,7 +61,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -412,6 +412,16 @@ class Scope:
     tenant_id: int
     core_ids: tuple[str, ...]  # most recently active first
     whole_tenant: bool = False
+    unit_ids: tuple[str, ...] | None = None  # the cores' units (read by :func:`with_units`)
+
+
+def with_units(scope: Scope) -> Scope:
+    """The scope with its cores' units: slices are narrowed by ``unit_id`` directly (a
+    join to the units made PostgreSQL compare every slice's unit with each one)."""
+    if scope.whole_tenant or scope.unit_ids is not None:
+        return scope
+    units = MemoryUnit.objects.filter(tenant_id=scope.tenant_id, core_id__in=scope.core_ids)
+    return replace(scope, unit_ids=tuple(units.values_list("id", flat=True)))
 
 
 @dataclass
@@ -451,12 +461,11 @@ def _slice_scope(scope: Scope) -> tuple[str, list[Any]]:
     """SQL narrowing ``s`` (the slice table) to the scope, with its parameters."""
     if scope.whole_tenant:
         return "s.tenant_id = %s", [scope.tenant_id]
-    clause, values = _in("core_id", scope.core_ids)
-    return (
-        f"s.tenant_id = %s AND s.unit_id IN (SELECT id FROM {UNIT} WHERE tenant_id = %s "
-        f"AND {clause})",
-        [scope.tenant_id, scope.tenant_id, *values],
-    )
+    units = with_units(scope).unit_ids
+    if not units:
+        return "1 = 0", []
+    clause, values = _in("s.unit_id", units)
+    return f"s.tenant_id = %s AND {clause}", [scope.tenant_id, *values]
 
 
 def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, Candidate]]:
@@ -677,6 +686,7 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     words = terms(query)
     if not words or not scope.core_ids:
         return []
+    scope = with_units(scope)
     window = max(RERANK, limit)
     full = lexical(scope, words, window=window)
     embedder = embedder_or_none("search")

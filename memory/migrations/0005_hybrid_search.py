@@ -15,9 +15,14 @@ Every slice is marked not indexed: the next ``roll_dialogs`` sweep (or
 ``manage.py reindex_memory``) indexes them again. Vectors are ``reindex_memory``'s
 job. ``memory_memoryvectors`` is tenant-owned (row-level security).
 
+``memory_slice_searched`` (both engines, outside the ORM) covers BM25's statistics:
+a search counts the searched units' indexed slices and sums their lengths from
+the index alone.
+
 Note for later migrations (as 0002 said): Django alters a SQLite table by rebuilding
-it, which drops its triggers; one that alters ``memory_memoryslice`` must re-create
-``memory_search_fts_delete``.
+it, which drops its triggers and the indexes it does not know; one that alters
+``memory_memoryslice`` must re-create ``memory_search_fts_delete`` and
+``memory_slice_searched``.
 """
 
 import accounts.times
@@ -46,8 +51,12 @@ SQLITE_FORWARD = [
     END
     """,
     f"UPDATE {SLICE} SET indexed = 0, search_rowid = NULL, search_length = NULL",
+    # BM25's N and average length over a core's units, from the index alone.
+    f"CREATE INDEX memory_slice_searched ON {SLICE} (unit_id, tenant_id, search_length) "
+    "WHERE indexed",
 ]
 SQLITE_BACKWARD = [
+    "DROP INDEX IF EXISTS memory_slice_searched",
     "DROP TRIGGER IF EXISTS memory_search_fts_delete",
     f"DROP TABLE IF EXISTS {FTS}",
     f"""
@@ -67,8 +76,11 @@ SQLITE_BACKWARD = [
 POSTGRES_FORWARD = [
     f"ALTER TABLE {SLICE} ADD COLUMN search_text text",
     f"UPDATE {SLICE} SET indexed = false, search_document = NULL, search_length = NULL",
+    f"CREATE INDEX memory_slice_searched ON {SLICE} (unit_id, tenant_id) "
+    "INCLUDE (search_length) WHERE indexed",
 ]
 POSTGRES_BACKWARD = [
+    "DROP INDEX IF EXISTS memory_slice_searched",
     f"ALTER TABLE {SLICE} DROP COLUMN IF EXISTS search_text",
     f"UPDATE {SLICE} SET indexed = false, search_document = NULL",
 ]

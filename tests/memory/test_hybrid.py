@@ -207,10 +207,11 @@ def test_an_embedder_failing_at_query_time_gives_full_text_results(
     assert any("full" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
-def test_an_embedder_down_at_rolling_time_leaves_full_text_and_a_warning(
-    tenant, user, settings, caplog
+@pytest.mark.parametrize("embedder", DOWN[:4])  # down, raising, wrong dimension, NaN
+def test_an_embedder_failing_at_rolling_time_leaves_full_text_and_a_warning(
+    tenant, user, settings, caplog, embedder
 ):
-    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.down"
+    settings.FORGE_MEMORY_EMBEDDER = embedder
     core = talk(tenant=tenant, user=user, turns=3)
     with caplog.at_level(logging.WARNING, logger="memory.search"):
         outcome = roll_committed(core)
