@@ -121,6 +121,10 @@ def vectors_enabled() -> bool:
     return bool(getattr(settings, "FORGE_MEMORY_VECTORS", True))
 
 
+def dense_weight() -> float:
+    return float(getattr(settings, "FORGE_MEMORY_DENSE_WEIGHT", 0.3))
+
+
 def dense_minimum() -> float:
     return float(getattr(settings, "FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0))
 
@@ -658,16 +662,17 @@ def _query_vector(query: str, embedder: Embedder) -> np.ndarray | None:
         return None
 
 
-def fuse(rankings: Iterable[Sequence[str]]) -> list[str]:
+def fuse(rankings: Iterable[Sequence[str]], weights: Sequence[float] = ()) -> list[str]:
     """Reciprocal-rank fusion: ids by ``Σ 1 / (RRF_K + rank)`` over the rankings (ranks
     from 1), ties to the better rank in the first ranking, then the next, then the
     newest id."""
     lists = list(rankings)
     ranks = [{item: i for i, item in enumerate(ranking, 1)} for ranking in lists]
     score: dict[str, float] = defaultdict(float)
-    for ranked in ranks:
+    for n, ranked in enumerate(ranks):
+        weight = weights[n] if n < len(weights) else 1.0
         for item, rank in ranked.items():
-            score[item] += 1.0 / (RRF_K + rank)
+            score[item] += weight / (RRF_K + rank)
     missing = 1 << 30
 
     def key(item: str) -> tuple[Any, ...]:
@@ -701,7 +706,7 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
             minimum=dense_minimum(),
         )
         dense_ids = [slice_id for slice_id, _ in dense[:window]]
-    ranked = fuse([full.order, dense_ids])
+    ranked = fuse([full.order, dense_ids], [1.0, dense_weight()])
     found = dict(full.found)
     hits: list[str] = []
     start = 0

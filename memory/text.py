@@ -12,10 +12,11 @@ How a text becomes tokens:
    outside the CJK scripts (``café`` → ``cafe``, ``Ångström`` → ``angstrom``);
    kana and Hangul keep their marks (``が`` is not ``か``).
 2. **Cut** into runs of letters and digits. A run of CJK characters (Han,
-   hiragana, katakana, Hangul) gives its overlapping **bigrams**, and, in
-   documents, its **unigrams** too (so a one-character query finds a word
-   inside a longer run): ``我昨天喝了咖啡`` holds ``咖啡``. A query's run of two
-   characters or more gives only its bigrams; a one-character run its unigram.
+   hiragana, katakana, Hangul) gives its **unigrams** and its overlapping
+   **bigrams**, in documents and in queries: ``我昨天喝了咖啡`` holds ``咖啡``;
+   a bigram, rarer, weighs more, and the unigrams let a paraphrase that shares
+   characters but no pair still match (and a one-character query find a word
+   inside a longer run).
    No dictionary segmentation: bigrams find any substring of two characters or
    more, in Chinese, Japanese and Korean alike.
 3. **Other runs** are words: English stop words are dropped, the rest stemmed
@@ -159,15 +160,13 @@ def tokens(text: str) -> list[str]:
 
 
 def query_tokens(text: str) -> list[str]:
-    """The tokens of a query, in order, repeated ones kept: stemmed words, and CJK bigrams
-    (a one-character run gives its unigram)."""
+    """The tokens of a query, in order, repeated ones kept: stemmed words, and CJK
+    unigrams and bigrams (as :func:`tokens`, a run's characters then its pairs)."""
     out: list[str] = []
     for cjk, run, _start in _runs(fold(text)):
         if cjk:
-            if len(run) == 1:
-                out.append(run)
-            else:
-                out.extend(run[i : i + 2] for i in range(len(run) - 1))
+            out.extend(run)
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
         else:
             word = _word(run)
             if word is not None:

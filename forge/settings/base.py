@@ -400,6 +400,7 @@ FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
 # keeps the vectors of the cores it searched, up to FORGE_MEMORY_VECTOR_CACHE_MB.
 FORGE_MEMORY_VECTORS = env_bool("FORGE_MEMORY_VECTORS", True)
 FORGE_MEMORY_DENSE_MIN_SIMILARITY = env_float("FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0)
+FORGE_MEMORY_DENSE_WEIGHT = env_float("FORGE_MEMORY_DENSE_WEIGHT", 0.3)
 FORGE_MEMORY_VECTOR_CACHE_MB = env_int("FORGE_MEMORY_VECTOR_CACHE_MB", 1024)
 # Dense vectors for memory search (memory/embeddings, docs/memory.md "Embeddings"):
 # FORGE_EMBEDDING_MODEL "openai/<model>": that model's /v1/embeddings at OPENAI_BASE_URL
