@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from sessions.models import Part
+
 
 def _valid_rules(value: Any) -> None:
     from forge.runtime.approvals.rules import InvalidRules, parse_rules
@@ -93,3 +95,12 @@ class SessionLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} held by {self.owner}"
+
+
+class PendingApproval(Part):
+    """A tool call awaiting approval, for the admin (a view of the session's parts: the
+    log is the truth, this reads the projection; docs/approvals.md)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "pending approval"

@@ -211,3 +211,15 @@ async def test_a_new_prompt_denies_the_waiting_call_first(session, agents, setti
     assert [p["text"] for p in items[-1]["parts"] if p["type"] == "text"] == [
         "second prompt answered"
     ]
+
+
+async def test_the_admin_lists_pending_approvals(session, agents, settings, script, admin_client):
+    from django.urls import reverse
+
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("a")])
+    url = reverse("admin:forge_pendingapproval_changelist")
+    page = await database_sync_to_async(admin_client.get)(url)
+    assert page.status_code == 200
+    assert "call_1" in page.text
+    assert "write_file" in page.text
+    assert session.tenant.name in page.text
