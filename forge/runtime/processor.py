@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -50,7 +49,7 @@ from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
-from .approvals.rules import decide
+from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
 from .turn import Turn
@@ -69,16 +68,6 @@ async def finish_then_cancel(work: Awaitable[Any]) -> Any:
     except asyncio.CancelledError:
         await asyncio.wait({future})
         raise
-
-
-def approval_action(agent: Any, tool: str, args: dict[str, Any]) -> str:
-    """allow, ask or deny: the agent's rules first, then ``FORGE_TOOL_APPROVAL``."""
-    return decide(tool, args, agent.tool_approval, settings.FORGE_TOOL_APPROVAL)
-
-
-def approval_expiry() -> str:
-    """When a call asked about now expires (``FORGE_APPROVAL_TIMEOUT`` from now)."""
-    return format_time(now_ms() + timedelta(seconds=float(settings.FORGE_APPROVAL_TIMEOUT)))
 
 
 @dataclass
@@ -360,6 +349,15 @@ class Processor:
                 event.call_id,
                 call,
                 ToolError("denied by an approval rule", metadata={"denied": True}),
+                args=args,
+            )
+            return
+        if action == "ask" and turn.depth:
+            # A subtask's turn cannot suspend (its parent waits on it): no one is asked.
+            await self.tool_error(
+                event.call_id,
+                call,
+                ToolError("denied: a subtask cannot ask for approval", metadata={"denied": True}),
                 args=args,
             )
             return

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from forge.runtime.agents import AgentConfig
+from forge.runtime.approvals.asking import approval_action
 from forge.runtime.approvals.rules import InvalidRules, decide, parse_rules, resolve_pointer
-from forge.runtime.processor import approval_action
 
 
 def test_no_rule_allows():
