@@ -102,7 +102,7 @@ class PendingApprovalAdmin(TenantScopedAdmin, admin.ModelAdmin):
     all). Read-only: an answer goes through the session's owner (docs/approvals.md)."""
 
     list_display = ("call_id", "tool", "tenant", "session", "message_id", "expires_at")
-    list_filter = ("tenant",)
+    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter),)
     search_fields = ("=session__id",)
 
     def get_queryset(self, request: HttpRequest) -> Any:
