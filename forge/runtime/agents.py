@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -24,6 +25,7 @@ class AgentConfig:
     temperature: float | None = None
     context_limit: int | None = None  # None: FORGE_CONTEXT_LIMITS
     auto_compact: bool | None = None  # None: FORGE_AUTO_COMPACT
+    tool_approval: Any = None  # approval rules, before FORGE_TOOL_APPROVAL
 
     @property
     def resolved_model(self) -> str:
@@ -43,6 +45,7 @@ def _config(agent: Agent) -> AgentConfig:
         temperature=agent.temperature,
         context_limit=agent.context_limit,
         auto_compact=agent.auto_compact,
+        tool_approval=agent.tool_approval or None,
     )
 
 

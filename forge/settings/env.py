@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -51,3 +53,17 @@ def env_float(name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
+
+
+def env_json(name: str, default: Any) -> Any:
+    """A JSON value (an object or a list); ``default`` when unset or blank."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON, got {raw[:80]!r}") from exc
+    if not isinstance(value, dict | list):
+        raise ImproperlyConfigured(f"{name} must be a JSON object or list, got {raw[:80]!r}")
+    return value
