@@ -53,6 +53,7 @@ from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import SessionStream
+from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
@@ -239,6 +240,8 @@ class ChatView(APIView):
         tenant = tenant_of(request.user)
         owner = _owner(request)
         body, chat_id, trigger = bodies.chat_request(request.data)
+        if trigger == "submit-message" and approvals.is_answer(body):
+            return _answer(request, tenant, body, chat_id)
         if trigger == "regenerate-message":
             message_id = bodies.regenerated_id(body)
             session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
@@ -272,6 +275,34 @@ class ChatView(APIView):
             raise
         reply = chunks.ReplyChunks(result.assistant_message_id, approvals=approvals.wanted(request))
         return _stream_response(subscription, session, reply, head)
+
+
+def _answer(
+    request: Request, tenant: Tenant, body: dict[str, Any], chat_id: str
+) -> StreamingHttpResponse:
+    """An ``addToolApprovalResponse`` request (:mod:`forge.aisdk.approvals`): the
+    answers go to the runtime, and the rest of the same message streams back from the
+    log's head before the first answer (nothing the client has is sent again)."""
+    message_id, answers = approvals.answers_of(body)
+    session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
+    subscription = _join(session.pk, _owner(request))
+    try:
+        head = selectors.head_seq(tenant=tenant, session_id=session.pk)
+        stored = selectors.get_message(tenant=tenant, session_id=session.pk, message_id=message_id)
+        reply = chunks.ReplyChunks(message_id, approvals=True)
+        reply.seen(stored["parts"])
+        for answer in approvals.to_send(answers, stored["parts"]):
+            answer_sync(
+                session=session,
+                user=request.user,
+                call_id=answer.call_id,
+                approve=answer.approve,
+                reason=answer.reason,
+            )
+    except BaseException:
+        subscription.close_soon()
+        raise
+    return _stream_response(subscription, session, reply, head)
 
 
 class ChatStreamView(APIView):
