@@ -20,7 +20,6 @@ from forge.errors import (
     UnknownAgent,
 )
 
-from . import recall  # noqa: F401 - registers history_search and history_read
 from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment
