@@ -25,7 +25,7 @@ cookie) and rate limits are the API's (DRF).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 from urllib.parse import urlencode
@@ -52,7 +52,7 @@ from forge.context.superseded import is_reply
 from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.responses import SubscribedStream, open_stream
-from forge.realtime.stream import SessionStream
+from forge.realtime.stream import Heartbeat, SessionStream, live_frames
 from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.throttling import PromptRateThrottle
@@ -118,39 +118,25 @@ async def reply_stream(
     tenancy.activate([session.tenant_id])
     reply = reply or chunks.ReplyChunks(message_id)
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
-    heartbeat = settings.FORGE_SSE_HEARTBEAT
-    quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, heartbeat)
     for chunk in reply.begin():
         yield chunks.encode(chunk)
-    for frame in await stream.backlog():
-        for chunk in reply.accept(frame):
-            yield chunks.encode(chunk)
-    loop = asyncio.get_running_loop()
-    idle_since = loop.time()
-    while not reply.done:
-        try:
-            frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
-        except TimeoutError:
-            frames = await stream.resync() if stream.needs_resync else []
-            if not frames and loop.time() - idle_since >= heartbeat:
-                idle_since = loop.time()
+    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT)
+    async with contextlib.aclosing(frames):
+        async for frame in frames:
+            if isinstance(frame, Heartbeat):
                 yield b": keep-alive\n\n"
-            for frame in frames:
-                for chunk in reply.accept(frame):
-                    yield chunks.encode(chunk)
-            if reply.awaiting:  # the idle status of a suspended turn may have been lost
-                for chunk in await _ended(session, reply):
-                    yield chunks.encode(chunk)
-            continue
-        idle_since = loop.time()
-        for frame in frames:
-            for out in await stream.accept(frame):
-                for chunk in reply.accept(out):
-                    yield chunks.encode(chunk)
-                if out.get("kind") == "status" and out.get("status") == "idle":
+                if reply.awaiting:  # the idle status of a suspended turn may have been lost
                     for chunk in await _ended(session, reply):
                         yield chunks.encode(chunk)
-            if reply.done:
+                    if reply.done:
+                        break
+                continue
+            for chunk in reply.accept(frame):
+                yield chunks.encode(chunk)
+            if frame.get("kind") == "status" and frame.get("status") == "idle":
+                for chunk in await _ended(session, reply):
+                    yield chunks.encode(chunk)
+            if reply.done:  # checked after each frame: the backlog may hold the whole reply
                 break
     yield chunks.DONE
 

@@ -12,7 +12,7 @@ the subscription is dropped.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator
 
@@ -28,7 +28,7 @@ from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
 from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
-from forge.realtime.stream import SessionStream, check_after
+from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
 from sessions.frames import Frame
 from sessions.models import Session
 
@@ -81,23 +81,7 @@ async def _frames(
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     # Subscribed before the backlog is read (the stream drops what it already covered).
     yield b": forge session stream\n\n"
-    for frame in await stream.backlog():
-        yield encode(frame)
-    quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, settings.FORGE_SSE_HEARTBEAT)
-    idle_since = asyncio.get_running_loop().time()
-    while True:
-        try:
-            frames = await asyncio.wait_for(subscriber.batch(), timeout=quiet)
-        except TimeoutError:
-            if stream.needs_resync:  # activity went quiet: was its tail lost?
-                for out in await stream.resync():
-                    yield encode(out)
-            now = asyncio.get_running_loop().time()
-            if now - idle_since >= settings.FORGE_SSE_HEARTBEAT:
-                idle_since = now
-                yield b": heartbeat\n\n"
-            continue
-        idle_since = asyncio.get_running_loop().time()
-        for frame in frames:
-            for out in await stream.accept(frame):
-                yield encode(out)
+    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT)
+    async with contextlib.aclosing(frames):
+        async for frame in frames:
+            yield b": heartbeat\n\n" if isinstance(frame, Heartbeat) else encode(frame)

@@ -10,6 +10,7 @@ starts and stops them through ``forge.runtime``, which validates the prompt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -17,7 +18,6 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
 from accounts import tenancy
 from accounts.exceptions import ForgeError
@@ -31,7 +31,7 @@ from sessions.models import Session
 
 from . import hub
 from .auth import authorization, current_user
-from .stream import SessionStream, check_after
+from .stream import Heartbeat, SessionStream, check_after, live_frames
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +125,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _forward_frames(self, subscriber: hub.Subscriber) -> None:
         assert self.stream is not None
-        quiet = settings.FORGE_STREAM_RESYNC_SECONDS
-        while True:
-            try:
-                # Not wait_for: that wraps every wait in a task of its own (per frame and socket).
-                async with asyncio.timeout(quiet):
-                    frames = await subscriber.batch()
-            except TimeoutError:
-                if self.stream.needs_resync:  # activity went quiet: was its tail lost?
-                    for out in await self.stream.resync():
-                        await self._send(out)
-                continue
-            for frame in frames:
-                for out in await self.stream.accept(frame):
-                    await self._send(out)
+        # The backlog went out in connect(); no heartbeat: the socket has its own pings.
+        frames = live_frames(self.stream, subscriber, replay=False)
+        async with contextlib.aclosing(frames):
+            async for frame in frames:
+                assert not isinstance(frame, Heartbeat)
+                await self._send(frame)
 
     async def disconnect(self, code: int) -> None:
         if self.stream is not None and (

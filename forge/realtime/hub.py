@@ -31,11 +31,11 @@ from typing import Any
 from django.conf import settings
 
 from forge.errors import StreamUnavailable
+from forge.runtime.receiver import Receiver
 from sessions import bus
 from sessions.frames import Frame, merge_deltas
 
 from . import limits
-from .receiver import Receiver
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,9 @@
 """One client's view of a session's stream: the log after a seq, then what is still
 streaming, then live frames, with no gap and no duplicate (CONTRACT §4).
 
-The WebSocket consumer and the SSE view both use :class:`SessionStream`:
+The WebSocket consumer, the SSE view and the AI SDK's chat routes all read it through
+:func:`live_frames`, the one loop (wait, resync, heartbeat, forward); they only encode
+what it yields. It drives :class:`SessionStream`:
 
 1. subscribe to the session's group first (live frames queue up meanwhile);
 2. :meth:`SessionStream.backlog`: every durable event after ``after``, read from
@@ -18,16 +20,18 @@ text of a streaming part without holes or repeats, whatever the layer dropped.
 A gap is only visible when a later event arrives; to catch the loss of the last
 events of a reply, the stream checks the log again (:meth:`SessionStream.resync`)
 when an ``idle`` status arrives and when live frames have gone quiet for a while
-after some activity (the caller's timer; ``needs_resync`` says when).
+after some activity (:func:`live_frames`'s timer; ``needs_resync`` says when).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Protocol
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from sessions import selectors
 from sessions.exceptions import InvalidCursor
@@ -178,3 +182,71 @@ class SessionStream:
         if frames:
             self.stats.snapshots_repaired += 1
         return frames
+
+
+# --- the one loop -----------------------------------------------------------------------
+
+
+class Heartbeat:
+    """What :func:`live_frames` yields when nothing was sent for ``heartbeat`` seconds: the
+    HTTP streams encode it as a comment, so proxies and clients see the stream alive."""
+
+    def __repr__(self) -> str:
+        return "HEARTBEAT"
+
+
+HEARTBEAT: Final = Heartbeat()
+
+
+class Frames(Protocol):
+    """Where live frames come from (``forge.realtime.hub.Subscriber``)."""
+
+    async def batch(self) -> list[Frame]: ...
+
+
+async def live_frames(
+    stream: SessionStream,
+    source: Frames,
+    *,
+    heartbeat: float | None = None,
+    replay: bool = True,
+) -> AsyncGenerator[Frame | Heartbeat, None]:
+    """Everything one client is to be sent, in order: with ``replay``, the backlog
+    (:meth:`SessionStream.backlog`: the log after ``after``, then snapshots), then, for
+    ever, the live frames of ``source`` through :meth:`SessionStream.accept` (dedupe and
+    repair). ``source`` must be subscribed before this starts, so nothing falls between
+    the backlog and the live frames.
+
+    When ``source`` has been quiet for ``FORGE_STREAM_RESYNC_SECONDS`` after some
+    activity, the log is checked for a lost tail (:meth:`SessionStream.resync`). With
+    ``heartbeat`` (seconds), :data:`HEARTBEAT` is yielded whenever nothing at all was
+    yielded for that long. It never ends by itself: the caller stops iterating (a reply
+    that is complete, a client gone) and closes it (``contextlib.aclosing``).
+    """
+    if replay:
+        for frame in await stream.backlog():
+            yield frame
+    quiet = settings.FORGE_STREAM_RESYNC_SECONDS
+    if heartbeat is not None:
+        quiet = min(quiet, heartbeat)
+    loop = asyncio.get_running_loop()
+    idle_since = loop.time()
+    while True:
+        try:
+            # Not wait_for: that wraps every wait in a task of its own (per frame and client).
+            async with asyncio.timeout(quiet):
+                frames = await source.batch()
+        except TimeoutError:
+            repaired = await stream.resync() if stream.needs_resync else []
+            for frame in repaired:  # activity went quiet, and its tail had been lost
+                yield frame
+            if repaired:
+                idle_since = loop.time()
+            elif heartbeat is not None and loop.time() - idle_since >= heartbeat:
+                idle_since = loop.time()
+                yield HEARTBEAT
+            continue
+        idle_since = loop.time()
+        for frame in frames:
+            for out in await stream.accept(frame):
+                yield out

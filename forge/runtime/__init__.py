@@ -24,7 +24,6 @@ from forge.errors import (
     UnknownAgent,
 )
 
-from . import recall  # noqa: F401 - registers history_search and history_read
 from .approvals.pending import pending_approvals
 from .approvals.services import answer, answer_sync
 from .inflight import snapshots

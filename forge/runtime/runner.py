@@ -24,7 +24,6 @@ from django.utils import timezone
 from accounts import tenancy
 from forge.db.worker import db
 from forge.errors import NotRunning
-from forge.realtime.receiver import Receiver
 from sessions import services
 from sessions.models import Session
 
@@ -32,6 +31,7 @@ from . import lease
 from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages, message_error
 from .prompting import Attachment, begin
+from .receiver import Receiver
 from .recovery import recover_session
 from .regenerate import begin_regeneration
 from .steps import Resume, run_turn

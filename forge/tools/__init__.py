@@ -1,13 +1,13 @@
 """Tools: the registry, preparing and executing a call, and the workspace tools.
 
 Importing this package registers the built-in workspace tools (``list_files``,
-``read_file``, ``write_file``, ``edit_file``) and the memory tools (``memory_search``,
-``memory_read``).
+``read_file``, ``write_file``, ``edit_file``), the memory tools (``memory_search``,
+``memory_read``) and the recall tools (``history_search``, ``history_read``).
 """
 
 from __future__ import annotations
 
-from . import memory, workspace  # noqa: F401 - register the file and memory tools
+from . import memory, recall, workspace  # noqa: F401 - register the file, memory, recall tools
 from .base import Tool, ToolContext, ToolError, ToolFunction, ToolResult
 from .execute import execute, prepare_call
 from .registry import all_tools, get_tool, temporary_tools, tool, tool_specs

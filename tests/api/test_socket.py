@@ -38,7 +38,9 @@ async def frames_until(
     frames: list[dict[str, Any]] = []
     async with asyncio.timeout(timeout):
         while not done(frames):
-            frames.append(json.loads(await ws.receive_from()))
+            # receive_from's own default (1 s) is too short under CI load: the deadline
+            # is this helper's.
+            frames.append(json.loads(await ws.receive_from(timeout=timeout)))
     return frames
 
 
@@ -227,7 +229,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
     assert reply["code"] == code
     assert reply["message"]
     await ws.send_to(text_data=json.dumps({"type": "ping"}))
-    assert json.loads(await ws.receive_from()) == {"kind": "pong"}
+    assert json.loads(await ws.receive_from(timeout=20)) == {"kind": "pong"}
     await ws.disconnect()
     assert await database_sync_to_async(session.events.count)() == 1  # nothing written
 

@@ -9,8 +9,9 @@ import pytest
 from channels.layers import get_channel_layer
 
 from forge.errors import StreamUnavailable
-from forge.realtime import hub, limits, receiver
+from forge.realtime import hub, limits
 from forge.realtime.limits import TooManyStreams
+from forge.runtime import receiver
 from sessions import bus
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,7 +1,9 @@
 """A channel-layer group membership with its receive loop, that can be left for sure.
 
 The hub (one per session per process) and a turn's abort listener both join a
-group and hand what arrives to a callback; this is that loop, once.
+group and hand what arrives to a callback; this is that loop, once. It lives in the
+runtime, the lower of its two users: the runtime never imports a face
+(``forge.realtime``), while a face may import the runtime (docs/layers.md).
 """
 
 from __future__ import annotations

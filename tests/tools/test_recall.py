@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from forge.context.boundary import record_compaction
-from forge.runtime.recall import history_read, history_search
 from forge.tools import ToolContext, ToolError
+from forge.tools.recall import history_read, history_search
 from sessions import services
 from sessions.exceptions import InvalidCursor
 from sessions.recall import search_history

@@ -4,7 +4,9 @@
   (including everything compaction and pruning hid), ranked, with message ids;
 * ``history_read``: messages by id or id range, with their parts (output capped).
 
-Both read the store (``sessions.selectors``) on the runtime's database thread.
+Both read the store (``sessions.recall``) on the runtime's database thread. They live
+with the other tools and, like them, import nothing of ``forge.runtime``: what they
+need (the session, the tenant) comes through the ``ToolContext``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import json
 from typing import Any
 
 from forge.db.worker import db
-from forge.tools import ToolContext, ToolError, ToolResult, tool
 from sessions.exceptions import InvalidCursor
 from sessions.models import Session
 from sessions.recall import SearchHit, message_of_part, read_messages, search_history
+
+from .base import ToolContext, ToolError, ToolResult
+from .registry import tool
 
 READ_MAX_CHARS = 20_000  # the whole output of one history_read
 PART_MAX_CHARS = 4_000  # one part's text or output within it
