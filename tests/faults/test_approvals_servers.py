@@ -63,7 +63,9 @@ def _tool(reply_id: str) -> dict[str, Any]:
     return Part.objects.get(message_id=reply_id, data__type="tool").data
 
 
-def _prompt(url: str, session: Any, token: str) -> str:
+def _prompt(url: str, session: Any, token: str, *, status: str = "awaiting-approval") -> str:
+    """Send the prompt; return the reply's id once its tool part has reached ``status``
+    (any state, with ``status=""``: a short expiry may pass before the poll sees it)."""
     response = httpx.post(
         f"{url}/api/sessions/{session.pk}/messages/",
         json={"text": "write a note"},
@@ -72,12 +74,10 @@ def _prompt(url: str, session: Any, token: str) -> str:
     )
     assert response.status_code == 202, response.text
     reply_id = str(response.json()["assistant_message_id"])
-    _wait(
-        lambda: Part.objects.filter(
-            message_id=reply_id, data__state__status="awaiting-approval"
-        ).exists(),
-        "the call to await approval",
-    )
+    parts = Part.objects.filter(message_id=reply_id, data__type="tool")
+    if status:
+        parts = parts.filter(data__state__status=status)
+    _wait(parts.exists, f"the tool part ({status or 'any state'})")
     return reply_id
 
 
@@ -143,7 +143,7 @@ def test_the_janitor_denies_an_overdue_call_and_the_turn_goes_on(tmp_path, sessi
         tmp_path, FORGE_APPROVAL_TIMEOUT="1", FORGE_LEASE_JANITOR="1", FORGE_LEASE_SECONDS="1"
     )
     with daphne(tmp_path, "first", **env) as first:
-        reply_id = _prompt(first.url, session, token)
+        reply_id = _prompt(first.url, session, token, status="")
         info = _finished(reply_id)  # nobody answers
         assert info["error"] is None
         state = _tool(reply_id)["state"]
