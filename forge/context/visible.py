@@ -53,9 +53,22 @@ def read_history(
         ids = [marker.get("tail_start_id"), marker.get("parent_id")]
         start = min((str(i) for i in ids if i), default=None)
     history = list(selectors.iter_history(tenant=tenant, session_id=session.pk, since=start))
-    if start is not None and find_boundary(history) is None:
+    if start is not None and not _is_marked_boundary(history, marker):
         return list(selectors.iter_history(tenant=tenant, session_id=session.pk)), None
     return history, start
+
+
+def _is_marked_boundary(history: list[dict[str, Any]], marker: Mapping[str, Any] | None) -> bool:
+    """Whether the newest boundary of ``history`` is the one ``marker`` names. When its
+    summary was removed, an older boundary may still be in the read, but its kept tail
+    can start before the read did: only the whole history holds it."""
+    found = find_boundary(history)
+    if found is None or marker is None:
+        return False
+    user, summary = found
+    return history[user]["info"].get("id") == marker.get("parent_id") and history[summary][
+        "info"
+    ].get("id") == marker.get("message_id")
 
 
 def visible_history(

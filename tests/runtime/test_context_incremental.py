@@ -409,3 +409,21 @@ def test_incremental_equals_full_after_every_event(user, ops):
         assert request_bytes(request_for(session, at=head)) == request_bytes(
             full_request(session)
         ), ops[: n + 1]
+
+
+def test_a_removed_summary_shows_the_older_boundarys_kept_tail(user):
+    """Found by the property test above: the newest boundary's summary is removed, so the
+    older boundary is in force again, and its kept tail starts before the newest
+    marker's read did. Every path (live, full, replay) must show that tail."""
+    session = services.create_session(user=user, title="p")
+    ops = [("turn", True), ("compact", True), ("compact", True)]
+    for n, (op, arg) in enumerate(ops):
+        _apply(session, op, arg, n)
+    newest_summary = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))[-1]
+    assert newest_summary["info"]["summary"] is True
+    services.remove_message(session=session, message_id=newest_summary["info"]["id"])
+    head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
+    replayed = request_bytes(request_for(session, at=head))
+    assert "ask 0" in replayed  # the older boundary's kept tail
+    assert request_bytes(full_request(session)) == replayed
+    assert request_bytes(request_for(session)) == replayed
