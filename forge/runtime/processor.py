@@ -56,6 +56,7 @@ from sessions.log import format_time, now_ms
 from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
+from .tool_output import delete_spilled, spill_if_oversized
 from .turn import Turn
 
 
@@ -421,8 +422,20 @@ class Processor:
             await self.tool_error(call_id, call, exc, args=args)
             return
         call.status = "completed"
-        await self._part(
-            {
+        spilled = await asyncio.to_thread(
+            spill_if_oversized,
+            session=turn.session,
+            message_id=turn.message_id,
+            tool=call.tool,
+            call_id=call_id,
+            result=result,
+        )
+        files = []
+        if spilled is not None:  # over the log's cap: the whole output is a file part
+            result = spilled.result
+            files.append(services.UpdatePart(part=spilled.file_part))
+        completed = services.UpdatePart(
+            part={
                 "id": call.part_id,
                 "state": {
                     "status": "completed",
@@ -434,6 +447,12 @@ class Processor:
                 },
             }
         )
+        try:
+            await self.write(*files, completed)
+        except Exception:  # the log refused the parts: no file is left that none names
+            if spilled is not None:
+                await asyncio.to_thread(delete_spilled, spilled)
+            raise
         self.calls.pop(call_id, None)
 
     async def tool_error(
