@@ -56,7 +56,7 @@ from sessions.log import format_time, now_ms
 from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
-from .tool_output import delete_spilled, spill_if_oversized
+from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
 from .turn import Turn
 
 
@@ -422,14 +422,16 @@ class Processor:
             await self.tool_error(call_id, call, exc, args=args)
             return
         call.status = "completed"
-        spilled = await asyncio.to_thread(
-            spill_if_oversized,
-            session=turn.session,
-            message_id=turn.message_id,
-            tool=call.tool,
-            call_id=call_id,
-            result=result,
-        )
+        spilled = None
+        if may_be_oversized(result):
+            spilled = await asyncio.to_thread(
+                spill_if_oversized,
+                session=turn.session,
+                message_id=turn.message_id,
+                tool=call.tool,
+                call_id=call_id,
+                result=result,
+            )
         files = []
         if spilled is not None:  # over the log's cap: the whole output is a file part
             result = spilled.result

@@ -46,6 +46,12 @@ def file_url(session_id: str, part_id: str) -> str:
     return f"/api/sessions/{session_id}/files/{part_id}/"
 
 
+def may_be_oversized(result: ToolResult) -> bool:
+    """Whether the output may be over the cap (cheap: UTF-8 takes at most 4 bytes a
+    character), so that most calls skip :func:`spill_if_oversized`'s thread."""
+    return len(result.output) > int(settings.FORGE_TOOL_OUTPUT_MAX_BYTES) // 4
+
+
 def spill_if_oversized(
     *, session: Session, message_id: str, tool: str, call_id: str, result: ToolResult
 ) -> Spilled | None:
@@ -55,7 +61,7 @@ def spill_if_oversized(
     file is written before any part names it, so a part never points at nothing.
     """
     cap = int(settings.FORGE_TOOL_OUTPUT_MAX_BYTES)
-    if len(result.output) <= cap // 4:  # at most 4 bytes a character: surely fits
+    if not may_be_oversized(result):
         return None
     data = result.output.encode()
     if len(data) <= cap:
