@@ -21,12 +21,15 @@ SEARCH_MAX = 50
 _PART_TABLE = Part._meta.db_table
 _EVENT_TABLE = SessionEvent._meta.db_table
 _FTS_TABLE = f"{_PART_TABLE}_fts"
-# The indexed expression of migration 0006 (PostgreSQL's GIN index on the part.updated
-# events, ``e`` below): keep both in step.
+# The indexed expression of migration 0010 (PostgreSQL's GIN index on the part.updated
+# events, ``e`` below): keep both in step. A tool output's first OUTPUT_HEAD_CHARS only:
+# a tsvector holds at most 1 MB, and outputs are logged whole (up to 10 MB).
+OUTPUT_HEAD_CHARS = 100_000
 _POSTGRES_BODY = (
     "to_tsvector('simple'::regconfig, "
     "coalesce(e.data->>'text', '') || ' ' || coalesce(e.data->>'tool', '') || ' ' || "
-    "coalesce(e.data#>>'{state,input}', '') || ' ' || coalesce(e.data#>>'{state,output}', '') "
+    "coalesce(e.data#>>'{state,input}', '') || ' ' || "
+    f"left(coalesce(e.data#>>'{{state,output}}', ''), {OUTPUT_HEAD_CHARS}) "
     "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
     "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', ''))"
 )

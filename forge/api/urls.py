@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from .files import session_file
 from .memory import MemoryViewSet
 from .sse import stream_view
 from .views import SessionViewSet
@@ -16,6 +17,7 @@ memory_search = MemoryViewSet.as_view({"get": "search"})
 
 urlpatterns = [
     path("sessions/<str:session_id>/stream/", stream_view, name="session-stream"),
+    path("sessions/<str:session_id>/files/<str:part_id>/", session_file, name="session-file"),
     path("memory/cores/", memory_cores, name="memory-cores"),
     path("memory/cores/<str:pk>/", memory_core, name="memory-core"),
     path("memory/units/<str:pk>/", memory_unit, name="memory-unit"),

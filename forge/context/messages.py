@@ -18,6 +18,7 @@ from forge.providers.base import ModelRequest, ToolSpec
 
 from .pruning import is_pruned, placeholder
 from .superseded import drop_superseded
+from .tool_output import model_output
 
 # What a compaction user message says to the model (its ``compaction`` part has no text).
 COMPACTION_PROMPT = "What did we do so far? Summarize the conversation for continuing it."
@@ -99,7 +100,7 @@ def _tool_result(part: Mapping[str, Any]) -> str:
     if is_pruned(part):
         return placeholder(part)
     if state["status"] == "completed":
-        return str(state["output"])
+        return model_output(part)
     if state["status"] == "error":
         return f"Error: {state['error']}"
     return "Error: the tool call was interrupted"

@@ -22,6 +22,8 @@ from sessions import services
 from sessions.log import format_time, now_ms
 from sessions.models import Session
 
+from .tool_output import MODEL_OUTPUT_CHARS
+
 PROTECTED_TURNS = 2
 
 
@@ -41,7 +43,9 @@ def is_pruned(part: Mapping[str, Any]) -> bool:
 
 
 def _tokens(part: Mapping[str, Any]) -> int:
-    return len(str((part.get("state") or {}).get("output", ""))) // 4
+    """What the output costs in the model's request: its projection, at most
+    :data:`MODEL_OUTPUT_CHARS` (the log may hold far more)."""
+    return min(len(str((part.get("state") or {}).get("output", ""))), MODEL_OUTPUT_CHARS) // 4
 
 
 def to_prune(

@@ -15,17 +15,11 @@ from typing import Any
 from django.core.files.storage import default_storage
 
 from forge.tools.sandbox import delete_workspace
-from sessions.models import Session
+from forge.tools.session_files import upload_path, uploads_dir
+
+__all__ = ["delete_session_files", "on_session_deleted", "upload_path", "uploads_dir"]
 
 logger = logging.getLogger(__name__)
-
-
-def uploads_dir(*, tenant_id: int, session_id: str) -> str:
-    return f"uploads/t{tenant_id}/{session_id}"
-
-
-def upload_path(session: Session, part_id: str, filename: str) -> str:
-    return f"{uploads_dir(tenant_id=session.tenant_id, session_id=session.pk)}/{part_id}/{filename}"
 
 
 def delete_session_files(*, tenant_id: int, session_id: str) -> None:

@@ -23,13 +23,17 @@ the window is flushed before every batch of writes, so frames and events keep
 the model's order.
 
 Writes are batched (``services.append_batch``), one transaction per batch, run
-off the event loop. What nobody waits for is *held*: the step-start, a
-finished text or reasoning part, the step-finish, the patch. Held writes go
-with the next write that must be seen now (a part opening, a tool's state) or
-with the message update that ends the step (:meth:`Processor.write`), so a
-one-text step costs two transactions. Each still is its own event and frame,
-in the order it happened; a finished part's buffer (its snapshot, and the text
-recovery falls back on) is dropped only once its write committed.
+off the event loop. A finished text or reasoning part is finished work: it is
+written at its end (``text-end`` / ``reasoning-end``), so a process killed
+right after keeps it whole, with or without the Redis mirror. Only the step's
+bookkeeping is *held*: the step-start, the step-finish, the patch. Held writes
+go with the next write that must be seen now (a part opening or end, a tool's
+state) or with the message update that ends the step (:meth:`Processor.write`),
+so a one-text step costs three transactions (its opening with the step-start,
+its end, the step-finish with the message update). Each still is its own
+event and frame, in the order it happened; a finished part's buffer (its
+snapshot, and the text recovery falls back on) is dropped only once its write
+committed.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from sessions.log import format_time, now_ms
 from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
+from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
 from .turn import Turn
 
 
@@ -121,8 +126,8 @@ class Processor:
         self.calls: dict[str, Call] = {}
         self.awaiting: list[str] = []  # calls of this step logged awaiting-approval
         self.snapshot_before: tools.Snapshot | None = None
-        self.held: list[services.Write] = []  # written with the next write, in order
-        self.finished: list[str] = []  # parts whose buffers go once their held write is in
+        self.held: list[services.Write] = []  # bookkeeping written with the next write
+        self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
 
     # --- writes -------------------------------------------------------------------
@@ -282,10 +287,13 @@ class Processor:
                 ),
             )
             text = ev.without_nul(text)  # a hook's NUL too: the log stores none
-        self._hold(
+        # Written now, not held: a finished block must survive a kill -9 that follows.
+        # Its buffer (and mirror keys) go once the write is in (:meth:`write`); a write
+        # that fails leaves them for finalizing.
+        self.finished.append(block.part_id)
+        await self._part(
             {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
         )
-        self.finished.append(block.part_id)
 
     async def close_open_blocks(self) -> None:
         for block_id in list(self.blocks):
@@ -414,8 +422,22 @@ class Processor:
             await self.tool_error(call_id, call, exc, args=args)
             return
         call.status = "completed"
-        await self._part(
-            {
+        spilled = None
+        if may_be_oversized(result):
+            spilled = await asyncio.to_thread(
+                spill_if_oversized,
+                session=turn.session,
+                message_id=turn.message_id,
+                tool=call.tool,
+                call_id=call_id,
+                result=result,
+            )
+        files = []
+        if spilled is not None:  # over the log's cap: the whole output is a file part
+            result = spilled.result
+            files.append(services.UpdatePart(part=spilled.file_part))
+        completed = services.UpdatePart(
+            part={
                 "id": call.part_id,
                 "state": {
                     "status": "completed",
@@ -427,6 +449,12 @@ class Processor:
                 },
             }
         )
+        try:
+            await self.write(*files, completed)
+        except Exception:  # the log refused the parts: no file is left that none names
+            if spilled is not None:
+                await asyncio.to_thread(delete_spilled, spilled)
+            raise
         self.calls.pop(call_id, None)
 
     async def tool_error(

@@ -308,6 +308,10 @@ FORGE_PROVIDER_TIMEOUT = env_float("FORGE_PROVIDER_TIMEOUT", 120.0)
 
 # Tools.
 FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
+# A tool's output is logged whole up to this many bytes (UTF-8); a larger one is stored
+# whole as a file of the session, and the tool part keeps a head of it and names the
+# file part (forge.runtime.tool_output).
+FORGE_TOOL_OUTPUT_MAX_BYTES = env_int("FORGE_TOOL_OUTPUT_MAX_BYTES", 10 * 1024 * 1024)
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
 
 # Tool approvals (docs/approvals.md): the default rules, as JSON, that an agent's

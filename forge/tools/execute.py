@@ -8,7 +8,6 @@ propagates untouched.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 from collections.abc import Collection
@@ -23,7 +22,9 @@ from sessions.shapes import NUL, nul_path
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
 from .registry import get_tool, tool_names
 
-MAX_OUTPUT_CHARS = 50_000  # a longer output is cut to this many characters, marker included
+# What the model is shown of one output, marker included (forge.context truncates it
+# there; the log keeps it whole). Tools that page their own output stay under it.
+MAX_OUTPUT_CHARS = 50_000
 MAX_RAW_INPUT_CHARS = 2_000  # how much of unparseable input is kept in the error's metadata
 MAX_ERROR_CHARS = 2_000  # how much of an unexpected exception's message reaches the model
 
@@ -150,17 +151,6 @@ async def _call(item: Tool, args: dict[str, Any], ctx: ToolContext) -> Any:
     return result
 
 
-def _cap_output(result: ToolResult) -> ToolResult:
-    length = len(result.output)
-    if length <= MAX_OUTPUT_CHARS:
-        return result
-    marker = f"\n\n[output truncated: showing the first {{kept}} of {length} characters]"
-    kept = MAX_OUTPUT_CHARS - len(marker.format(kept=MAX_OUTPUT_CHARS))
-    output = result.output[:kept] + marker.format(kept=kept)
-    metadata = {**result.metadata, "truncated": True, "output_chars": length}
-    return dataclasses.replace(result, output=output, metadata=metadata)
-
-
 def _seconds(value: float) -> str:
     return f"{value:g}"
 
@@ -174,8 +164,10 @@ async def execute(
     ``settings.FORGE_TOOL_TIMEOUT`` (read now). An async tool is awaited; a sync
     one runs in a worker thread, which on timeout or cancellation is abandoned
     (it keeps running to completion; its result is dropped) while this call
-    returns at once. A ``str`` result becomes ``ToolResult(output=...)``; output
-    over :data:`MAX_OUTPUT_CHARS` is cut, with ``metadata["truncated"] = True``. A
+    returns at once. A ``str`` result becomes ``ToolResult(output=...)``. The output
+    is returned whole, however long: it is logged raw (the runtime stores one over
+    ``FORGE_TOOL_OUTPUT_MAX_BYTES`` as a file), and only the model's projection
+    truncates it (:mod:`forge.context.messages`). A
     result holding a NUL character (U+0000) anywhere is an error (the log stores no
     NUL); a NUL in an error's text is shown as U+FFFD.
     Cancellation of the awaiting task propagates as :class:`asyncio.CancelledError`.
@@ -221,7 +213,7 @@ async def execute(
             "cannot be stored",
             metadata={"exception": "NulCharacter"},
         )
-    return _cap_output(result)
+    return result
 
 
 def _failure(item: Tool, exc: BaseException) -> ToolError:

@@ -2,7 +2,10 @@
 
 * ``history_search``: full-text search over this session's whole history
   (including everything compaction and pruning hid), ranked, with message ids;
-* ``history_read``: messages by id or id range, with their parts (output capped).
+* ``history_read``: messages by id or id range, with their parts (output capped);
+  with ``part_id`` and ``offset``, one tool part's whole output page by page
+  (read from its file when it was over the log's cap), so nothing the model was
+  shown cut is out of its reach.
 
 Both read the store (``sessions.recall``) on the runtime's database thread. They live
 with the other tools and, like them, import nothing of ``forge.runtime``: what they
@@ -21,9 +24,11 @@ from sessions.recall import SearchHit, message_of_part, read_messages, search_hi
 
 from .base import ToolContext, ToolError, ToolResult
 from .registry import tool
+from .session_files import whole_output
 
 READ_MAX_CHARS = 20_000  # the whole output of one history_read
 PART_MAX_CHARS = 4_000  # one part's text or output within it
+OUTPUT_PAGE_CHARS = 40_000  # one page of a tool part's whole output (part_id + offset)
 
 
 def _session(ctx: ToolContext) -> Session:
@@ -105,7 +110,9 @@ def _render_part(part: dict[str, Any]) -> str | None:
     description=(
         "Read messages of this conversation in full, with their parts: by message id "
         "(ids), or a range of message ids (start, and optionally end). history_search "
-        "gives the ids; a pruned tool output names its part id (part_id reads its message)."
+        "gives the ids; a pruned tool output names its part id (part_id reads its message). "
+        "With part_id and offset: that tool part's whole output from that character on, "
+        "a page at a time (a truncated output says how long it is)."
     ),
     parameters={
         "type": "object",
@@ -114,12 +121,18 @@ def _render_part(part: dict[str, Any]) -> str | None:
             "start": {"type": "string"},
             "end": {"type": "string"},
             "part_id": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
         },
         "additionalProperties": False,
     },
 )
 async def history_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    if args.get("offset") is not None:
+        if not args.get("part_id"):
+            raise ToolError("offset reads a tool part's output: give its part_id too")
+        return await _output_page(ctx, str(args["part_id"]), int(args["offset"]))
+
     def read() -> list[dict[str, Any]]:
         session = _session(ctx)
         ids = args.get("ids")
@@ -155,3 +168,37 @@ async def history_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if len(output) > READ_MAX_CHARS:
         output = output[:READ_MAX_CHARS] + "\n… [output capped; read fewer messages at once]"
     return ToolResult(output=output, title=f"history_read: {len(items)} message(s)")
+
+
+async def _output_page(ctx: ToolContext, part_id: str, offset: int) -> ToolResult:
+    """A page of tool part ``part_id``'s whole output, from character ``offset``."""
+
+    def read() -> str:
+        session = _session(ctx)
+        owner = message_of_part(tenant=session.tenant, session=session, part_id=part_id)
+        items = (
+            read_messages(tenant=session.tenant, session=session, ids=[owner])
+            if owner is not None
+            else []
+        )
+        parts = [p for item in items for p in item["parts"] if p.get("id") == part_id]
+        if not parts or parts[0].get("type") != "tool":
+            raise InvalidCursor(f"no tool part {part_id!r} in this conversation")
+        if (parts[0].get("state") or {}).get("status") != "completed":
+            raise InvalidCursor(f"tool part {part_id!r} has no output")
+        return whole_output(session, parts[0])
+
+    try:
+        output = await db(read)()
+    except InvalidCursor as exc:
+        raise ToolError(str(exc)) from None
+    total = len(output)
+    end = min(offset + OUTPUT_PAGE_CHARS, total)
+    page = output[offset:end] if offset < total else ""
+    trailer = f"\n\n[characters {min(offset, total)}-{end} of {total}"
+    trailer += f"; offset {end} reads on]" if end < total else "; the end]"
+    return ToolResult(
+        output=page + trailer,
+        title=f"history_read: output of {part_id}",
+        metadata={"offset": offset, "end": end, "total": total},
+    )

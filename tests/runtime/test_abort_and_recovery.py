@@ -374,8 +374,8 @@ async def test_the_janitor_finalizes_an_expired_lease_without_waiting_for_a_prom
     assert_nothing_open(await ahistory(session))
 
 
-# A text finished, the step not yet: the finished part's write is held for the batch
-# that ends the step (``Processor.write``), so only its opening is in the log.
+# A text finished, the step not yet: the finished part is written at its end (issue 19,
+# item 4), not held for the batch that ends the step.
 FINISHED_THEN_WAITING = [
     {"type": "text-start", "id": "t"},
     {"type": "text-delta", "id": "t", "delta": "All of it. "},
@@ -385,22 +385,26 @@ FINISHED_THEN_WAITING = [
 ]
 
 
-def _held_text_open(session: Any) -> bool:
-    """The step-start and the text part's opening are logged, its finished text is not."""
+def _finished_text_logged(session: Any) -> bool:
+    """The text part's end (its whole text) is in the log, while the step goes on."""
     from sessions.models import Part
 
     parts = {p.type: p.data for p in Part.objects.filter(session=session)}
-    return "step-start" in parts and parts.get("text", {}).get("time", {}).get("end") is None
+    text = parts.get("text", {})
+    return bool(text.get("time", {}).get("end")) and "step-finish" not in parts
 
 
-async def test_abort_after_a_text_finished_writes_the_held_text_with_the_finalizing(
+async def test_a_finished_text_is_logged_at_its_end_not_at_the_steps(
     session, agents, script, record
 ):
     script([FINISHED_THEN_WAITING])
     recorder = await record(session)
     started = await start_turn(session=session, text="answer, then wait")
-    await wait_until(lambda: _held_text_open(session))
-    await asyncio.sleep(0.3)  # the text-end has been processed (held)
+    # Fails if the finished text waited for the step's end (60 s away).
+    await wait_until(lambda: _finished_text_logged(session), timeout=30)
+    items = await ahistory(session)
+    assert items[-1]["parts"][1]["text"] == "All of it."
+    assert items[-1]["info"]["completed_at"] is None  # the step goes on
     await abort_turn(session=session)
     assert started.task.done()
     frames = await recorder.settle()
@@ -421,17 +425,24 @@ async def test_abort_after_a_text_finished_writes_the_held_text_with_the_finaliz
 
 
 @pytest.mark.timeout(120)
-async def test_kill_9_after_a_text_finished_recovers_it_from_what_streamed(
-    session, agents, tmp_path
-):
-    """The finished text's write was held when the process died: recovery closes the
-    part with what had streamed (the Redis mirror keeps a part until its write is in);
-    without Redis, with the log's (empty) text. The log stays whole either way."""
+@pytest.mark.parametrize("redis", ["with Redis", "without Redis"])
+async def test_kill_9_after_a_text_finished_keeps_the_whole_text(session, agents, tmp_path, redis):
+    """A real process is killed with SIGKILL just after ``text-end``, the step still
+    going: the finished text is in the log already, so recovery keeps it whole, on
+    both stacks, whether or not a Redis mirror kept what had streamed. (Before issue
+    19 the write was held for the step's end: without Redis, recovery closed the part
+    with the log's empty text.) The embedded stack has no Redis: there both cases run
+    without."""
+    if redis == "with Redis" and not django_settings.REDIS_URL:
+        pytest.skip("the embedded stack has no Redis (the case without it covers it)")
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps([FINISHED_THEN_WAITING]))
     env = server_env(
         FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path), FORGE_LEASE_SECONDS="1"
     )
+    if redis == "without Redis":  # the process runs with no in-flight mirror
+        env.pop("REDIS_URL", None)
+        env.pop("FORGE_REDIS_PREFIX", None)
     process = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
         cwd=ROOT,
@@ -441,8 +452,7 @@ async def test_kill_9_after_a_text_finished_recovers_it_from_what_streamed(
         text=True,
     )
     try:
-        await wait_until(lambda: _held_text_open(session), timeout=60)
-        await asyncio.sleep(0.5)  # the text-end has been processed (held)
+        await wait_until(lambda: _finished_text_logged(session), timeout=60)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
     finally:
@@ -456,7 +466,7 @@ async def test_kill_9_after_a_text_finished_recovers_it_from_what_streamed(
     assert_nothing_open(items)
     reply = items[-1]
     assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
-    assert reply["parts"][1]["text"] == ("All of it." if django_settings.REDIS_URL else "")
+    assert reply["parts"][1]["text"] == "All of it."
     assert await database_sync_to_async(verified_log)(session) == []
 
 

@@ -217,16 +217,15 @@ async def test_a_result_of_the_wrong_type_is_an_error(ctx: ToolContext, bad: Any
     assert info.value.metadata == {"exception": "TypeError"}
 
 
-async def test_long_output_is_truncated(ctx: ToolContext) -> None:
-    text = "abcdefghij" * 6_000  # 60,000 characters
+async def test_long_output_is_returned_whole(ctx: ToolContext) -> None:
+    """execute() no longer cuts: the log keeps the raw output (issue 19, item 4); only
+    the model's projection truncates it (tests/context/test_tool_output_projection.py)."""
+    text = "abcdefghij" * 6_000  # 60,000 characters, over what the model is shown
     result = await execute(
         make("long", lambda c, a: ToolResult(output=text, title="t", metadata={"k": 1})), {}, ctx
     )
-    assert len(result.output) <= MAX_OUTPUT_CHARS
-    assert result.output.startswith(text[:40_000])
-    assert result.output.endswith("of 60000 characters]")
-    assert "[output truncated" in result.output
-    assert result.metadata == {"k": 1, "truncated": True, "output_chars": 60_000}
+    assert result.output == text
+    assert result.metadata == {"k": 1}
     assert result.title == "t"
 
 

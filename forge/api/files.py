@@ -1,0 +1,45 @@
+"""``GET /api/sessions/<id>/files/<part_id>/``: the stored file of a session's ``file`` part.
+
+A file part's file lives in the session's files (``forge.runtime.files``:
+``uploads/t<tenant>/<session>/<part_id>/<name>``), so the path is derived from
+the caller's tenant, the session and the part id: no session of another
+tenant, and no path outside the session's folder, can ever be named. Streamed,
+whatever its size (a tool output over ``FORGE_TOOL_OUTPUT_MAX_BYTES`` is stored
+this way, whole).
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.core.files.storage import default_storage
+from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+
+from forge.access import session_of
+from forge.tools.session_files import stored_file
+from sessions.exceptions import NotFound
+
+from .schema import errors
+
+_PART_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@extend_schema(responses={200: OpenApiTypes.BINARY, **errors(404)})
+@api_view(["GET"])
+def session_file(request: Request, session_id: str, part_id: str) -> FileResponse:
+    """The file of file part ``part_id`` of the caller's session ``session_id`` (404 when
+    there is none)."""
+    session = session_of(request.user, session_id)
+    if not _PART_ID.fullmatch(part_id):
+        raise NotFound(f"no file {part_id!r} in this session")
+    path = stored_file(tenant_id=session.tenant_id, session_id=session.pk, part_id=part_id)
+    if path is None:
+        raise NotFound(f"no file {part_id!r} in this session")
+    name = path.rsplit("/", 1)[-1]
+    response = FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
