@@ -44,12 +44,13 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.db.worker import db
 from forge.providers import events as ev
-from forge.tools import ToolContext, ToolError
+from forge.tools import ToolContext, ToolError, mcp
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
 from .deltas import DeltaWindow
+from .files import file_parts
 from .inflight import buffer, mirror
 from .turn import Turn
 
@@ -121,6 +122,7 @@ class Processor:
         self.held: list[services.Write] = []  # written with the next write, in order
         self.finished: list[str] = []  # parts whose buffers go once their held write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
+        self.own_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
 
     # --- writes -------------------------------------------------------------------
 
@@ -335,7 +337,9 @@ class Processor:
         call = self.calls.get(event.call_id) or await self._pending(event.call_id, event.tool)
         call.start = self._now()
         try:
-            tool, args = tools.prepare_call(event.tool, event.input, turn.agent.tools or None)
+            tool, args = tools.prepare_call(
+                event.tool, event.input, turn.agent.tools or None, await self._own_tools()
+            )
         except ToolError as exc:
             await self._tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
             return
@@ -364,20 +368,34 @@ class Processor:
             await self._tool_error(event.call_id, call, exc, args=args)
             return
         call.status = "completed"
-        await self._part(
-            {
-                "id": call.part_id,
-                "state": {
-                    "status": "completed",
-                    "input": args,
-                    "output": result.output,
-                    "title": result.title,
-                    "metadata": result.metadata,
-                    "time": {"start": call.start, "end": self._now()},
-                },
-            }
+        await self.write(
+            services.UpdatePart(
+                part={
+                    "id": call.part_id,
+                    "state": {
+                        "status": "completed",
+                        "input": args,
+                        "output": result.output,
+                        "title": result.title,
+                        "metadata": result.metadata,
+                        "time": {"start": call.start, "end": self._now()},
+                    },
+                }
+            ),
+            *[
+                services.UpdatePart(part=part)
+                for part in await file_parts(self.turn.session, self.turn.message_id, result.files)
+            ],
         )
         self.calls.pop(event.call_id, None)
+
+    async def _own_tools(self) -> dict[str, tools.Tool]:
+        """The turn agent's MCP tools (listed once per turn; a dead server restarts)."""
+        if self.own_tools is None:
+            servers = self.turn.agent.mcp_servers
+            listing = await asyncio.to_thread(mcp.list_tools, servers) if servers else None
+            self.own_tools = {t.name: t for t in listing.tools} if listing else {}
+        return self.own_tools
 
     async def _tool_error(
         self, call_id: str, call: _Call, exc: ToolError, *, args: dict[str, Any]

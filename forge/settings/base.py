@@ -12,7 +12,7 @@ from typing import Any
 
 import dj_database_url
 
-from .env import env_bool, env_float, env_int, env_list, env_str
+from .env import env_bool, env_float, env_int, env_json_object, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -308,6 +308,10 @@ FORGE_PROVIDER_TIMEOUT = env_float("FORGE_PROVIDER_TIMEOUT", 120.0)
 
 # Tools.
 FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
+# MCP servers every agent has, as MCP clients write mcpServers (JSON):
+# {"<name>": {"command", "args"?, "env"?}} or {"<name>": {"url", "headers"?}}.
+# An agent's own (Agent.mcp_servers) replace those of the same name.
+FORGE_MCP_SERVERS = env_json_object("FORGE_MCP_SERVERS")
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
 
 FORGE_INFLIGHT_PREFIX = FORGE_REDIS_PREFIX
