@@ -80,6 +80,7 @@ class Connection:
         self._down = asyncio.Event()  # set: the connection ended
         self._lock = asyncio.Lock()
         self.suspect = False  # the last call did not end well: reconnect before the next
+        self._reaper: asyncio.Task[None] | None = None
 
     @property
     def alive(self) -> bool:
@@ -157,6 +158,7 @@ class Connection:
     async def close(self) -> None:
         async with self._lock:
             await self._stop()
+            self.suspect = False
 
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout: float
@@ -173,7 +175,6 @@ class Connection:
         """
         if self.suspect:
             await self.close()
-            self.suspect = False
         for attempt in (1, 2):
             await self.start(timeout)
             try:
@@ -203,7 +204,11 @@ class Connection:
         try:
             await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            self.suspect = True  # the caller gave up (a timeout): the server may hang
+            # The caller gave up (a timeout): the server may hang. Stop it now, so the
+            # next turn's listing starts a fresh one (within the start timeout, not
+            # within its call's).
+            self.suspect = True
+            self._reaper = asyncio.get_running_loop().create_task(self.close())
             raise
         finally:
             waiter.cancel()

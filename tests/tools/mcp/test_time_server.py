@@ -14,6 +14,7 @@ from forge.tools import mcp
 
 from .conftest import (
     kill,
+    logged_tools,
     one_child,
     reply_of,
     run_turn,
@@ -60,6 +61,8 @@ async def test_lists_and_calls_the_time_server(session, agents, script):
     assert output["timezone"] == "Asia/Tokyo"
     assert "datetime" in output
     assert reply["parts"][-2]["text"] == "done"
+    # The tool list the model was sent is in the log (replay stays exact).
+    assert "time_get_current_time" in await logged_tools(session)
 
 
 async def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_restarts_it(
