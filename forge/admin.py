@@ -25,7 +25,7 @@ from sessions.exceptions import InvalidCursor
 from sessions.models import Session
 from sessions.projector import fold_context
 
-from .models import Agent, SessionLease
+from .models import Agent, PendingApproval, SessionLease
 from .tools.mcp.spec import McpSpecError, parse_servers, redacted, with_secrets_kept
 
 CONTENT_SHOWN = 4000  # characters of one message shown on the page
@@ -50,6 +50,7 @@ class AgentForm(forms.ModelForm):
             "temperature",
             "context_limit",
             "auto_compact",
+            "tool_approval",
             "is_default",
             "mcp_servers",
         ]
@@ -127,6 +128,45 @@ class SessionLeaseAdmin(TenantScopedAdmin, admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(PendingApproval)
+class PendingApprovalAdmin(TenantScopedAdmin, admin.ModelAdmin):
+    """Tool calls awaiting an answer, per tenant (the staff user's tenants; superusers
+    all). Read-only: an answer goes through the session's owner (docs/approvals.md)."""
+
+    list_display = ("call_id", "tool", "tenant", "session", "message_id", "expires_at")
+    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter),)
+    search_fields = ("=session__id",)
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return (
+            super()
+            .get_queryset(request)
+            .filter(type="tool", data__state__status="awaiting-approval")
+            .select_related("tenant", "session")
+        )
+
+    @admin.display(description="call id")
+    def call_id(self, obj: PendingApproval) -> str:
+        return str(obj.data.get("call_id", ""))
+
+    @admin.display(description="tool")
+    def tool(self, obj: PendingApproval) -> str:
+        return str(obj.data.get("tool", ""))
+
+    @admin.display(description="expires at")
+    def expires_at(self, obj: PendingApproval) -> str:
+        return str(obj.data["state"].get("metadata", {}).get("approval", {}).get("expires_at", ""))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 from accounts.exceptions import ForgeError
 
 __all__ = [
+    "ApprovalAnswered",
+    "ApprovalExpired",
+    "ApprovalNotFound",
     "BodyTooLarge",
     "CompactionFailed",
     "Conflict",
     "ForgeError",
+    "InvalidAnswer",
     "InvalidPrompt",
     "NotAuthenticated",
     "NotImplementedYet",
@@ -118,3 +122,29 @@ class StreamUnavailable(ForgeError):
     code = "stream_unavailable"
     status = 503
     retry_after = 5
+
+
+class ApprovalNotFound(ForgeError):
+    """No tool call of the session waits for this answer (an unknown call id, a call that
+    never asked, a session of another tenant, or a caller who is not its owner)."""
+
+    code = "approval_not_found"
+    status = 404
+
+
+class ApprovalAnswered(Conflict):
+    """The call was answered already: exactly one answer is logged."""
+
+    code = "approval_answered"
+
+
+class ApprovalExpired(Conflict):
+    """The call waited past ``FORGE_APPROVAL_TIMEOUT`` and was denied as expired."""
+
+    code = "approval_expired"
+
+
+class InvalidAnswer(ForgeError, ValueError):
+    """An approval answer that is not ``{approve: bool, reason?: str}`` (400)."""
+
+    code = "invalid_answer"

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+
+from sessions.models import Part
 
 
 def validate_mcp_servers(value: object) -> None:
     """An agent's ``mcp_servers`` must be a valid ``mcpServers`` object."""
-    from django.core.exceptions import ValidationError
-
     from forge.tools.mcp.spec import McpSpecError, parse_servers  # not at import: the SDK
 
     try:
         parse_servers(value)
     except McpSpecError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _valid_rules(value: Any) -> None:
+    from forge.runtime.approvals.rules import InvalidRules, parse_rules
+
+    try:
+        parse_rules(value, where="tool_approval")
+    except InvalidRules as exc:
         raise ValidationError(str(exc)) from None
 
 
@@ -51,6 +63,13 @@ class Agent(models.Model):
     )
     auto_compact = models.BooleanField(
         null=True, blank=True, help_text="compact automatically on overflow; blank: the setting"
+    )
+    tool_approval = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[_valid_rules],
+        help_text='approval rules: {"<tool or glob>": "allow"|"ask"|"deny"} or a list of '
+        '{"tool", "pointer", "pattern", "action"}; before FORGE_TOOL_APPROVAL (docs/approvals.md)',
     )
     is_default = models.BooleanField(
         default=False, help_text="used when a prompt names no agent and the session has none"
@@ -94,3 +113,12 @@ class SessionLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} held by {self.owner}"
+
+
+class PendingApproval(Part):
+    """A tool call awaiting approval, for the admin (a view of the session's parts: the
+    log is the truth, this reads the projection; docs/approvals.md)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "pending approval"

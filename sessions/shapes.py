@@ -31,8 +31,10 @@ PART_TYPES = (
     "step-finish",
     "patch",
 )
-TOOL_STATUSES = ("pending", "running", "completed", "error")
-_TOOL_RANK = {"pending": 0, "running": 1, "completed": 2, "error": 2}
+TOOL_STATUSES = ("pending", "awaiting-approval", "running", "completed", "error")
+# A call goes forward only: pending, then (when a rule asks) awaiting-approval, then
+# running, then completed or error; an answered denial goes from awaiting to error.
+_TOOL_RANK = {"pending": 0, "awaiting-approval": 1, "running": 2, "completed": 3, "error": 3}
 TOKEN_KEYS = ("input", "output", "reasoning", "cache_read", "cache_write")
 
 
@@ -235,6 +237,11 @@ def v_user_id(path: str, value: Any) -> int:
 
 _TOOL_STATE_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
     "pending": {"input": (v_object, _OPTIONAL), "raw": (v_str, _OPTIONAL)},
+    "awaiting-approval": {
+        "input": (v_object, _REQUIRED),
+        "metadata": (v_object, dict),
+        "time": (_record({"start": (v_time, _REQUIRED)}), _REQUIRED),
+    },
     "running": {
         "input": (v_object, _REQUIRED),
         "title": (v_str, _OPTIONAL),
@@ -348,7 +355,7 @@ def normalize_part(
 
 
 def _check_tool_transition(old: str, new: str) -> None:
-    if _TOOL_RANK[new] < _TOOL_RANK[old] or (_TOOL_RANK[old] == 2 and new != old):
+    if _TOOL_RANK[new] < _TOOL_RANK[old] or (_TOOL_RANK[old] == 3 and new != old):
         raise ShapeError(f"part.state.status: a tool part cannot go from {old} to {new}")
 
 

@@ -17,14 +17,22 @@ answers the chunks to send, so that the client rebuilds that message:
 * tool part: pending ``tool-input-start{toolCallId, toolName}``, running
   ``tool-input-available{toolCallId, toolName, input}``, completed
   ``tool-output-available{toolCallId, output}``, error ``tool-output-error``
-  ``{toolCallId, errorText}``;
+  ``{toolCallId, errorText}``; awaiting-approval: its input, then (for a client that
+  speaks approvals, ai 6 and 7) ``tool-approval-request{approvalId, toolCallId}`` with
+  the call id as the approval id; denied (an error with ``metadata.denied``):
+  ``tool-output-denied{toolCallId}`` for such a client, else ``tool-output-error``
+  with the reason. ai 5 knows neither chunk (its schema rejects the stream), so it is
+  sent neither: to it an awaiting tool is a tool with its input available;
 * file part: ``file{url, mediaType}``;
 * patch / subtask / agent parts, and a compaction part of any message logged
   during the reply: ``data-patch`` / ``data-subtask`` / ``data-agent`` /
   ``data-compaction`` (id = part id, data = the part's own fields);
 * the message's completion: ``message-metadata`` then ``finish{finishReason}``; with
   an error, ``message-metadata``, ``error{errorText}`` and ``finish{error}``; a
-  user's abort: ``abort``.
+  user's abort: ``abort``. A turn suspended on an approval (the message stays open,
+  no process runs it) ends the stream with ``finish{tool-calls}``, as ``streamText``
+  ends a step whose tool needs approval; the answer's request streams the rest of
+  the same message (:mod:`forge.aisdk.approvals`).
 
 Stages a client missed (a resumed stream starts from the message's first event,
 and parts may be read whole) are emitted in order, so a tool's output never
@@ -101,6 +109,16 @@ def tool_output_error(call_id: str, error_text: str) -> Chunk:
     return {"type": "tool-output-error", "toolCallId": call_id, "errorText": error_text}
 
 
+def tool_approval_request(call_id: str) -> Chunk:
+    """ai 6+: the approval id is the tool call id (Forge answers approvals by call id)."""
+    return {"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}
+
+
+def tool_output_denied(call_id: str) -> Chunk:
+    """ai 6+: the call was denied (the reason is in the tool part's approval)."""
+    return {"type": "tool-output-denied", "toolCallId": call_id}
+
+
 def file(url: str, media_type: str) -> Chunk:
     return {"type": "file", "url": url, "mediaType": media_type}
 
@@ -141,12 +159,27 @@ DONE = b"data: [DONE]\n\n"
 
 # --- one reply ------------------------------------------------------------------------
 
-_BLOCKS = ("text", "reasoning")
-_DATA_PARTS = {"patch": "patch", "subtask": "subtask", "agent": "agent", "compaction": "compaction"}
-_TOOL_STAGES = {"pending": 1, "running": 2, "completed": 3, "error": 3}
+BLOCKS = ("text", "reasoning")
+DATA_PARTS = {"patch": "patch", "subtask": "subtask", "agent": "agent", "compaction": "compaction"}
+AWAITING = "awaiting-approval"
+_TOOL_STAGES = {"pending": 1, AWAITING: 2, "running": 2, "completed": 3, "error": 3}
 
 
-def _data_of(part: Mapping[str, Any]) -> dict[str, Any]:
+def is_denied(state: Mapping[str, Any]) -> bool:
+    return state.get("status") == "error" and bool((state.get("metadata") or {}).get("denied"))
+
+
+def is_awaiting(part: Mapping[str, Any]) -> bool:
+    return part.get("type") == "tool" and (part.get("state") or {}).get("status") == AWAITING
+
+
+def denial_reason(state: Mapping[str, Any]) -> str:
+    approval = (state.get("metadata") or {}).get("approval") or {}
+    reason = approval.get("reason") if isinstance(approval, Mapping) else None
+    return str(reason or state.get("error") or "denied")
+
+
+def data_of(part: Mapping[str, Any]) -> dict[str, Any]:
     skip = ("id", "message_id", "session_id", "type")
     return {key: value for key, value in part.items() if key not in skip}
 
@@ -154,10 +187,12 @@ def _data_of(part: Mapping[str, Any]) -> dict[str, Any]:
 class ReplyChunks:
     """The chunks of one assistant message, from the session's frames in log order."""
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, *, approvals: bool = False) -> None:
         self.message_id = message_id
+        self.approvals = approvals  # the client speaks approvals (ai 6+)
         self.started = False
         self.done = False
+        self.awaiting: set[str] = set()  # call ids of tools awaiting an approval
         self._kinds: dict[str, str] = {}  # open text/reasoning parts: part id -> kind
         self._texts: dict[str, str] = {}  # their text streamed so far
         self._shown: dict[str, int] = {}  # how much of it the client has
@@ -199,7 +234,7 @@ class ReplyChunks:
         out = self.begin()
         part_type = part.get("type")
         part_id = part["id"]
-        if part_type in _BLOCKS:
+        if part_type in BLOCKS:
             out += self._block(part)
         elif part_type == "tool":
             out += self._tool(part)
@@ -216,8 +251,8 @@ class ReplyChunks:
             if part_id not in self._once:
                 self._once.add(part_id)
                 out.append(file(part.get("url", ""), part.get("mime", "")))
-        elif part_type in _DATA_PARTS:
-            out += self._data_part(_DATA_PARTS[part_type], part)
+        elif part_type in DATA_PARTS:
+            out += self._data_part(DATA_PARTS[part_type], part)
         return out
 
     def _block(self, part: Mapping[str, Any]) -> list[Chunk]:
@@ -271,16 +306,42 @@ class ReplyChunks:
             out.append(tool_input_start(call_id, tool))
         if have < 2 <= stage:
             out.append(tool_input_available(call_id, tool, state.get("input") or {}))
+        if status == AWAITING:
+            if self.approvals and call_id not in self.awaiting:
+                out.append(tool_approval_request(call_id))
+            self.awaiting.add(call_id)
+        else:
+            self.awaiting.discard(call_id)
         if have < 3 <= stage:
             if status == "completed":
                 out.append(tool_output_available(call_id, state.get("output", "")))
+            elif is_denied(state) and self.approvals:
+                out.append(tool_output_denied(call_id))
             else:
                 out.append(tool_output_error(call_id, str(state.get("error") or "tool failed")))
         self._tools[part["id"]] = max(have, stage)
         return out
 
+    def seen(self, parts: list[Mapping[str, Any]]) -> None:
+        """Take ``parts`` (the message as stored) as what the client has already: a
+        continuation streams only what comes after them, from its own ``start``."""
+        for part in parts:
+            self.part(part)
+        self.started = False
+
+    def suspend(self) -> list[Chunk]:
+        """The end of a stream whose turn waits for an approval (the message stays open)."""
+        if self.done:
+            return []
+        self.done = True
+        out = self.begin()
+        for part_id, kind in list(self._kinds.items()):
+            out.append(block_end(kind, part_id))
+        self._kinds.clear()
+        return [*out, finish("tool-calls")]
+
     def _data_part(self, name: str, part: Mapping[str, Any]) -> list[Chunk]:
-        value = _data_of(part)
+        value = data_of(part)
         encoded = json.dumps(value, sort_keys=True, default=str)
         if self._data.get(part["id"]) == encoded:
             return []
@@ -307,69 +368,13 @@ class ReplyChunks:
             ABORTED,
         ):
             return [*out, abort()]
-        out.append(message_metadata(_metadata(info)))
+        out.append(message_metadata(metadata_of(info)))
         if failure:
             text = f"{failure.get('name', 'Error')}: {failure.get('message', '')}"
             return [*out, error(text), finish("error")]
         return [*out, finish(info.get("finish"))]
 
 
-def _metadata(info: Mapping[str, Any]) -> dict[str, Any]:
+def metadata_of(info: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("finish", "tokens", "cost", "error", "created_at", "completed_at", "model", "agent")
     return {key: info[key] for key in keys if key in info}
-
-
-# --- a stored message as a UIMessage (history) ------------------------------------------
-
-_TOOL_STATES = {
-    "pending": "input-streaming",
-    "running": "input-available",
-    "completed": "output-available",
-    "error": "output-error",
-}
-
-
-def ui_message(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored message ``{info, parts}`` as an AI SDK ``UIMessage``: the parts a client
-    ends with after streaming it (the chunks above, folded)."""
-    info = item["info"]
-    message: dict[str, Any] = {"id": info["id"], "role": info["role"], "parts": []}
-    for part in item["parts"]:
-        message["parts"] += ui_part(part)
-    if info["role"] == "assistant":
-        message["metadata"] = _metadata(info)
-    return message
-
-
-def ui_part(part: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kind = part["type"]
-    if kind in _BLOCKS:
-        return [{"type": kind, "text": part.get("text", "")}]
-    if kind == "step-start":
-        return [{"type": "step-start"}]
-    if kind == "step-finish":
-        step = {k: part.get(k) for k in ("reason", "tokens", "cost")}
-        return [{"type": "data-step-finish", "id": part["id"], "data": step}]
-    if kind == "tool":
-        state = part.get("state") or {}
-        status = state.get("status", "pending")
-        tool: dict[str, Any] = {
-            "type": f"tool-{part.get('tool', '')}",
-            "toolCallId": part.get("call_id", part["id"]),
-            "state": _TOOL_STATES.get(status, "input-streaming"),
-            "input": state.get("input") if status != "pending" else None,
-        }
-        if status == "completed":
-            tool["output"] = state.get("output", "")
-        elif status == "error":
-            tool["input"] = state.get("input") or {}
-            tool["errorText"] = str(state.get("error") or "tool failed")
-        return [tool]
-    if kind == "file":
-        out = {"type": "file", "mediaType": part.get("mime", ""), "url": part.get("url", "")}
-        if part.get("filename"):
-            out["filename"] = part["filename"]
-        return [out]
-    return [
-        {"type": f"data-{_DATA_PARTS.get(kind, kind)}", "id": part["id"], "data": _data_of(part)}
-    ]

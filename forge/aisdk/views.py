@@ -26,9 +26,6 @@ cookie) and rate limits are the API's (DRF).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import re
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 from urllib.parse import urlencode
@@ -41,7 +38,6 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -57,17 +53,15 @@ from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import SessionStream
+from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.exceptions import NotFound
-from sessions.ids import is_valid_id
 from sessions.models import Session
 
-from . import chunks
+from . import approvals, bodies, chunks, history
 
-TRIGGERS = ("submit-message", "regenerate-message")
-_DATA_URL = re.compile(r"data:([^;,]*)(;[^,]*)?,(.*)", re.DOTALL)
 HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
@@ -97,11 +91,11 @@ def _join(session_id: str, owner: int) -> hub.Subscription:
 
 
 def _stream_response(
-    subscription: hub.Subscription, session: Session, message_id: str, after: int
+    subscription: hub.Subscription, session: Session, reply: chunks.ReplyChunks, after: int
 ) -> StreamingHttpResponse:
     response = SubscribedStream(
         subscription,
-        lambda subscriber: reply_stream(session, message_id, after, subscriber),
+        lambda subscriber: reply_stream(session, reply.message_id, after, subscriber, reply),
         content_type="text/event-stream",
     )
     for name, value in HEADERS.items():
@@ -110,14 +104,19 @@ def _stream_response(
 
 
 async def reply_stream(
-    session: Session, message_id: str, after: int, subscriber: hub.Subscriber
+    session: Session,
+    message_id: str,
+    after: int,
+    subscriber: hub.Subscriber,
+    reply: chunks.ReplyChunks | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The UI message stream of reply ``message_id``: the log after ``after`` (which must
-    start at or before the reply's first event), snapshots of its streaming parts,
-    then live frames (``subscriber``, subscribed before the backlog is read: no gap),
-    until the reply is complete; then ``[DONE]``."""
+    start at or before the reply's first event, or at the end of what ``reply`` has
+    seen), snapshots of its streaming parts, then live frames (``subscriber``,
+    subscribed before the backlog is read: no gap), until the reply is complete or
+    its turn waits for an approval; then ``[DONE]``."""
     tenancy.activate([session.tenant_id])
-    reply = chunks.ReplyChunks(message_id)
+    reply = reply or chunks.ReplyChunks(message_id)
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     heartbeat = settings.FORGE_SSE_HEARTBEAT
     quiet = min(settings.FORGE_STREAM_RESYNC_SECONDS, heartbeat)
@@ -139,6 +138,9 @@ async def reply_stream(
             for frame in frames:
                 for chunk in reply.accept(frame):
                     yield chunks.encode(chunk)
+            if reply.awaiting:  # the idle status of a suspended turn may have been lost
+                for chunk in await _ended(session, reply):
+                    yield chunks.encode(chunk)
             continue
         idle_since = loop.time()
         for frame in frames:
@@ -155,7 +157,9 @@ async def reply_stream(
 
 async def _ended(session: Session, reply: chunks.ReplyChunks) -> list[chunks.Chunk]:
     """After an ``idle`` status: the reply's completion, when the log has it (its event
-    was sent already, or comes later through the stream, unless it is complete)."""
+    was sent already, or comes later through the stream, unless it is complete); or,
+    when its turn is suspended on an approval (a call awaits one and no runner holds
+    the session), the end of this stream: the message stays open."""
     if reply.done:
         return []
     from channels.db import database_sync_to_async
@@ -163,75 +167,16 @@ async def _ended(session: Session, reply: chunks.ReplyChunks) -> list[chunks.Chu
     message = await database_sync_to_async(selectors.get_message)(
         tenant=session.tenant, session_id=session.pk, message_id=reply.message_id
     )
-    return reply.message(message["info"]) if message["info"].get("completed_at") else []
+    if message["info"].get("completed_at"):
+        return reply.message(message["info"])
+    waiting = [part for part in message["parts"] if chunks.is_awaiting(part)]
+    if not waiting or await database_sync_to_async(runtime.is_busy)(session_id=session.pk):
+        return []
+    out = [chunk for part in waiting for chunk in reply.part(part)]
+    return [*out, *reply.suspend()]
 
 
 # --- the request ----------------------------------------------------------------------
-
-
-def _chat_request(body: Any) -> tuple[dict[str, Any], str, str]:
-    """``(body, chat id, trigger)`` of a chat request; raises ``ValidationError``."""
-    if not isinstance(body, dict):
-        raise ValidationError({"body": "send a JSON object: {id, messages, trigger}"})
-    chat_id = body.get("id")
-    if not isinstance(chat_id, str) or not is_valid_id(chat_id):
-        raise ValidationError({"id": "a chat id is 1 to 64 letters, digits, '_' or '-'"})
-    trigger = body.get("trigger", "submit-message")
-    if trigger not in TRIGGERS:
-        raise ValidationError({"trigger": f"one of {', '.join(TRIGGERS)}"})
-    return body, chat_id, trigger
-
-
-def _regenerated_id(body: dict[str, Any]) -> str | None:
-    """The ``messageId`` of a regenerate request (None: the last reply)."""
-    message_id = body.get("messageId")
-    if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
-        raise ValidationError({"messageId": "the id of the message to regenerate, or none"})
-    return message_id
-
-
-def _prompt_of(body: dict[str, Any]) -> tuple[str, list[runtime.Attachment]]:
-    """``(text, files)`` of a submitted message: the last of ``messages``."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ValidationError({"messages": "send the chat's messages, the new one last"})
-    last = messages[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise ValidationError({"messages": "the last message must be the user's new message"})
-    parts = last.get("parts")
-    if not isinstance(parts, list):
-        raise ValidationError({"messages": "the last message has no parts"})
-    texts: list[str] = []
-    files: list[runtime.Attachment] = []
-    for part in parts:
-        if not isinstance(part, dict):
-            raise ValidationError({"messages": "a part must be an object"})
-        if part.get("type") == "text":
-            if not isinstance(part.get("text"), str):
-                raise ValidationError({"messages": "a text part needs a string 'text'"})
-            texts.append(part["text"])
-        elif part.get("type") == "file":
-            files.append(_attachment(part, len(files)))
-        # Other parts of a user message (data-*, step-start, …) carry no prompt.
-    return "\n\n".join(texts), files
-
-
-def _attachment(part: dict[str, Any], index: int) -> runtime.Attachment:
-    url = part.get("url")
-    match = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
-    if match is None or match.group(2) is None or "base64" not in match.group(2):
-        raise ValidationError({"messages": "file parts must be base64 data: URLs"})
-    try:
-        content = base64.b64decode(match.group(3), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValidationError({"messages": "a file part's data: URL is not base64"}) from None
-    filename = part.get("filename")
-    mime = part.get("mediaType") or match.group(1) or ""
-    return runtime.Attachment(
-        filename=filename if isinstance(filename, str) and filename else f"file-{index + 1}",
-        content=content,
-        mime=mime if isinstance(mime, str) else "",
-    )
 
 
 def _chat_session(user: Any, tenant: Tenant, chat_id: str) -> Session:
@@ -294,9 +239,11 @@ class ChatView(APIView):
         is created or the prompt logged."""
         tenant = tenant_of(request.user)
         owner = _owner(request)
-        body, chat_id, trigger = _chat_request(request.data)
+        body, chat_id, trigger = bodies.chat_request(request.data)
+        if trigger == "submit-message" and approvals.is_answer(body):
+            return _answer(request, tenant, body, chat_id)
         if trigger == "regenerate-message":
-            message_id = _regenerated_id(body)
+            message_id = bodies.regenerated_id(body)
             session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
             subscription = _join(session.pk, owner)
 
@@ -307,7 +254,7 @@ class ChatView(APIView):
                     speaker=cast(AbstractBaseUser, request.user),
                 )
         else:
-            text, files = _prompt_of(body)
+            text, files = bodies.prompt_of(body)
             text = clean_text(text)  # before anything is written (a new chat included)
             clean_files(files)
             session, subscription = _chat_stream(request.user, tenant, chat_id, owner)
@@ -326,7 +273,36 @@ class ChatView(APIView):
         except BaseException:
             subscription.close_soon()
             raise
-        return _stream_response(subscription, session, result.assistant_message_id, head)
+        reply = chunks.ReplyChunks(result.assistant_message_id, approvals=approvals.wanted(request))
+        return _stream_response(subscription, session, reply, head)
+
+
+def _answer(
+    request: Request, tenant: Tenant, body: dict[str, Any], chat_id: str
+) -> StreamingHttpResponse:
+    """An ``addToolApprovalResponse`` request (:mod:`forge.aisdk.approvals`): the
+    answers go to the runtime, and the rest of the same message streams back from the
+    log's head before the first answer (nothing the client has is sent again)."""
+    message_id, answers = approvals.answers_of(body)
+    session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
+    subscription = _join(session.pk, _owner(request))
+    try:
+        head = selectors.head_seq(tenant=tenant, session_id=session.pk)
+        stored = selectors.get_message(tenant=tenant, session_id=session.pk, message_id=message_id)
+        reply = chunks.ReplyChunks(message_id, approvals=True)
+        reply.seen(stored["parts"])
+        for answer in approvals.to_send(answers, stored["parts"]):
+            answer_sync(
+                session=session,
+                user=request.user,
+                call_id=answer.call_id,
+                approve=answer.approve,
+                reason=answer.reason,
+            )
+    except BaseException:
+        subscription.close_soon()
+        raise
+    return _stream_response(subscription, session, reply, head)
 
 
 class ChatStreamView(APIView):
@@ -344,7 +320,8 @@ class ChatStreamView(APIView):
         message_id = running[-1]["info"]["id"]
         first = selectors.message_start_seq(tenant=tenant, session=session, message_id=message_id)
         subscription = _join(session.pk, _owner(request))  # 429 / 503 before the stream
-        return _stream_response(subscription, session, message_id, max((first or 1) - 1, 0))
+        reply = chunks.ReplyChunks(message_id, approvals=approvals.wanted(request))
+        return _stream_response(subscription, session, reply, max((first or 1) - 1, 0))
 
 
 class ChatMessagesView(APIView):
@@ -377,9 +354,13 @@ class ChatMessagesView(APIView):
         if page.next_before:
             query = urlencode({"limit": limit, "before": page.next_before})
             next_url = request.build_absolute_uri(request.path) + "?" + query
+        wanted = approvals.wanted(request)
         response = Response(
             {
-                "results": [chunks.ui_message(item) for item in _current(session, page.items)],
+                "results": [
+                    history.ui_message(item, approvals=wanted)
+                    for item in _current(session, page.items)
+                ],
                 "next": next_url,
                 "previous": None,
             }

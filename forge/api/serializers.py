@@ -81,3 +81,11 @@ def page_body(
     results: list[Any], next_url: str | None, previous_url: str | None = None
 ) -> dict[str, Any]:
     return {"results": results, "next": next_url, "previous": previous_url}
+
+
+class ApprovalSerializer(serializers.Serializer):
+    """``POST /api/sessions/{id}/approvals/{call_id}/`` (documentation: the view checks
+    the shape strictly, a boolean ``approve`` and no string for it)."""
+
+    approve = serializers.BooleanField()
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)

@@ -29,7 +29,7 @@ from accounts.models import Tenant
 from forge import runtime, server_limits
 from forge.access import session_of, tenant_of
 from forge.context import request_for
-from forge.errors import SessionBusy
+from forge.errors import InvalidAnswer, SessionBusy
 from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
 from forge.throttling import PromptRateThrottle
@@ -40,6 +40,7 @@ from .paging import CheckedCursorPagination
 from .parsers import NDJSONParser, SafeJSONParser
 from .schema import errors
 from .serializers import (
+    ApprovalSerializer,
     ForkSerializer,
     PromptSerializer,
     SessionCreateSerializer,
@@ -120,7 +121,9 @@ class SessionViewSet(GenericViewSet):
         return Response(self._session_body(session), status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(self._session_body(self.get_object()))
+        session = self.get_object()
+        pending = runtime.pending_approvals(tenant=self.tenant, session=session)
+        return Response({**self._session_body(session), "pending_approvals": pending})
 
     @extend_schema(request=SessionUpdateSerializer, responses=SessionSerializer)
     def partial_update(self, request: Request, pk: str) -> Response:
@@ -256,6 +259,34 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
         runtime.abort(session=session)
         return Response({"aborted": True, "session": self._session_body(session)})
+
+    @extend_schema(
+        request=ApprovalSerializer, responses={202: OpenApiTypes.OBJECT, **errors(400, 404, 409)}
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path=r"approvals/(?P<call_id>[^/]{1,200})",
+        url_name="approval",
+        parser_classes=[SafeJSONParser],
+    )
+    def approval(self, request: Request, pk: str, call_id: str) -> Response:
+        """Answer a tool call awaiting approval (the session's owner only): 202 once the
+        answer is logged; the turn goes on in this process (docs/approvals.md)."""
+        session = self.get_object()
+        data: Any = request.data
+        if not isinstance(data, dict) or not isinstance(data.get("approve"), bool):
+            raise InvalidAnswer("send an object: {approve: true|false, reason?}")
+        runtime.answer_sync(
+            session=session,
+            user=request.user,
+            call_id=call_id,
+            approve=data["approve"],
+            reason=data.get("reason", ""),
+        )
+        return Response(
+            {"call_id": call_id, "approved": data["approve"]}, status=status.HTTP_202_ACCEPTED
+        )
 
     @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT, **errors(400, 409, 502)})
     @action(detail=True, methods=["post"])

@@ -205,11 +205,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             "abort": self._abort,
             "ping": self._ping,
             "snapshot": self._snapshot,
+            "approval": self._approval,
         }.get(kind if isinstance(kind, str) else "")
         if handler is None:
             await self._error(
                 "unknown_type",
-                f"unknown frame type {str(kind)[:40]!r}; known: prompt, abort, ping, snapshot",
+                f"unknown frame type {str(kind)[:40]!r}; "
+                "known: prompt, abort, ping, snapshot, approval",
             )
             return
         await handler(content)
@@ -263,7 +265,30 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
         )
 
-    async def _admit(self, throttle: PromptRateThrottle) -> tuple[Session, Any, bool]:
+    async def _approval(self, content: dict[str, Any]) -> None:
+        """``{"type": "approval", "call_id", "approve", "reason"?}``: the answer to a tool
+        call awaiting approval (``runtime.answer``, as the REST route); refusals are
+        error frames carrying the call id."""
+        call_id = content.get("call_id")
+        extra = {"call_id": call_id if isinstance(call_id, str) else None}
+        try:
+            session, user, _ = await self._admit(None)
+        except ForgeError as exc:
+            await self._error("not_authenticated", str(exc), **extra)
+            await self._close_unauthenticated()
+            return
+        try:
+            await runtime.answer(
+                session=session,
+                user=user,
+                call_id=call_id,  # type: ignore[arg-type]  # checked by the runtime
+                approve=content.get("approve"),  # type: ignore[arg-type]
+                reason=content.get("reason", ""),
+            )
+        except ForgeError as exc:
+            await self._error(exc.code, str(exc), **extra)
+
+    async def _admit(self, throttle: PromptRateThrottle | None) -> tuple[Session, Any, bool]:
         """The session as of now, the socket's user as of now (the prompt's speaker), and
         whether the prompt throttle lets this prompt through: one trip to the database
         thread for a token socket (many sockets prompting at once queue on that one
@@ -271,7 +296,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
         def check(user: Any) -> tuple[Session, Any, bool]:
             session = session_of(user, self.session.pk)
-            return session, user, throttle.allow_user(user)
+            return session, user, throttle is None or throttle.allow_user(user)
 
         token = authorization(self.scope)
         if token is not None:

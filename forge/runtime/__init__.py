@@ -7,10 +7,14 @@
 * ``processor``: one step's model stream turned into parts, deltas and tool calls;
 * ``recovery``: finalizing what a dead runner left open (start-up, janitor, command);
 * ``lease``, ``inflight``, ``finalize``, ``subtask``, ``title``, ``agents``: their one job each;
+* ``approvals``: tool approval rules, answering a waiting call, expiring them;
 * ``sync``: the same entry for synchronous callers.
 """
 
 from forge.errors import (
+    ApprovalAnswered,
+    ApprovalExpired,
+    ApprovalNotFound,
     InvalidPrompt,
     NothingToRegenerate,
     NotLastReply,
@@ -21,6 +25,8 @@ from forge.errors import (
 )
 
 from . import recall  # noqa: F401 - registers history_search and history_read
+from .approvals.pending import pending_approvals
+from .approvals.services import answer, answer_sync
 from .inflight import snapshots
 from .lease import is_busy, with_busy
 from .prompting import Attachment
@@ -37,6 +43,9 @@ from .runner import (
 from .sync import PromptResult, abort, compact, prompt, regenerate
 
 __all__ = [
+    "ApprovalAnswered",
+    "ApprovalExpired",
+    "ApprovalNotFound",
     "Attachment",
     "InvalidPrompt",
     "NotLastReply",
@@ -49,8 +58,11 @@ __all__ = [
     "UnknownAgent",
     "abort",
     "abort_turn",
+    "answer",
+    "answer_sync",
     "compact",
     "is_busy",
+    "pending_approvals",
     "prompt",
     "recover_session",
     "recover_sessions",

@@ -29,6 +29,7 @@ class AgentConfig:
     auto_compact: bool | None = None  # None: FORGE_AUTO_COMPACT
     # mcpServers: FORGE_MCP_SERVERS, then the agent's own (same name: the agent's wins).
     mcp_servers: dict[str, Any] = field(default_factory=dict)
+    tool_approval: Any = None  # approval rules, before FORGE_TOOL_APPROVAL
 
     @property
     def resolved_model(self) -> str:
@@ -49,6 +50,7 @@ def _config(agent: Agent) -> AgentConfig:
         context_limit=agent.context_limit,
         auto_compact=agent.auto_compact,
         mcp_servers=merged(settings.FORGE_MCP_SERVERS, agent.mcp_servers),
+        tool_approval=agent.tool_approval or None,
     )
 
 

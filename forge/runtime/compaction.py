@@ -47,7 +47,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
-from .finalize import INTERRUPTED, finalize_open_messages
+from .finalize import INTERRUPTED, finalize_open_messages, message_error
 from .small_model import ask
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def is_provider_overflow(error: ev.Error) -> bool:
 
 
 def overflow_error(message: str) -> dict[str, Any]:
-    return {"name": OVERFLOW_ERROR, "message": message, "retryable": False}
+    return message_error(OVERFLOW_ERROR, message)
 
 
 # --- what is summarized -----------------------------------------------------------------

@@ -23,8 +23,19 @@ ABORTED = "aborted"
 INTERRUPTED = "interrupted: the process running this reply stopped"
 
 
+def message_error(
+    name: str, message: str, *, retryable: bool = False, status: int | None = None
+) -> dict[str, Any]:
+    """A message's ``error`` (CONTRACT §2): ``{name, message, retryable}``, and the
+    provider's HTTP ``status`` when there is one. The one place it is built."""
+    error: dict[str, Any] = {"name": name, "message": message, "retryable": bool(retryable)}
+    if status is not None:
+        error["status"] = status
+    return error
+
+
 def aborted_error(message: str) -> dict[str, Any]:
-    return {"name": "MessageAbortedError", "message": message, "retryable": False}
+    return message_error("MessageAbortedError", message)
 
 
 @transaction.atomic
@@ -56,6 +67,10 @@ def finalize_open_messages(
             _close_part(
                 session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
             )
+        if any(_awaits(part) for part in item["parts"]):
+            # A reply whose calls await an answer is suspended, not broken: it stays
+            # open for the answer (forge.runtime.approvals), from any process, later.
+            continue
         services.update_message(
             session=session,
             info={"id": info["id"], "completed_at": now, "error": error or aborted_error(reason)},
@@ -106,3 +121,7 @@ def _close_part(
                 },
             },
         )
+
+
+def _awaits(part: Mapping[str, Any]) -> bool:
+    return part["type"] == "tool" and part["state"].get("status") == "awaiting-approval"

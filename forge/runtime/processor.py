@@ -49,6 +49,7 @@ from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
+from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
 from .files import file_parts
 from .inflight import buffer, mirror
@@ -78,12 +79,13 @@ class _Block:
 
 
 @dataclass
-class _Call:
+class Call:
     part_id: str
     tool: str
     start: str | None = None
     input: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
+    metadata: dict[str, Any] = field(default_factory=dict)  # kept in the final state (approval)
 
 
 @dataclass
@@ -117,12 +119,13 @@ class Processor:
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         self.blocks: dict[str, _Block] = {}
-        self.calls: dict[str, _Call] = {}
+        self.calls: dict[str, Call] = {}
+        self.awaiting: list[str] = []  # calls of this step logged awaiting-approval
         self.snapshot_before: tools.Snapshot | None = None
         self.held: list[services.Write] = []  # written with the next write, in order
         self.finished: list[str] = []  # parts whose buffers go once their held write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
-        self.own_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
+        self.mcp_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
 
     # --- writes -------------------------------------------------------------------
 
@@ -317,8 +320,8 @@ class Processor:
 
     # --- tools --------------------------------------------------------------------
 
-    async def _pending(self, call_id: str, tool: str) -> _Call:
-        call = _Call(part_id=new_part_id(), tool=tool)
+    async def _pending(self, call_id: str, tool: str) -> Call:
+        call = Call(part_id=new_part_id(), tool=tool)
         self.calls[call_id] = call
         await self._part(
             {
@@ -338,23 +341,70 @@ class Processor:
         call.start = self._now()
         try:
             tool, args = tools.prepare_call(
-                event.tool, event.input, turn.agent.tools or None, await self._own_tools()
+                event.tool, event.input, turn.agent.tools or None, await self.own_tools()
             )
         except ToolError as exc:
-            await self._tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
+            await self.tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
             return
-        call.input, call.status = args, "running"
+        call.input = args
+        action = approval_action(turn.agent, event.tool, args)
+        if action == "deny":
+            await self.tool_error(
+                event.call_id,
+                call,
+                ToolError("denied by an approval rule", metadata={"denied": True}),
+                args=args,
+            )
+            return
+        if action == "ask" and turn.depth:
+            # A subtask's turn cannot suspend (its parent waits on it): no one is asked.
+            await self.tool_error(
+                event.call_id,
+                call,
+                ToolError("denied: a subtask cannot ask for approval", metadata={"denied": True}),
+                args=args,
+            )
+            return
+        if action == "ask":
+            await self._await_approval(event.call_id, call, args)
+            return
+        call.status = "running"
         await self._part(
             {
                 "id": call.part_id,
                 "state": {"status": "running", "input": args, "time": {"start": call.start}},
             }
         )
+        await self.run_tool(event.call_id, call, tool, args)
+
+    async def _await_approval(self, call_id: str, call: Call, args: dict[str, Any]) -> None:
+        """Log the call as waiting for an answer, and do not run it (the turn suspends
+        once the step ends: ``steps``)."""
+        call.status = "awaiting-approval"
+        await self._part(
+            {
+                "id": call.part_id,
+                "state": {
+                    "status": "awaiting-approval",
+                    "input": args,
+                    "time": {"start": call.start},
+                    "metadata": {"approval": {"expires_at": approval_expiry()}},
+                },
+            }
+        )
+        self.calls.pop(call_id, None)
+        self.awaiting.append(call_id)
+
+    async def run_tool(
+        self, call_id: str, call: Call, tool: tools.Tool, args: dict[str, Any]
+    ) -> None:
+        """Run a call already logged ``running``, and log how it ended."""
+        turn = self.turn
         context = ToolContext(
             session_id=turn.session.pk,
             tenant_id=turn.session.tenant_id,
             message_id=turn.message_id,
-            call_id=event.call_id,
+            call_id=call_id,
             agent=turn.agent.name,
             workspace=tools.workspace_path(
                 turn.session.pk, tenant_id=turn.session.tenant_id, create=False
@@ -365,7 +415,7 @@ class Processor:
         try:
             result = await tools.execute(tool, args, context)
         except ToolError as exc:
-            await self._tool_error(event.call_id, call, exc, args=args)
+            await self.tool_error(call_id, call, exc, args=args)
             return
         call.status = "completed"
         await self.write(
@@ -377,7 +427,7 @@ class Processor:
                         "input": args,
                         "output": result.output,
                         "title": result.title,
-                        "metadata": result.metadata,
+                        "metadata": {**call.metadata, **result.metadata},
                         "time": {"start": call.start, "end": self._now()},
                     },
                 }
@@ -387,21 +437,21 @@ class Processor:
                 for part in await file_parts(self.turn.session, self.turn.message_id, result.files)
             ],
         )
-        self.calls.pop(event.call_id, None)
+        self.calls.pop(call_id, None)
 
-    async def _own_tools(self) -> dict[str, tools.Tool]:
+    async def own_tools(self) -> dict[str, tools.Tool]:
         """The turn agent's MCP tools (listed once per turn; a dead server restarts)."""
-        if self.own_tools is None:
+        if self.mcp_tools is None:
             servers = self.turn.agent.mcp_servers
             listing = await asyncio.to_thread(mcp.list_tools, servers) if servers else None
-            self.own_tools = {t.name: t for t in listing.tools} if listing else {}
-        return self.own_tools
+            self.mcp_tools = {t.name: t for t in listing.tools} if listing else {}
+        return self.mcp_tools
 
-    async def _tool_error(
-        self, call_id: str, call: _Call, exc: ToolError, *, args: dict[str, Any]
+    async def tool_error(
+        self, call_id: str, call: Call, exc: ToolError, *, args: dict[str, Any]
     ) -> None:
         call.status = "error"
-        metadata = {k: v for k, v in exc.metadata.items() if k != "input"}
+        metadata = {**call.metadata, **{k: v for k, v in exc.metadata.items() if k != "input"}}
         await self._part(
             {
                 "id": call.part_id,

@@ -36,6 +36,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
+from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
 from .files import upload_path
 from .recovery import finalize_dead_turn
@@ -270,6 +271,9 @@ def begin(
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
+            # Calls still waiting for an answer are denied, and their reply completed,
+            # before the new prompt (docs/approvals.md).
+            deny_for_new_prompt(session)
             blocks = blocks_update(
                 session,
                 [*own_blocks, *memory_blocks(session, agent.name, speaker, depth=depth)],

@@ -110,6 +110,22 @@ class Janitor(threading.Thread):
                 logger.warning(
                     "finalized %s of session %s (its runner died)", message_ids, session_id
                 )
+            self.expire_approvals()
+
+    def expire_approvals(self) -> None:
+        """Deny the tool calls whose approval expired (docs/approvals.md), and go on
+        with their turns. Imported here: the approvals' services sit above recovery."""
+        from .approvals.services import expire_overdue
+
+        try:
+            denied = expire_overdue()
+        except Exception:
+            logger.exception("expiring approvals failed; trying again later")
+            return
+        finally:
+            close_old_connections()
+        if denied:
+            logger.info("denied %d tool call(s) whose approval expired", denied)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stopping.set()

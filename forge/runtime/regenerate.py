@@ -35,6 +35,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
+from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
 from .prompting import agent_blocks, check_speaker, model_info, reply_message
 from .recovery import finalize_dead_turn
@@ -71,6 +72,7 @@ def begin_regeneration(
     with transaction.atomic():
         if lease.acquire(session=session, message_id=assistant_id) is not None:
             finalize_dead_turn(session)  # an expired lease: its runner died
+        deny_for_new_prompt(session)  # calls waiting for an answer: as for a new prompt
         last = selectors.last_message(tenant=tenant, session=session, role="assistant")
         if last is None or not is_reply(last["info"]):
             raise NothingToRegenerate(

@@ -30,11 +30,11 @@ from sessions.models import Session
 
 from . import lease
 from .compaction import prepare_manual, run_manual
-from .finalize import finalize_open_messages
+from .finalize import finalize_open_messages, message_error
 from .prompting import Attachment, begin
 from .recovery import recover_session
 from .regenerate import begin_regeneration
-from .steps import run_turn
+from .steps import Resume, run_turn
 from .subtask import subtask_runner
 from .title import title_later
 from .turn import Turn
@@ -130,10 +130,10 @@ async def start_regeneration(
     return _start(turn, user_message)
 
 
-def _start(turn: Turn, user_message: dict[str, Any]) -> StartedTurn:
+def _start(turn: Turn, user_message: dict[str, Any], resume: Resume | None = None) -> StartedTurn:
     session = turn.session
     turn.run_subtask = subtask_runner(turn, start_turn)
-    task = _spawn(_run(turn), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
+    task = _spawn(_run(turn, resume), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
     _runners[session.pk] = _Runner(turn=turn, task=task)
     return StartedTurn(
         session_id=session.pk,
@@ -143,7 +143,13 @@ def _start(turn: Turn, user_message: dict[str, Any]) -> StartedTurn:
     )
 
 
-async def _run(turn: Turn) -> None:
+def start_resumed(turn: Turn, resume: Resume) -> asyncio.Task[None]:
+    """Go on with a suspended turn from an answered call (the caller took the lease,
+    in the transaction that logged the answer: ``forge.runtime.approvals``)."""
+    return _start(turn, {}, resume).task
+
+
+async def _run(turn: Turn, resume: Resume | None = None) -> None:
     session_id = turn.session.pk
     me = asyncio.current_task()
     assert me is not None
@@ -158,16 +164,16 @@ async def _run(turn: Turn) -> None:
             await db(finalize_open_messages)(
                 session=turn.session,
                 reason="the server could not reach its channel layer",
-                error={
-                    "name": "UnknownError",
-                    "message": "the server could not reach its channel layer; try again",
-                    "retryable": True,
-                },
+                error=message_error(
+                    "UnknownError",
+                    "the server could not reach its channel layer; try again",
+                    retryable=True,
+                ),
                 message_id=turn.message_id,
                 agent=turn.agent.name,
             )
             return
-        await run_turn(turn)
+        await run_turn(turn, resume)
     finally:
         if heartbeat is not None:
             heartbeat.cancel()

@@ -1,14 +1,28 @@
-"""The run loop: the steps of one turn, each from a fresh read of the store."""
+"""The run loop: the steps of one turn, each from a fresh read of the store.
+
+:func:`run_turn` owns the turn's ending (normal, failed, aborted, broken: the
+reply is never left open by accident); :func:`_steps` loops; :func:`_step` runs
+one step and says what comes next; compaction and provider errors have their
+own functions. A step that ends with calls awaiting approval *suspends* the
+turn: its parts and the message update are written, the reply stays open, and
+the turn returns (the runner releases the lease). The answer resumes it
+(:class:`Resume`): the approved tool runs, then the next step, in whichever
+process took the answer.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import json
 import logging
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from django.db import transaction
 
+from forge import tools
 from forge.context import request_for, visible_history
 from forge.context.pruning import prune
 from forge.db.worker import db
@@ -16,31 +30,74 @@ from forge.errors import CompactionFailed, ForgeError, NothingToCompact, Unknown
 from forge.providers import resolve
 from forge.providers.base import Provider
 from forge.providers.events import Usage
+from forge.tools import ToolError
 from sessions import selectors, services
 from sessions.log import format_time, now_ms
 
+from .approvals.pending import waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
-from .finalize import ABORTED, finalize_open_messages
-from .processor import Processor, finish_then_cancel
+from .finalize import ABORTED, finalize_open_messages, message_error
+from .processor import Call, Processor, StepResult, finish_then_cancel
 from .turn import Turn
 
 logger = logging.getLogger(__name__)
 
 
+class Compaction(enum.Enum):
+    """How compacting in the middle of a turn went."""
+
+    COMPACTED = "compacted"  # go on from the compacted context
+    NOTHING = "nothing"  # nothing to compact: go on as it is
+    FAILED = "failed"  # the reply was ended with a ContextOverflowError
+
+
+class Next(enum.Enum):
+    """What follows a step."""
+
+    STEP = "step"  # the model called tools: another step
+    RETRY = "retry"  # the same step again (after compacting an overflow)
+    DONE = "done"  # the reply is finished (or failed, or suspended)
+
+
+@dataclass
+class Resume:
+    """An answered call the turn goes on from (``forge.runtime.approvals.services``)."""
+
+    call_id: str
+    part: dict[str, Any]  # the tool part as it waited
+    approved: bool
+    approval: dict[str, Any] = field(default_factory=dict)  # the logged answer
+
+
+@dataclass
+class _Loop:
+    """What the steps of one turn share."""
+
+    provider: Provider
+    step: int = 1
+    total_cost: float = 0.0
+    usage: Usage | None = None
+    retried_overflow: bool = False
+
+
 def _error_info(error: Any) -> dict[str, Any]:
-    info = {"name": error.name, "message": error.message, "retryable": bool(error.retryable)}
-    if getattr(error, "status", None) is not None:
-        info["status"] = error.status
-    return info
+    return message_error(
+        error.name,
+        error.message,
+        retryable=bool(error.retryable),
+        status=getattr(error, "status", None),
+    )
 
 
-async def run_turn(turn: Turn) -> None:
+async def run_turn(turn: Turn, resume: Resume | None = None) -> None:
     """Loop over steps while the model calls tools, up to the agent's step limit.
 
     Ends with the assistant message completed: normally (``finish`` of the last
     step, its tokens, the cost of all steps), with the provider's error, or —
-    when cancelled (abort) or broken — finalized so nothing stays open.
+    when cancelled (abort) or broken — finalized so nothing stays open; or
+    suspended, open, while calls await approval. ``resume``: go on from an
+    answered call instead of starting.
     """
     session = turn.session
     processor = Processor(turn)
@@ -50,62 +107,14 @@ async def run_turn(turn: Turn) -> None:
         try:
             provider = resolve(turn.model)
         except UnknownModel as exc:
-            await _fail(turn, {"name": "ProviderError", "message": str(exc), "retryable": False})
+            await _fail(turn, message_error("ProviderError", str(exc)))
             return
-        total_cost = 0.0
-        limit = max(1, turn.agent.step_limit)
+        loop = _Loop(provider=provider)
+        if resume is not None and not await _resume(turn, processor, resume, loop):
+            return  # suspended again, or completed at the step limit
         await finish_then_cancel(db(_prune)(session))
-        usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
-        step = 1
-        retried_overflow = False
-        while step <= limit:
-            turn.raise_if_aborted()
-            _, request = await finish_then_cancel(db(request_for)(session))
-            if over_limit(request, model=turn.model, agent=turn.agent, usage=usage):
-                outcome = await _compact_or_fail(turn, "the context is over the model's limit")
-                if outcome is None:
-                    return
-                if outcome:
-                    usage = None
-                    _, request = await finish_then_cancel(db(request_for)(session))
-            result = await processor.run_step(provider.stream(request))
-            total_cost += result.cost
-            if result.error is not None:
-                await processor.write()  # what the failed step held, before anything else
-                if is_provider_overflow(result.error):
-                    message = f"the model's context window overflowed: {result.error.message}"
-                    outcome = False
-                    if not retried_overflow:
-                        outcome = await _compact_or_fail(turn, message)
-                        if outcome is None:
-                            return
-                    if outcome:
-                        retried_overflow = True
-                        usage = None
-                        continue  # the same step again, from the compacted context
-                    await _fail(turn, overflow_error(message))
-                    return
-                await _fail(turn, _error_info(result.error))
-                return
-            usage = result.usage
-            final = result.finish_reason != "tool-calls" or step == limit
-            info: dict[str, Any] = {
-                "id": turn.message_id,
-                "tokens": result.usage.as_tokens(),
-                "cost": round(total_cost, 10),
-                "finish": result.finish_reason,
-            }
-            if final:
-                if result.finish_reason == "tool-calls":
-                    info["finish"] = "step-limit"
-                info["completed_at"] = format_time(now_ms())
-            if final:
-                # The step's held parts, the reply's completion and its entry in
-                # long-term memory: one unit.
-                await processor.write(unit=partial(complete_reply, turn, info))
-                return
-            await processor.write(services.UpdateMessage(info=info))  # with the step's parts
-            step += 1
+        loop.usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
+        await _steps(turn, processor, loop)
     except asyncio.CancelledError:
         # What is still in the delta window reaches clients before the reply is
         # finalized with the buffer's text: the stored text is exactly what they saw.
@@ -129,14 +138,12 @@ async def run_turn(turn: Turn) -> None:
             processor.take_held(),
             session=session,
             reason=f"the reply failed: {type(exc).__name__}",
-            error={
-                "name": "UnknownError",
-                # The exception's text can name the server's insides (a Redis or
-                # database address): clients get its kind, the log gets the rest.
-                "message": f"the server failed while replying ({type(exc).__name__}); "
-                "it has been logged",
-                "retryable": False,
-            },
+            # The exception's text can name the server's insides (a Redis or
+            # database address): clients get its kind, the log gets the rest.
+            error=message_error(
+                "UnknownError",
+                f"the server failed while replying ({type(exc).__name__}); it has been logged",
+            ),
             texts=texts,
             message_id=turn.message_id,
             agent=turn.agent.name,
@@ -146,6 +153,151 @@ async def run_turn(turn: Turn) -> None:
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
             await asyncio.shield(close())
+
+
+async def _steps(turn: Turn, processor: Processor, loop: _Loop) -> None:
+    limit = max(1, turn.agent.step_limit)
+    while loop.step <= limit:
+        turn.raise_if_aborted()
+        next_ = await _step(turn, processor, loop, last=loop.step == limit)
+        if next_ is Next.DONE:
+            return
+        if next_ is Next.STEP:
+            loop.step += 1
+
+
+async def _request(turn: Turn, loop: _Loop) -> Any:
+    """The step's request, compacted first when it is over the model's limit; None
+    when the reply was ended instead."""
+    session = turn.session
+    _, request = await finish_then_cancel(db(request_for)(session))
+    if over_limit(request, model=turn.model, agent=turn.agent, usage=loop.usage):
+        outcome = await _compact_or_fail(turn, "the context is over the model's limit")
+        if outcome is Compaction.FAILED:
+            return None
+        if outcome is Compaction.COMPACTED:
+            loop.usage = None
+            _, request = await finish_then_cancel(db(request_for)(session))
+    return request
+
+
+async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) -> Next:
+    """One step: the model's stream processed, then the reply's message updated."""
+    request = await _request(turn, loop)
+    if request is None:
+        return Next.DONE
+    result = await processor.run_step(loop.provider.stream(request))
+    loop.total_cost += result.cost
+    if result.error is not None:
+        await processor.write()  # what the failed step held, before anything else
+        return await _step_failed(turn, result, loop)
+    loop.usage = result.usage
+    info: dict[str, Any] = {
+        "id": turn.message_id,
+        "tokens": result.usage.as_tokens(),
+        "cost": round(loop.total_cost, 10),
+        "finish": result.finish_reason,
+    }
+    if processor.awaiting:
+        # Calls wait for an answer: the step's parts and the message update are
+        # written, the reply stays open, and the turn suspends.
+        processor.awaiting.clear()
+        await processor.write(services.UpdateMessage(info=info))
+        return Next.DONE
+    if result.finish_reason != "tool-calls" or last:
+        await _complete(turn, processor, info)
+        return Next.DONE
+    await processor.write(services.UpdateMessage(info=info))  # with the step's parts
+    return Next.STEP
+
+
+async def _complete(turn: Turn, processor: Processor, info: dict[str, Any]) -> None:
+    """The step's held parts, the reply's completion and its entry in long-term
+    memory: one unit."""
+    if info.get("finish") == "tool-calls":
+        info["finish"] = "step-limit"
+    info["completed_at"] = format_time(now_ms())
+    await processor.write(unit=partial(complete_reply, turn, info))
+
+
+async def _step_failed(turn: Turn, result: StepResult, loop: _Loop) -> Next:
+    """A provider error: an overflow is compacted and the step tried again (once);
+    anything else ends the reply with the error."""
+    assert result.error is not None
+    if not is_provider_overflow(result.error):
+        await _fail(turn, _error_info(result.error))
+        return Next.DONE
+    message = f"the model's context window overflowed: {result.error.message}"
+    outcome = Compaction.NOTHING
+    if not loop.retried_overflow:
+        outcome = await _compact_or_fail(turn, message)
+        if outcome is Compaction.FAILED:
+            return Next.DONE
+    if outcome is Compaction.COMPACTED:
+        loop.retried_overflow = True
+        loop.usage = None
+        return Next.RETRY
+    await _fail(turn, overflow_error(message))
+    return Next.DONE
+
+
+# --- resuming after an answer ----------------------------------------------------
+
+
+async def _resume(turn: Turn, processor: Processor, resume: Resume, loop: _Loop) -> bool:
+    """Run the approved call (a denied one was logged already), then go on: True when
+    the next step follows, False when calls of the reply still wait (suspended
+    again) or the reply was completed at its step limit."""
+    if resume.approved:
+        await _run_approved(turn, processor, resume)
+    if await db(_still_waiting)(turn):
+        return False
+    steps_done, cost = await db(_steps_done)(turn)
+    loop.step, loop.total_cost = steps_done + 1, cost
+    if steps_done >= max(1, turn.agent.step_limit):
+        await _complete(turn, processor, {"id": turn.message_id, "finish": "tool-calls"})
+        return False
+    return True
+
+
+async def _run_approved(turn: Turn, processor: Processor, resume: Resume) -> None:
+    part = resume.part
+    state = part["state"]
+    args = state.get("input", {})
+    call = Call(
+        part_id=part["id"],
+        tool=part["tool"],
+        start=state.get("time", {}).get("start"),
+        input=args,
+        status="running",
+        metadata={"approval": resume.approval},
+    )
+    try:
+        tool, args = tools.prepare_call(
+            part["tool"], json.dumps(args), turn.agent.tools or None, await processor.own_tools()
+        )
+    except ToolError as exc:
+        await processor.tool_error(resume.call_id, call, exc, args=args)
+        return
+    await processor.run_tool(resume.call_id, call, tool, args)
+
+
+def _still_waiting(turn: Turn) -> bool:
+    return bool(
+        waiting(tenant=turn.session.tenant, session=turn.session, message_id=turn.message_id)
+    )
+
+
+def _steps_done(turn: Turn) -> tuple[int, float]:
+    """How many steps the reply has finished, and their cost."""
+    item = selectors.get_message(
+        tenant=turn.session.tenant, session_id=turn.session.pk, message_id=turn.message_id
+    )
+    finished = [p for p in item["parts"] if p["type"] == "step-finish"]
+    return len(finished), float(item["info"].get("cost") or 0.0)
+
+
+# --- endings --------------------------------------------------------------------
 
 
 def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
@@ -178,16 +330,16 @@ def _last_usage(session: Any) -> Usage | None:
     return Usage(input=int(tokens.get("input", 0)), output=int(tokens.get("output", 0)))
 
 
-async def _compact_or_fail(turn: Turn, why: str) -> bool | None:
+async def _compact_or_fail(turn: Turn, why: str) -> Compaction:
     """Compact in the middle of the turn (its prompt stays in the kept tail).
 
-    True: compacted; False: nothing to compact (no progress since the last
-    boundary, or nothing older than this turn), go on; None: the reply was
+    ``NOTHING`` when there is nothing to compact (no progress since the last
+    boundary, or nothing older than this turn); ``FAILED`` when the reply was
     ended with a ``ContextOverflowError`` (automatic compaction off, or the
     summary failed)."""
     if not auto_enabled(turn.agent):
         await _fail(turn, overflow_error(f"{why}, and automatic compaction is off"))
-        return None
+        return Compaction.FAILED
     try:
         await compact(
             turn.session,
@@ -198,11 +350,11 @@ async def _compact_or_fail(turn: Turn, why: str) -> bool | None:
         )
     except NothingToCompact as exc:
         logger.info("session %s: not compacted: %s", turn.session.pk, exc)
-        return False
+        return Compaction.NOTHING
     except CompactionFailed as exc:
         await _fail(turn, overflow_error(f"{why}, and compacting it failed: {exc}"))
-        return None
-    return True
+        return Compaction.FAILED
+    return Compaction.COMPACTED
 
 
 async def _fail(turn: Turn, error: dict[str, Any]) -> None:

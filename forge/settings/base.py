@@ -12,7 +12,7 @@ from typing import Any
 
 import dj_database_url
 
-from .env import env_bool, env_float, env_int, env_json_object, env_list, env_str
+from .env import env_bool, env_float, env_int, env_json, env_json_object, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -313,6 +313,13 @@ FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
 # An agent's own (Agent.mcp_servers) replace those of the same name.
 FORGE_MCP_SERVERS = env_json_object("FORGE_MCP_SERVERS")
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
+
+# Tool approvals (docs/approvals.md): the default rules, as JSON, that an agent's
+# own ``tool_approval`` rules come before: {"<tool or glob>": "allow"|"ask"|"deny"},
+# or a list of {"tool", "pointer"?, "pattern"?, "action"}. Unset: every tool allowed.
+# A call waiting for an answer longer than FORGE_APPROVAL_TIMEOUT seconds is denied.
+FORGE_TOOL_APPROVAL = env_json("FORGE_TOOL_APPROVAL", {})
+FORGE_APPROVAL_TIMEOUT = env_float("FORGE_APPROVAL_TIMEOUT", 24 * 3600.0)
 
 FORGE_INFLIGHT_PREFIX = FORGE_REDIS_PREFIX
 # A reply's deltas are published in windows of this many milliseconds: one frame

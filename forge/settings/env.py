@@ -68,3 +68,17 @@ def env_json_object(name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ImproperlyConfigured(f"{name} must be a JSON object, not {type(value).__name__}")
     return value
+
+
+def env_json(name: str, default: Any) -> Any:
+    """A JSON value (an object or a list); ``default`` when unset or blank."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON, got {raw[:80]!r}") from exc
+    if not isinstance(value, dict | list):
+        raise ImproperlyConfigured(f"{name} must be a JSON object or list, got {raw[:80]!r}")
+    return value

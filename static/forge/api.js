@@ -122,6 +122,12 @@ export class Api {
     return this.request(this.sessionUrl(id, "messages/"), { method: "POST", form });
   }
 
+  // Allow or deny a tool call awaiting approval: body {approve, reason?}.
+  answerApproval(id, callId, body) {
+    const url = this.sessionUrl(id, `approvals/${encodeURIComponent(callId)}/`);
+    return this.request(url, { method: "POST", json: body });
+  }
+
   abort(id) {
     return this.request(this.sessionUrl(id, "abort/"), { method: "POST" });
   }

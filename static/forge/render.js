@@ -3,6 +3,7 @@
 // opened stays open). Model text goes into the page as HTML only through
 // markdown.js, which escapes everything first; everything else uses textContent.
 
+import { answerBody, approvalState } from "./approval.js";
 import { el, formatCost, formatTime, formatTokens, pretty, safeHref } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { isStreaming } from "./sessionlog.js";
@@ -67,7 +68,9 @@ export function partView(part) {
 }
 
 // Draw `part` of a message by `role` into its view. actions.openSession(id) opens
-// another session (a subtask's). `summary`: the message is a compaction's summary.
+// another session (a subtask's); actions.answerApproval(callId, {approve, reason?})
+// answers a tool call awaiting approval (a promise that rejects with an Error).
+// `summary`: the message is a compaction's summary.
 export function renderPart(view, part, role, actions, summary = false) {
   view.el.dataset.streaming = isStreaming(part) ? "true" : "false";
   switch (part.type) {
@@ -76,7 +79,7 @@ export function renderPart(view, part, role, actions, summary = false) {
     case "reasoning":
       return renderReasoning(view, part);
     case "tool":
-      return renderTool(view, part);
+      return renderTool(view, part, actions);
     case "step-start":
       view.el.hidden = true;
       return;
@@ -153,7 +156,8 @@ function renderReasoning(view, part) {
   view.body.innerHTML = renderMarkdown(part.text ?? ""); // escaped first, by construction
 }
 
-function renderTool(view, part) {
+function renderTool(view, part, actions) {
+  view.part = part;
   const state = part.state || { status: "pending" };
   const status = state.status || "pending";
   view.el.dataset.status = status;
@@ -175,13 +179,53 @@ function renderTool(view, part) {
       el("span", { className: `status-badge status-${status}`, text: status }),
     ),
   ];
+  const approval = approvalState(part, view.answer);
+  if (approval.asking || approval.sending) view.open.input = true; // what is being allowed
   if (state.input !== undefined && status !== "pending") children.push(section("input", "Input", state.input));
+  if (approval.asking || approval.sending) children.push(approvalForm(view, part, approval, actions));
+  else if (approval.outcome) {
+    children.push(el("div", { className: `approval-outcome approval-${approval.outcome}`, text: approval.label }));
+  }
   if (status === "completed") children.push(section("output", "Output", state.output));
   if (status === "error") {
     children.push(el("div", { className: "tool-error", text: `Error: ${pretty(state.error)}` }));
     if (state.metadata?.interrupted) children.push(el("div", { className: "muted", text: "interrupted" }));
   }
   view.el.replaceChildren(el("div", { className: "tool-card" }, ...children));
+}
+
+// Allow / Deny (with an optional reason) for a call awaiting approval. The answer
+// goes to the server; the card then follows the part's next states from the log.
+function approvalForm(view, part, approval, actions) {
+  if (!view.reasonEl) {
+    view.reasonEl = el("input", { type: "text", className: "approval-reason", maxlength: "2000", autocomplete: "off" });
+  }
+  const answer = (approve) => {
+    const body = answerBody(approve, approve ? "" : view.reasonEl.value);
+    view.answer = { approve };
+    renderTool(view, view.part, actions);
+    Promise.resolve()
+      .then(() => actions.answerApproval(part.call_id, body))
+      .catch((error) => {
+        view.answer = { approve, error: error?.message || "the answer was not sent" };
+        renderTool(view, view.part, actions);
+      });
+  };
+  const disabled = approval.sending;
+  return el(
+    "div",
+    { className: "approval", role: "group", "aria-label": `Approve the call to ${part.tool}` },
+    el("div", { className: "approval-label", role: "status", text: approval.label }),
+    approval.expiresAt ? el("div", { className: "muted", text: `Expires ${formatTime(approval.expiresAt)}` }) : null,
+    approval.error ? el("div", { className: "tool-error", role: "alert", text: `Not sent: ${approval.error}` }) : null,
+    el(
+      "div",
+      { className: "approval-actions" },
+      el("button", { type: "button", className: "primary small approval-allow", text: "Allow", disabled, onclick: () => answer(true) }),
+      el("label", { className: "approval-reason-label" }, "Reason to deny (optional) ", view.reasonEl),
+      el("button", { type: "button", className: "danger small approval-deny", text: "Deny", disabled, onclick: () => answer(false) }),
+    ),
+  );
 }
 
 function renderPatch(view, part) {

@@ -25,6 +25,8 @@
 // {info, parts: Map}; part records {part, len, message} (`len`: the text's
 // length in code points).
 
+import { isAwaiting } from "./approval.js";
+
 // --- code points ------------------------------------------------------------------
 
 const SURROGATE = /[\uD800-\uDFFF]/;
@@ -253,10 +255,23 @@ export class SessionLog {
 
   // The newest assistant message is still being written.
   get replyOpen() {
+    const latest = this.latestReply();
+    return latest !== null && !latest.info.completed_at;
+  }
+
+  // The newest assistant message is open and a tool call of it waits for an approval:
+  // its turn may be suspended (no process runs it) rather than running.
+  get replyAwaiting() {
+    const latest = this.latestReply();
+    if (latest === null || latest.info.completed_at) return false;
+    return [...latest.parts.values()].some((rec) => isAwaiting(rec.part));
+  }
+
+  latestReply() {
     let latest = null;
     for (const message of this.messages.values()) {
       if (message.info.role === "assistant" && (!latest || message.info.id > latest.info.id)) latest = message;
     }
-    return latest !== null && !latest.info.completed_at;
+    return latest;
   }
 }

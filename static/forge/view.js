@@ -54,6 +54,7 @@ export class SessionView {
     });
     this.list = new MessageList($("message-list"), $("messages"), this.log, {
       openSession: (id) => chat.select(id),
+      answerApproval: (callId, body) => this.answerApproval(callId, body),
     });
   }
 
@@ -279,9 +280,11 @@ export class SessionView {
 
   // --- busy state, prompts and abort ---
 
-  // Busy: the server says a turn runs, or the newest assistant message is still open.
+  // Busy: the server says a turn runs, or the newest assistant message is still open
+  // (unless it waits for an approval: then a new prompt is allowed, and denies it).
   get busy() {
-    return this.status === "busy" || this.status === "retry" || this.log.replyOpen;
+    if (this.status === "busy" || this.status === "retry") return true;
+    return this.log.replyOpen && !this.log.replyAwaiting;
   }
 
   updateBusy() {
@@ -309,6 +312,11 @@ export class SessionView {
       this.chat.showError(`The prompt was not sent: ${error.message}`);
       return false;
     }
+  }
+
+  // Answer a tool call awaiting approval (the card shows a failure; the log moves it on).
+  answerApproval(callId, body) {
+    return this.api.answerApproval(this.id, callId, body);
   }
 
   async abort() {

@@ -143,9 +143,9 @@ def test_a_stop_ends_the_reply_as_aborted(
     node_client: Path, tmp_path: Path, agents: Any, session, token, version
 ):
     script = tmp_path / "script.json"
-    # An 8 s reply: the client stops it at its first text, well before the end even on a
-    # loaded machine (a 4 s one once ended first, and the stop answered 409).
-    script.write_text(json.dumps([paced(words(400), 0.02)] * 5))
+    # A 60 s reply: the client stops it at its first text, well before the end even on a
+    # loaded CI machine (a 4 s one, then an 8 s one, once ended first: the stop got 409).
+    script.write_text(json.dumps([paced(words(3000), 0.02)] * 5))
     with daphne(tmp_path, FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script)) as live:
         run_node_test(node_client, version, "stop", **client_env(live, token, session.pk, "go"))
     reply = stored_reply(session.pk)

@@ -31,13 +31,20 @@ SHAPES: dict[str, tuple[set[str], set[str]]] = {
     "abort": (set(), set()),
 }
 FINISH_REASONS = {"stop", "length", "content-filter", "tool-calls", "error", "other"}
+# Approvals: ai 6 and 7 only (ai 5's schema rejects them), sent to clients that declare
+# them (forge.aisdk.approvals).
+APPROVAL_SHAPES: dict[str, tuple[set[str], set[str]]] = {
+    "tool-approval-request": ({"approvalId", "toolCallId"}, set()),
+    "tool-output-denied": ({"toolCallId"}, set()),
+}
 
 
-def check(chunk: dict[str, Any]) -> None:
+def check(chunk: dict[str, Any], approvals: bool = False) -> None:
     kind = chunk["type"]
     key = "data-*" if kind.startswith("data-") else kind
-    assert key in SHAPES, f"unknown chunk type {kind!r}"
-    required, optional = SHAPES[key]
+    shapes = {**SHAPES, **APPROVAL_SHAPES} if approvals else SHAPES
+    assert key in shapes, f"unknown chunk type {kind!r}"
+    required, optional = shapes[key]
     fields = set(chunk) - {"type"}
     assert required <= fields, f"{kind}: missing {required - fields}"
     assert fields <= required | optional, (
@@ -50,7 +57,8 @@ def check(chunk: dict[str, Any]) -> None:
 class UIMessage:
     """The assistant message a client builds from a stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, approvals: bool = False) -> None:
+        self.approvals = approvals
         self.id: str | None = None
         self.parts: list[dict[str, Any]] = []
         self.metadata: dict[str, Any] = {}
@@ -61,8 +69,15 @@ class UIMessage:
         self.error: str | None = None
         self.types: list[str] = []
 
+    def respond(self, call_id: str, approved: bool) -> None:
+        """``addToolApprovalResponse``: the client's own step, and a new stream may follow."""
+        tool = self.tools[call_id]
+        assert tool["state"] == "approval-requested", tool
+        tool.update(state="approval-responded", approval={"id": call_id, "approved": approved})
+        self.end = None
+
     def apply(self, chunk: dict[str, Any]) -> None:
-        check(chunk)
+        check(chunk, self.approvals)
         kind = chunk["type"]
         self.types.append(kind)
         assert self.end in (None, "error") or (kind == "finish" and self.end == "error"), (
@@ -99,14 +114,20 @@ class UIMessage:
         elif kind == "tool-input-available":
             tool = self.tools[chunk["toolCallId"]]
             tool.update(state="input-available", input=chunk["input"])
-        elif kind == "tool-output-available":
+        elif kind == "tool-approval-request":
             tool = self.tools[chunk["toolCallId"]]
             assert tool["state"] == "input-available", tool
-            tool.update(state="output-available", output=chunk["output"])
-        elif kind == "tool-output-error":
+            tool.update(state="approval-requested", approval={"id": chunk["approvalId"]})
+        elif kind in ("tool-output-available", "tool-output-error", "tool-output-denied"):
             tool = self.tools[chunk["toolCallId"]]
-            assert tool["state"] == "input-available", tool
-            tool.update(state="output-error", errorText=chunk["errorText"])
+            assert tool["state"] in ("input-available", "approval-responded"), tool
+            if kind == "tool-output-available":
+                tool.update(state="output-available", output=chunk["output"])
+            elif kind == "tool-output-error":
+                tool.update(state="output-error", errorText=chunk["errorText"])
+            else:
+                assert tool["state"] == "approval-responded", tool
+                tool.update(state="output-denied")
         elif kind == "file":
             self.parts.append(
                 {"type": "file", "url": chunk["url"], "mediaType": chunk["mediaType"]}

@@ -121,6 +121,7 @@ async def test_abort_stops_a_reply_whose_stream_swallows_the_cancellation(
     from forge.providers import events as ev
 
     swallowed = asyncio.Event()
+    sleeping = asyncio.Event()
 
     class Deaf:
         name = "deaf"
@@ -128,11 +129,15 @@ async def test_abort_stops_a_reply_whose_stream_swallows_the_cancellation(
         async def stream(self, request: Any) -> Any:
             yield ev.StartStep()
             yield ev.TextStart("t")
-            for i in range(500):
+            # A 50 s reply that spends nearly all its time in the swallowing sleep, so the
+            # abort below lands there (not between two deltas) even on a loaded machine.
+            for i in range(100):
+                sleeping.set()
                 try:
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.5)
                 except asyncio.CancelledError:
                     swallowed.set()  # as the library did: the cancellation is lost
+                sleeping.clear()
                 yield ev.TextDelta("t", f"w{i} ")
             yield ev.TextEnd("t")
             yield ev.FinishStep("stop", ev.Usage())
@@ -141,10 +146,11 @@ async def test_abort_stops_a_reply_whose_stream_swallows_the_cancellation(
     settings.FORGE_MODEL = "deaf/any"
     started = await start_turn(session=session, text="talk")
     await wait_until(lambda: streamed_parts(session, "text"))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(sleeping.wait(), 30)
     began = time.monotonic()
     await abort_turn(session=session)
-    assert time.monotonic() - began < 1.0
+    # Far below the 50 s the reply would take if the lost cancellation were waited out.
+    assert time.monotonic() - began < 10.0
     assert started.task.done()
     assert swallowed.is_set()
     items = await ahistory(session)

@@ -172,3 +172,80 @@ test('regenerate: AbstractChat.regenerate replaces the last reply with a new sto
   assert.deepEqual(comparable(regenerated[1]), comparable(after.at(-1)));
   assert.ok(regenerated[1].parts.some((p) => p.type === 'text' && p.text === prompt));
 });
+
+// --- tool approvals (ai 6 and 7; ai 5 has none) ---------------------------------------
+
+const approvalHeaders = { ...headers, 'X-Forge-Approvals': '1' };
+const approvalTransport = () =>
+  new ai.DefaultChatTransport({ api: `${url}/api/chat`, headers: approvalHeaders });
+const toolOf = (message) => message.parts.find((p) => p.type.startsWith('tool-'));
+
+async function storedWithApprovals() {
+  const answer = await fetch(`${url}/api/chat/${chatId}/messages`, { headers: approvalHeaders });
+  assert.equal(answer.status, 200);
+  return (await answer.json()).results;
+}
+
+async function until(predicate, what, seconds = 60) {
+  const deadline = Date.now() + seconds * 1000;
+  while (!predicate()) {
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+test('approval: addToolApprovalResponse answers the request and the same reply goes on', async () => {
+  class Chat extends ai.AbstractChat {
+    constructor({ messages, ...init }) {
+      super({ ...init, state: new State(messages) });
+    }
+  }
+  const approve = process.env.APPROVE === '1';
+  const errors = [];
+  const chat = new Chat({
+    id: chatId,
+    messages: [],
+    transport: approvalTransport(),
+    sendAutomaticallyWhen: ai.lastAssistantMessageIsCompleteWithApprovalResponses,
+    onError: (error) => errors.push(String(error)),
+  });
+  await chat.sendMessage({ text: prompt });
+  assert.deepEqual(errors, []);
+  assert.equal(chat.status, 'ready', 'the suspended turn ended its stream');
+  const asked = chat.messages.at(-1);
+  const tool = toolOf(asked);
+  assert.equal(tool.state, 'approval-requested');
+  assert.equal(tool.approval.id, tool.toolCallId, 'the approval id is the call id');
+  const waiting = await storedWithApprovals();
+  assert.equal(waiting.at(-1).id, asked.id);
+  assert.deepEqual(comparable(asked), comparable(waiting.at(-1)), 'history shows the request');
+
+  await chat.addToolApprovalResponse({ id: tool.approval.id, approved: approve, reason: process.env.REASON });
+  const settled = approve ? 'output-available' : 'output-denied';
+  await until(
+    () => chat.status === 'ready' && toolOf(chat.messages.at(-1)).state === settled,
+    `the tool to be ${settled}`,
+  );
+  await until(() => chat.status === 'ready', 'the continuation to end');
+  assert.deepEqual(errors, []);
+  assert.deepEqual(chat.messages.map((m) => m.role), ['user', 'assistant'], 'the same reply went on');
+  const reply = chat.messages.at(-1);
+  assert.equal(reply.id, asked.id);
+  const text = reply.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  assert.match(text, /^The tool returned/);
+  if (!approve) assert.ok(text.includes(process.env.REASON), 'the model was told the reason');
+  const history = await storedWithApprovals();
+  assert.equal(history.length, 2);
+  assert.deepEqual(comparable(reply), comparable(history.at(-1)));
+});
+
+test('waiting: a client without approvals sees the call waiting with its input, and no error', async () => {
+  const { message, types } = await fold(await send(prompt));
+  const tool = toolOf(message);
+  assert.equal(tool.state, 'input-available');
+  assert.deepEqual(tool.input, {});
+  assert.ok(!types.includes('tool-approval-request'));
+  assert.equal(types.at(-1), 'finish');
+  const history = await stored();
+  assert.deepEqual(comparable(message), comparable(history.at(-1)));
+});

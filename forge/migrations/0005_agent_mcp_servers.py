@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('forge', '0003_agent_context'),
+        ('forge', '0004_agent_tool_approval'),
     ]
 
     operations = [

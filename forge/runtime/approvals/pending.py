@@ -1,0 +1,219 @@
+"""Waiting calls in the store: finding them and logging their answers.
+
+Every function here runs inside the caller's transaction (or opens one) and holds
+the session row's lock (the lock every writer and lease taker of the session
+takes) while it reads a call's state and logs its answer: of two answers racing
+from two processes, the second sees the first's answer and is refused, so exactly
+one is logged. A waiting call is a tool part in the state ``awaiting-approval``;
+its reply stays open (no ``completed_at``) until no call of it waits any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from accounts.models import Tenant
+from forge.errors import ApprovalAnswered, ApprovalExpired, ApprovalNotFound
+from sessions import services
+from sessions.log import format_time, now_ms
+from sessions.models import Part, Session
+
+from .. import lease
+
+AWAITING = "awaiting-approval"
+EXPIRED = "expired"
+NEW_PROMPT = "the user sent a new prompt"
+SYSTEM = "system"
+
+
+def _waiting_rows(**filters: Any) -> Any:
+    return Part.objects.filter(type="tool", data__state__status=AWAITING, **filters).order_by("id")
+
+
+def waiting(*, tenant: Tenant, session: Session, message_id: str | None = None) -> list[dict]:
+    """The session's tool parts awaiting an answer (of one reply, with ``message_id``)."""
+    rows = _waiting_rows(tenant=tenant, session=session)
+    if message_id is not None:
+        rows = rows.filter(message_id=message_id)
+    return [row.data for row in rows]
+
+
+def pending_approvals(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
+    """What ``GET /api/sessions/{id}/`` shows: ``[{call_id, message_id, tool, input,
+    expires_at}]``, oldest first."""
+    return [
+        {
+            "call_id": part["call_id"],
+            "message_id": part["message_id"],
+            "tool": part["tool"],
+            "input": part["state"].get("input", {}),
+            "expires_at": part["state"].get("metadata", {}).get("approval", {}).get("expires_at"),
+        }
+        for part in waiting(tenant=tenant, session=session)
+    ]
+
+
+def is_expired(part: dict[str, Any], now: str) -> bool:
+    expires = part["state"].get("metadata", {}).get("approval", {}).get("expires_at")
+    return bool(expires) and expires <= now  # ISO-8601 UTC, one format: sorts as it reads
+
+
+def overdue(now: str | None = None) -> list[tuple[str, int, str]]:
+    """``(session_id, tenant_id, call_id)`` of every waiting call past its expiry, in
+    every tenant the caller sees (the janitor sees all)."""
+    now = now or format_time(now_ms())
+    found = []
+    for row in _waiting_rows().select_related(None).only("session_id", "tenant_id", "id"):
+        if is_expired(row.data, now):
+            found.append((row.session_id, row.tenant_id, row.data["call_id"]))
+    return found
+
+
+def lock(session: Session) -> None:
+    """The session row's lock, for the rest of the transaction."""
+    Session.objects.select_for_update(no_key=True).filter(pk=session.pk).values("pk").first()
+
+
+def _approval(part: dict[str, Any], **answer: Any) -> dict[str, Any]:
+    return {**part["state"].get("metadata", {}).get("approval", {}), **answer}
+
+
+def approved_state(part: dict[str, Any], *, reason: str, at: str, by: Any) -> dict[str, Any]:
+    state = part["state"]
+    return {
+        "status": "running",
+        "input": state.get("input", {}),
+        "time": {"start": state.get("time", {}).get("start") or at},
+        "metadata": {
+            "approval": _approval(part, approved=True, reason=reason, at=at, by=by),
+        },
+    }
+
+
+def denied_state(part: dict[str, Any], *, reason: str, at: str, by: Any) -> dict[str, Any]:
+    """The tool's output the model sees: an error saying it was denied, and why."""
+    state = part["state"]
+    expired = reason == EXPIRED
+    why = "the approval expired" if expired else (reason or "no reason given")
+    return {
+        "status": "error",
+        "input": state.get("input", {}),
+        "error": f"the user denied this tool call: {why}",
+        "metadata": {
+            "denied": True,
+            "approval": _approval(
+                part,
+                approved=False,
+                reason=reason,
+                at=at,
+                by=by,
+                **({"expired": True} if expired else {}),
+            ),
+        },
+        "time": {"start": state.get("time", {}).get("start") or at, "end": at},
+    }
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An answer logged: what the answering process goes on with."""
+
+    message_id: str
+    part: dict[str, Any]  # the tool part as it was waiting
+    approved: bool
+    expired: bool  # denied because it was overdue (whatever the answer said)
+    others_waiting: bool  # calls of the same reply still wait
+    lease_taken: bool  # this process now holds the session's lease and must go on
+    state: dict[str, Any]  # the state logged
+
+
+def log_answer(*, session: Session, call_id: str, approve: bool, reason: str, by: Any) -> Answered:
+    """Log the answer to ``call_id`` (one transaction, under the session's lock).
+
+    A call past its expiry is denied as expired, whatever the answer (the caller
+    tells the client ``ApprovalExpired`` after going on). When the answer leaves
+    work to do (the approved tool, or the next step once no call of the reply
+    waits) the session's lease is taken in the same transaction (``SessionBusy``
+    while a runner holds it: nothing is logged then). Raises ``ApprovalNotFound``,
+    ``ApprovalAnswered``, ``ApprovalExpired`` (already denied as expired).
+    """
+    with transaction.atomic():
+        lock(session)
+        row = (
+            Part.objects.filter(
+                tenant_id=session.tenant_id, session=session, type="tool", data__call_id=call_id
+            )
+            .order_by("-id")
+            .first()
+        )
+        if row is None:
+            raise ApprovalNotFound(f"no tool call {call_id[:80]!r} waits in this session")
+        part = row.data
+        state = part["state"]
+        if state.get("status") != AWAITING:
+            approval = state.get("metadata", {}).get("approval", {})
+            if approval.get("expired"):
+                raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+            if "approved" in approval:
+                raise ApprovalAnswered(f"tool call {call_id!r} was answered already")
+            raise ApprovalNotFound(f"tool call {call_id!r} is not waiting for an answer")
+        now = format_time(now_ms())
+        expired = is_expired(part, now)
+        if expired:
+            approve, reason, by = False, EXPIRED, SYSTEM
+        others = [
+            p
+            for p in waiting(tenant=session.tenant, session=session, message_id=part["message_id"])
+            if p["id"] != part["id"]
+        ]
+        go_on = approve or not others
+        if go_on:
+            dead = lease.acquire(session=session, message_id=part["message_id"])
+            if dead is not None:
+                from ..recovery import finalize_dead_turn
+
+                finalize_dead_turn(session)
+        state = (approved_state if approve else denied_state)(part, reason=reason, at=now, by=by)
+        services.update_part(session=session, part={"id": part["id"], "state": state})
+        return Answered(
+            message_id=part["message_id"],
+            part=part,
+            approved=approve,
+            expired=expired,
+            others_waiting=bool(others),
+            lease_taken=go_on,
+            state=state,
+        )
+
+
+def deny_all(
+    *, session: Session, parts: Iterable[dict[str, Any]], reason: str, by: Any = SYSTEM
+) -> list[str]:
+    """Deny these waiting parts and complete their replies (no step follows: the next
+    prompt's turn shows the model the denials). Returns the replies completed.
+    Call under the session's lock."""
+    now = format_time(now_ms())
+    replies: list[str] = []
+    for part in parts:
+        why = EXPIRED if is_expired(part, now) else reason
+        state = denied_state(part, reason=why, at=now, by=by)
+        services.update_part(session=session, part={"id": part["id"], "state": state})
+        if part["message_id"] not in replies:
+            replies.append(part["message_id"])
+    for message_id in replies:
+        services.update_message(session=session, info={"id": message_id, "completed_at": now})
+    return replies
+
+
+def deny_for_new_prompt(session: Session) -> list[str]:
+    """A new prompt while calls wait: deny them (reason: the new prompt, or expired)
+    and complete their replies, in the prompt's transaction, before it is logged."""
+    parts = waiting(tenant=session.tenant, session=session)
+    if not parts:
+        return []
+    lock(session)
+    return deny_all(session=session, parts=parts, reason=NEW_PROMPT)

@@ -1,0 +1,213 @@
+"""Answering a call that awaits approval, and expiring the overdue ones.
+
+:func:`answer` is the one entry of every face (the REST route, the socket frame,
+the AI SDK route): it checks the caller, logs the answer exactly once
+(``pending.log_answer``: the session row's lock and the call's state, in one
+transaction, before anything runs), and, when there is work to do, goes on with
+the turn in *this* process: the approved tool runs, then, once no call of the
+reply waits, the next step, under the session's lease like any turn.
+
+Expiry: every serving process's lease janitor (``forge.runtime.recovery``)
+calls :func:`expire_overdue` each lease period; the answer path and the prompt
+path also deny an overdue call as expired when they meet it. Whichever process
+gets there first logs it; the others find it answered and skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+from accounts.selectors import member
+from forge.db.worker import db
+from forge.errors import (
+    ApprovalAnswered,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ForgeError,
+    InvalidAnswer,
+    SessionBusy,
+    UnknownAgent,
+)
+from sessions import bus, selectors
+from sessions.models import Session
+
+from .. import lease
+from ..agents import default_agent, get_agent
+from ..runner import start_resumed
+from ..steps import Resume
+from ..turn import Turn
+from . import pending
+
+logger = logging.getLogger(__name__)
+
+MAX_REASON = 2000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    task: asyncio.Task[None] | None  # the turn going on in this process, if any
+    expired: bool  # the call was overdue: denied as expired, the answer refused
+
+
+def check_answer(call_id: Any, approve: Any, reason: Any) -> str:
+    """The answer's shape (400 ``invalid_answer``); returns the reason, stripped."""
+    if not isinstance(call_id, str) or not 0 < len(call_id) <= 200:
+        raise InvalidAnswer("call_id must be the tool call's id")
+    if not isinstance(approve, bool):
+        raise InvalidAnswer("approve must be true or false")
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str) or len(reason) > MAX_REASON or "\x00" in reason:
+        raise InvalidAnswer(f"reason must be text of at most {MAX_REASON} characters")
+    return reason.strip()
+
+
+async def answer(
+    *, session: Session, user: Any, call_id: str, approve: bool, reason: str = ""
+) -> None:
+    """Answer the call ``call_id`` of ``session`` as ``user`` (its owner only).
+
+    Returns once the answer is logged; the turn goes on as a task of this loop.
+    Raises ``InvalidAnswer`` (400), ``ApprovalNotFound`` (404: no such call
+    waiting, or not the owner), ``ApprovalAnswered`` (409), ``ApprovalExpired``
+    (409: it was overdue, and is now denied as expired; the turn goes on),
+    ``SessionBusy`` (409: the session's runner is busy with another answer; try
+    again).
+    """
+    outcome = await start_answer(
+        session=session, user=user, call_id=call_id, approve=approve, reason=reason
+    )
+    if outcome.expired:
+        raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+
+
+async def start_answer(
+    *, session: Session, user: Any, call_id: Any, approve: Any, reason: Any = ""
+) -> Outcome:
+    reason = check_answer(call_id, approve, reason)
+    if user is None or getattr(user, "pk", None) != session.user_id:
+        raise ApprovalNotFound(f"no tool call {str(call_id)[:80]!r} waits for you in this session")
+    return await _log_and_go_on(
+        session=session, call_id=call_id, approve=approve, reason=reason, by=user.pk
+    )
+
+
+async def _log_and_go_on(
+    *, session: Session, call_id: str, approve: bool, reason: str, by: Any
+) -> Outcome:
+    answered = await db(pending.log_answer)(
+        session=session, call_id=call_id, approve=approve, reason=reason, by=by
+    )
+    task = None
+    if answered.lease_taken:
+        try:
+            turn = await db(turn_of)(session, answered.message_id)
+            resume = Resume(
+                call_id=call_id,
+                part=answered.part,
+                approved=answered.approved,
+                approval=answered.state["metadata"]["approval"],
+            )
+            task = start_resumed(turn, resume)
+        except BaseException:
+            await asyncio.shield(db(lease.release)(session_id=session.pk))
+            raise
+    return Outcome(task=task, expired=answered.expired)
+
+
+def turn_of(session: Session, message_id: str) -> Turn:
+    """The suspended turn of the reply ``message_id``, rebuilt from the log alone."""
+    info = selectors.message_info(tenant=session.tenant, session=session, message_id=message_id)
+    if info is None:
+        raise ApprovalNotFound(f"no reply {message_id!r} in this session")
+    try:
+        agent = get_agent(info.get("agent") or "")
+    except UnknownAgent:
+        agent = default_agent()
+    model = info.get("model") or {}
+    resolved = (
+        f"{model['provider']}/{model['model']}"
+        if model.get("provider") and model.get("model")
+        else agent.resolved_model
+    )
+    speaker = member(tenant=session.tenant, user_id=info.get("user_id")) or session.user
+    return Turn(
+        session=session,
+        user_message_id=info.get("parent_id") or "",
+        message_id=message_id,
+        agent=agent,
+        model=resolved,
+        speaker=speaker,
+    )
+
+
+def answer_sync(
+    *, session: Session, user: Any, call_id: Any, approve: Any, reason: Any = ""
+) -> None:
+    """:func:`answer` for synchronous callers (DRF views). Under a server loop the turn
+    goes on as its task; where none runs, it runs to its end before this returns."""
+    if bus.server_loop() is not None:
+        async_to_sync(answer)(
+            session=session, user=user, call_id=call_id, approve=approve, reason=reason
+        )
+        return
+
+    async def whole() -> Outcome:
+        outcome = await start_answer(
+            session=session, user=user, call_id=call_id, approve=approve, reason=reason
+        )
+        if outcome.task is not None:
+            await asyncio.wait({outcome.task})
+        await bus.flush()
+        return outcome
+
+    if asyncio.run(whole()).expired:
+        raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+
+
+# --- expiry -----------------------------------------------------------------------
+
+
+async def expire(*, session: Session, call_id: str) -> asyncio.Task[None] | None:
+    """Deny an overdue call as expired and go on with its turn (None: someone else
+    answered it first, or the session's runner is busy: the next sweep retries)."""
+    try:
+        outcome = await _log_and_go_on(
+            session=session,
+            call_id=call_id,
+            approve=False,
+            reason=pending.EXPIRED,
+            by=pending.SYSTEM,
+        )
+    except (ApprovalAnswered, ApprovalExpired, ApprovalNotFound, SessionBusy):
+        return None
+    return outcome.task
+
+
+def expire_overdue() -> int:
+    """Deny every overdue call (the janitor's sweep, in its own thread): each turn goes
+    on to its end here before the next. Returns how many were denied."""
+    denied = 0
+    for session_id, _tenant_id, call_id in pending.overdue():
+        session = Session.objects.filter(pk=session_id).select_related("tenant", "user").first()
+        if session is None:
+            continue
+
+        async def one(session: Session = session, call_id: str = call_id) -> bool:
+            task = await expire(session=session, call_id=call_id)
+            if task is not None:
+                await asyncio.wait({task}, timeout=float(settings.FORGE_TOOL_TIMEOUT) * 10)
+            await bus.flush()
+            return task is not None
+
+        try:
+            denied += int(asyncio.run(one()))
+        except ForgeError:
+            logger.exception("expiring tool call %s of session %s failed", call_id, session_id)
+    return denied

@@ -1,0 +1,101 @@
+"""POST /api/sessions/{id}/approvals/{call_id}/ and pending_approvals (docs/approvals.md).
+
+The test client runs no server loop: an answer that goes on with the turn runs it
+to its end before the response (``runtime.answer_sync``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.runtime.test_turns import text_reply, tool_reply
+
+from .conftest import error
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+WRITE = '{"path": "notes.txt", "content": "hi"}'
+
+
+@pytest.fixture
+def waiting(session: Any, api: Any, agents: Any, settings: Any, script: Any) -> str:
+    """A session whose reply waits for an answer to ``call_1``; returns its URL."""
+    settings.FORGE_TOOL_APPROVAL = {"write_file": "ask"}
+    script([tool_reply("write_file", WRITE), text_reply("done now")])
+    url = f"/api/sessions/{session.pk}/"
+    response = api.post(url + "messages/?wait=1", {"text": "write"}, format="json")
+    assert response.status_code == 200, response.content
+    return url
+
+
+def test_the_session_shows_its_pending_approvals_and_an_answer_goes_on(api, waiting):
+    body = api.get(waiting).json()
+    [pending] = body["pending_approvals"]
+    assert pending["call_id"] == "call_1"
+    assert pending["tool"] == "write_file"
+    assert pending["input"] == {"path": "notes.txt", "content": "hi"}
+    assert pending["expires_at"]
+    response = api.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
+    assert response.status_code == 202, response.content
+    assert api.get(waiting).json()["pending_approvals"] == []
+    items = api.get(waiting + "messages/").json()["results"]
+    reply = items[-1]
+    assert reply["info"]["completed_at"]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["done now"]
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "completed"
+
+
+def test_a_second_answer_is_409(api, waiting):
+    assert (
+        api.post(waiting + "approvals/call_1/", {"approve": False}, format="json").status_code
+        == 202
+    )
+    response = api.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
+    assert response.status_code == 409
+    assert error(response)["code"] == "approval_answered"
+
+
+def test_an_unknown_call_is_404(api, waiting):
+    response = api.post(waiting + "approvals/call_9/", {"approve": True}, format="json")
+    assert response.status_code == 404
+    assert error(response)["code"] == "approval_not_found"
+
+
+def test_another_tenant_is_404(stranger, waiting):
+    response = stranger.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"approve": "yes"}, {"approve": 1}, [True], {"approve": True, "reason": 5}]
+)
+def test_a_malformed_body_is_400_and_logs_nothing(api, waiting, body):
+    response = api.post(waiting + "approvals/call_1/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert error(response)["code"] in ("invalid_answer", "invalid")
+    assert [p["call_id"] for p in api.get(waiting).json()["pending_approvals"]] == ["call_1"]
+
+
+def test_an_answer_after_expiry_is_409(api, waiting, settings, session):
+    from django.db import transaction
+
+    # Make the wait overdue: rewrite its expiry through the log (as a real wait would be).
+    from sessions import services
+    from sessions.models import Part
+
+    part = Part.objects.get(session=session, type="tool").data
+    state = {**part["state"], "metadata": {"approval": {"expires_at": "2000-01-01T00:00:00.000Z"}}}
+    with transaction.atomic():
+        services.update_part(session=session, part={"id": part["id"], "state": state})
+    response = api.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
+    assert response.status_code == 409
+    assert error(response)["code"] == "approval_expired"
+    tool = next(
+        p
+        for p in api.get(waiting + "messages/").json()["results"][-1]["parts"]
+        if p["type"] == "tool"
+    )
+    assert tool["state"]["metadata"]["approval"]["expired"] is True

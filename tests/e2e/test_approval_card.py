@@ -1,0 +1,109 @@
+"""A tool call awaiting approval on the chat page, in Chromium against a real daphne:
+the card shows the call's input with Allow and Deny; Allow runs the tool and the reply
+finishes on the page; Deny (with a reason) ends the call denied and the model is told
+the reason. axe-core finds no WCAG 2 A/AA violation on the waiting card.
+
+The server's rules come from ``FORGE_TOOL_APPROVAL`` (``list_files`` asks); the
+offline echo model calls the tool for ``/tool list_files {}`` and reports its result
+in the next step."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions import selectors
+from sessions.models import Session
+
+from .conftest import ChatPage
+from .test_first_screen import axe_violations
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+OpenPage = Callable[..., ChatPage]
+ASK = json.dumps({"list_files": "ask"})
+
+
+def stored_tool(session_id: str) -> dict[str, Any]:
+    session = Session.objects.get(pk=session_id)
+    page = selectors.message_page(tenant=session.tenant, session_id=session.pk, limit=10)
+    reply = page.items[-1]
+    return next(part for part in reply["parts"] if part["type"] == "tool")
+
+
+def waiting_card(chat: ChatPage) -> Any:
+    card = chat.page.locator('.message-assistant .part-tool[data-status="awaiting-approval"]')
+    card.wait_for()
+    return card
+
+
+def test_allow_on_the_card_runs_the_tool_and_the_reply_finishes(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page(FORGE_TOOL_APPROVAL=ASK)
+    chat.login()
+    session_id = chat.new_session()
+    chat.send("/tool list_files {}")
+
+    card = waiting_card(chat)
+    assert card.locator(".tool-name").inner_text() == "list_files"
+    assert card.locator(".tool-input").get_attribute("open") is not None  # what is asked
+    assert card.locator(".approval-label").inner_text() == "Waiting for your approval"
+    # The turn is suspended: the reply stays open, and the composer is usable again.
+    assert chat.assistant().get_attribute("data-state") == "streaming"
+    assert stored_tool(session_id)["state"]["status"] == "awaiting-approval"
+    chat.wait_until(lambda: chat.page.locator("#send-button").is_enabled())
+
+    group = chat.page.get_by_role("group", name="Approve the call to list_files")
+    group.get_by_role("button", name="Allow").click()
+
+    message = chat.wait_reply_done()
+    assert message.get_attribute("data-state") == "done"
+    tool = message.locator(".part-tool")
+    assert tool.get_attribute("data-status") == "completed"
+    assert tool.locator(".approval-outcome").inner_text() == "Allowed"
+    assert tool.get_by_role("button", name="Allow").count() == 0
+    assert message.locator(".part-text .markdown").inner_text().startswith("The tool returned")
+    stored = stored_tool(session_id)["state"]
+    assert stored["status"] == "completed"
+    assert stored["metadata"]["approval"]["approved"] is True
+    chat.assert_clean()
+
+
+def test_deny_with_a_reason_ends_the_call_denied_and_the_model_sees_why(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    chat = chat_page(FORGE_TOOL_APPROVAL=ASK)
+    chat.login()
+    session_id = chat.new_session()
+    chat.send("/tool list_files {}")
+
+    card = waiting_card(chat)
+    card.get_by_label("Reason to deny (optional)").fill("not this folder")
+    card.get_by_role("button", name="Deny").click()
+
+    message = chat.wait_reply_done()
+    tool = message.locator(".part-tool")
+    assert tool.get_attribute("data-status") == "error"
+    assert "not this folder" in tool.locator(".approval-outcome").inner_text()
+    assert "not this folder" in message.locator(".part-text .markdown").inner_text()
+    stored = stored_tool(session_id)["state"]
+    assert stored["status"] == "error"
+    assert stored["metadata"]["denied"] is True
+    chat.assert_clean()
+
+
+def test_axe_finds_no_violation_on_a_waiting_card(
+    chat_page: OpenPage, alice: Any, agents: Any, axe_script: Path
+) -> None:
+    # The page's CSP refuses inline scripts, and Playwright injects axe inline.
+    chat = chat_page({"bypass_csp": True}, FORGE_TOOL_APPROVAL=ASK)
+    chat.login()
+    chat.new_session()
+    chat.send("/tool list_files {}")
+    waiting_card(chat)
+    assert axe_violations(chat, axe_script) == []

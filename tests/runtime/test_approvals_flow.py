@@ -1,0 +1,225 @@
+"""Durable tool approvals through the runtime: ask, suspend, answer, go on (docs/approvals.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from forge.errors import ApprovalAnswered, ApprovalExpired, ApprovalNotFound
+from forge.runtime import answer, running_turn, start_turn
+from forge.runtime.approvals import pending
+from forge.runtime.approvals.services import expire_overdue
+from forge.runtime.lease import current
+from forge.runtime.recovery import recover_sessions
+
+from .conftest import ahistory
+from .test_turns import assistant, text_reply, tool_reply
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+WRITE = '{"path": "notes.txt", "content": "hi"}'
+
+
+async def _until(check: Any, timeout: float = 45.0) -> Any:
+    """Poll ``check`` (an async callable) until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the condition was not met in time")
+        await asyncio.sleep(0.05)
+
+
+def _tool(item: dict) -> dict:
+    return next(p for p in item["parts"] if p["type"] == "tool")
+
+
+async def _suspended(session: Any, settings: Any, script: Any, replies: list) -> dict:
+    settings.FORGE_TOOL_APPROVAL = {"write_file": "ask", "*": "allow"}
+    script(replies)
+    started = await start_turn(session=session, text="write a note")
+    await asyncio.wait_for(started.task, timeout=30)
+    return assistant(await ahistory(session))
+
+
+async def _finished(session: Any) -> dict:
+    async def done() -> dict | None:
+        reply = assistant(await ahistory(session))
+        return reply if reply["info"].get("completed_at") else None
+
+    return await _until(done)
+
+
+async def test_an_ask_call_suspends_the_turn_and_approving_runs_it_and_goes_on(
+    session, agents, settings, script, user
+):
+    reply = await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("written")]
+    )
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "awaiting-approval"
+    assert tool["state"]["input"] == {"path": "notes.txt", "content": "hi"}
+    assert tool["state"]["metadata"]["approval"]["expires_at"]
+    assert reply["info"]["completed_at"] is None  # the reply stays open
+    assert await database_sync_to_async(current)(session_id=session.pk) is None  # lease released
+    task = running_turn(session.pk)
+    assert task is None or task.done()  # no task is left running while it waits
+    waiting = await database_sync_to_async(pending.pending_approvals)(
+        tenant=session.tenant, session=session
+    )
+    assert [w["call_id"] for w in waiting] == ["call_1"]
+
+    await answer(session=session, user=user, call_id="call_1", approve=True, reason="fine")
+    reply = await _finished(session)
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "completed"
+    assert tool["state"]["metadata"]["approval"]["approved"] is True
+    assert tool["state"]["metadata"]["approval"]["by"] == user.pk
+    texts = [p["text"] for p in reply["parts"] if p["type"] == "text"]
+    assert texts == ["written"]
+    assert reply["info"]["error"] is None
+    # The answer was logged before the tool ran: running (approved), then completed.
+    from .conftest import alog
+
+    states = [
+        e["data"]["state"]["status"]
+        for e in await alog(session)
+        if e["type"] == "part.updated" and e["data"].get("type") == "tool" and "state" in e["data"]
+    ]
+    assert states[-3:] == ["awaiting-approval", "running", "completed"]
+
+
+async def test_deny_ends_the_call_as_an_error_and_the_model_sees_the_reason(
+    session, agents, settings, script, user
+):
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("ok, not writing")]
+    )
+    await answer(session=session, user=user, call_id="call_1", approve=False, reason="not today")
+    reply = await _finished(session)
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["metadata"]["denied"] is True
+    assert "not today" in tool["state"]["error"]
+    # The next model request (the reply's second step) held the denial and its reason.
+    from forge.context import request_for
+
+    _, request = await database_sync_to_async(request_for)(session)
+    assert "not today" in str(request.as_dict()["messages"])
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["ok, not writing"]
+
+
+async def test_answers_refused_a_second_answer_an_unknown_call_and_another_user(
+    session, agents, settings, script, user, other_user
+):
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("x")])
+    with pytest.raises(ApprovalNotFound):
+        await answer(session=session, user=user, call_id="nope", approve=True)
+    with pytest.raises(ApprovalNotFound):
+        await answer(session=session, user=other_user, call_id="call_1", approve=True)
+    await answer(session=session, user=user, call_id="call_1", approve=False)
+    with pytest.raises(ApprovalAnswered):
+        await answer(session=session, user=user, call_id="call_1", approve=True)
+    await _finished(session)
+
+
+async def test_a_deny_rule_ends_the_call_without_asking(session, agents, settings, script):
+    settings.FORGE_TOOL_APPROVAL = {"write_*": "deny"}
+    script([tool_reply("write_file", WRITE), text_reply("denied then")])
+    started = await start_turn(session=session, text="write")
+    await asyncio.wait_for(started.task, timeout=30)
+    reply = assistant(await ahistory(session))
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["metadata"]["denied"] is True
+    assert reply["info"]["completed_at"] is not None
+
+
+async def test_recovery_leaves_a_reply_awaiting_approval_open(
+    session, agents, settings, script, user
+):
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("y")])
+    recovered = await database_sync_to_async(recover_sessions)()
+    assert recovered == {}
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["completed_at"] is None
+    assert _tool(reply)["state"]["status"] == "awaiting-approval"
+    await answer(session=session, user=user, call_id="call_1", approve=True)
+    assert [p["text"] for p in (await _finished(session))["parts"] if p["type"] == "text"] == ["y"]
+
+
+async def test_an_expired_approval_is_denied_and_the_turn_goes_on(
+    session, agents, settings, script, user
+):
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("expired it")]
+    )
+    await asyncio.sleep(0.3)  # past the expiry (a timestamp, not a timing assertion)
+    denied = await asyncio.to_thread(_sweep)
+    assert denied == 1
+    reply = await _finished(session)
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["metadata"]["approval"]["expired"] is True
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["expired it"]
+    with pytest.raises(ApprovalExpired):
+        await answer(session=session, user=user, call_id="call_1", approve=True)
+
+
+def _sweep() -> int:
+    from django.db import close_old_connections
+
+    try:
+        return expire_overdue()
+    finally:
+        close_old_connections()
+
+
+async def test_an_answer_after_expiry_is_409_and_denies_it_as_expired(
+    session, agents, settings, script, user
+):
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("z")])
+    await asyncio.sleep(0.3)
+    with pytest.raises(ApprovalExpired):
+        await answer(session=session, user=user, call_id="call_1", approve=True)
+    reply = await _finished(session)
+    assert _tool(reply)["state"]["metadata"]["approval"]["expired"] is True
+
+
+async def test_a_new_prompt_denies_the_waiting_call_first(session, agents, settings, script):
+    await _suspended(
+        session,
+        settings,
+        script,
+        [tool_reply("write_file", WRITE), text_reply("second prompt answered")],
+    )
+    started = await start_turn(session=session, text="never mind, say hi")
+    await asyncio.wait_for(started.task, timeout=30)
+    items = await ahistory(session)
+    first_reply = items[1]
+    tool = _tool(first_reply)
+    assert tool["state"]["status"] == "error"
+    assert "new prompt" in tool["state"]["error"]
+    assert first_reply["info"]["completed_at"] is not None
+    assert [p["text"] for p in items[-1]["parts"] if p["type"] == "text"] == [
+        "second prompt answered"
+    ]
+
+
+async def test_the_admin_lists_pending_approvals(session, agents, settings, script, admin_client):
+    from django.urls import reverse
+
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("a")])
+    url = reverse("admin:forge_pendingapproval_changelist")
+    page = await database_sync_to_async(admin_client.get)(url)
+    assert page.status_code == 200
+    assert "call_1" in page.text
+    assert "write_file" in page.text
+    assert session.tenant.name in page.text
