@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-js lint format migrate clean bench
+.PHONY: run test test-js node-deps lint format migrate clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,7 @@ format: $(VENV)/.dev-deps
 # and the server stack (PostgreSQL + Redis from FORGE_TEST_DATABASE_URL and
 # FORGE_TEST_REDIS_URL). Without those variables the server pass is skipped
 # with a notice, except under CI=true, where it fails.
-test: lint test-js
+test: lint test-js node-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 	FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS)
 
@@ -56,6 +56,14 @@ test-js:
 	@if command -v node >/dev/null 2>&1; then node --test tests/js/; \
 	elif [ "$$CI" = "true" ]; then echo "node is required for tests/js under CI" >&2; exit 1; \
 	else echo "node not found: skipping tests/js (install Node 20+ to run them)"; fi
+
+# The npm packages the tests run (package.json devDependencies: the MCP server
+# tests/tools/mcp/ talks to). Without Node they are skipped with a notice, except
+# under CI=true, where it fails.
+node-deps:
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --silent; \
+	elif [ "$$CI" = "true" ]; then echo "node and npm are required for tests/tools/mcp under CI" >&2; exit 1; \
+	else echo "npm not found: skipping the npm test dependencies (install Node 20+ to run them)"; fi
 
 bench: $(VENV)/.dev-deps
 	$(BIN)/python bench/append.py

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -25,6 +26,7 @@ from sessions.models import Session
 from sessions.projector import fold_context
 
 from .models import Agent, PendingApproval, SessionLease
+from .tools.mcp.spec import McpSpecError, parse_servers, redacted, with_secrets_kept
 
 CONTENT_SHOWN = 4000  # characters of one message shown on the page
 
@@ -50,6 +52,7 @@ class AgentForm(forms.ModelForm):
             "auto_compact",
             "tool_approval",
             "is_default",
+            "mcp_servers",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -57,6 +60,20 @@ class AgentForm(forms.ModelForm):
         tools_field = self.fields["tools"]
         assert isinstance(tools_field, forms.MultipleChoiceField)
         tools_field.choices = [(t.name, f"{t.name}: {t.description[:80]}") for t in all_tools()]
+        # Secrets (env and header values) are never sent to the page: they show masked,
+        # and a value left masked keeps the stored secret (see clean_mcp_servers).
+        if self.instance.pk is not None:
+            self.initial["mcp_servers"] = redacted(self.instance.mcp_servers)
+
+    def clean_mcp_servers(self) -> Any:
+        value = self.cleaned_data.get("mcp_servers")
+        stored = self.instance.mcp_servers if self.instance.pk is not None else {}
+        value = with_secrets_kept(value, stored)
+        try:
+            parse_servers(value)
+        except McpSpecError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return value or {}
 
 
 @admin.register(Agent)
@@ -65,6 +82,24 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "description", "model", "step_limit", "temperature", "is_default")
     list_filter = ("is_default",)
     search_fields = ("name", "description", "system_prompt")
+
+    @admin.display(description="MCP servers")
+    def mcp_servers_masked(self, obj: Agent) -> str:
+        return json.dumps(redacted(obj.mcp_servers), indent=2, ensure_ascii=False)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """A read-only view (no change permission) shows the MCP servers masked: the
+        stored value holds secrets."""
+        fields = list(super().get_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            fields = ["mcp_servers_masked" if f == "mcp_servers" else f for f in fields]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            readonly.append("mcp_servers_masked")
+        return readonly
 
 
 @admin.register(SessionLease)

@@ -11,6 +11,16 @@ from django.db import models
 from sessions.models import Part
 
 
+def validate_mcp_servers(value: object) -> None:
+    """An agent's ``mcp_servers`` must be a valid ``mcpServers`` object."""
+    from forge.tools.mcp.spec import McpSpecError, parse_servers  # not at import: the SDK
+
+    try:
+        parse_servers(value)
+    except McpSpecError as exc:
+        raise ValidationError(str(exc)) from None
+
+
 def _valid_rules(value: Any) -> None:
     from forge.runtime.approvals.rules import InvalidRules, parse_rules
 
@@ -63,6 +73,14 @@ class Agent(models.Model):
     )
     is_default = models.BooleanField(
         default=False, help_text="used when a prompt names no agent and the session has none"
+    )
+    mcp_servers = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_mcp_servers],
+        help_text='MCP servers, as other MCP clients write mcpServers: {"name": {"command", '
+        '"args", "env"}} (stdio) or {"name": {"url", "headers"}} (streamable HTTP); over '
+        "FORGE_MCP_SERVERS. Their tools are named <name>_<tool>.",
     )
 
     class Meta:

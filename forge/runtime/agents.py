@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ from django.conf import settings
 
 from forge.errors import UnknownAgent
 from forge.models import Agent
+from forge.tools.mcp import merged
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # forge.models.AGENT_NAME
 MENTION = re.compile(r"(?<![\w@/.])@([a-z][a-z0-9_-]{0,63})\b")
@@ -25,6 +27,8 @@ class AgentConfig:
     temperature: float | None = None
     context_limit: int | None = None  # None: FORGE_CONTEXT_LIMITS
     auto_compact: bool | None = None  # None: FORGE_AUTO_COMPACT
+    # mcpServers: FORGE_MCP_SERVERS, then the agent's own (same name: the agent's wins).
+    mcp_servers: dict[str, Any] = field(default_factory=dict)
     tool_approval: Any = None  # approval rules, before FORGE_TOOL_APPROVAL
 
     @property
@@ -45,6 +49,7 @@ def _config(agent: Agent) -> AgentConfig:
         temperature=agent.temperature,
         context_limit=agent.context_limit,
         auto_compact=agent.auto_compact,
+        mcp_servers=merged(settings.FORGE_MCP_SERVERS, agent.mcp_servers),
         tool_approval=agent.tool_approval or None,
     )
 
@@ -63,7 +68,9 @@ def get_agent(name: str) -> AgentConfig:
 
 def default_agent() -> AgentConfig:
     agent = Agent.objects.filter(is_default=True).first() or Agent.objects.order_by("name").first()
-    return _config(agent) if agent else FALLBACK
+    if agent:
+        return _config(agent)
+    return dataclasses.replace(FALLBACK, mcp_servers=merged(settings.FORGE_MCP_SERVERS, None))
 
 
 def mentioned_agent(text: str) -> str | None:

@@ -8,18 +8,63 @@ store's ``session_deleted`` signal, after the deletion commits).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import shutil
+from collections.abc import Iterable
 from typing import Any
 
+from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
+from forge.tools.base import ToolFile
 from forge.tools.sandbox import delete_workspace
 from forge.tools.session_files import upload_path, uploads_dir
+from sessions.ids import new_part_id
+from sessions.models import Session
 
-__all__ = ["delete_session_files", "on_session_deleted", "upload_path", "uploads_dir"]
+__all__ = [
+    "delete_session_files",
+    "file_parts",
+    "on_session_deleted",
+    "store_file",
+    "upload_path",
+    "uploads_dir",
+]
 
 logger = logging.getLogger(__name__)
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def store_file(session: Session, part_id: str, filename: str, content: bytes) -> str:
+    """Store a file the reply carries (a tool's image, say) among the session's uploads,
+    under its ``file`` part's id; returns the URL the part names. Blocking."""
+    name = _SAFE_NAME.sub("_", filename.rsplit("/", 1)[-1]).strip("._")[:120] or "file"
+    path = default_storage.save(upload_path(session, part_id, name), ContentFile(content))
+    return str(default_storage.url(path))
+
+
+async def file_parts(
+    session: Session, message_id: str, files: Iterable[ToolFile]
+) -> list[dict[str, Any]]:
+    """A tool's files stored (:func:`store_file`), as the ``file`` parts that name them."""
+    parts = []
+    for item in files:
+        part_id = new_part_id()
+        url = await asyncio.to_thread(store_file, session, part_id, item.filename, item.data)
+        parts.append(
+            {
+                "id": part_id,
+                "message_id": message_id,
+                "type": "file",
+                "mime": item.mime,
+                "filename": item.filename,
+                "url": url,
+            }
+        )
+    return parts
 
 
 def delete_session_files(*, tenant_id: int, session_id: str) -> None:

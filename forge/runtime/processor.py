@@ -48,13 +48,14 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.db.worker import db
 from forge.providers import events as ev
-from forge.tools import ToolContext, ToolError
+from forge.tools import ToolContext, ToolError, mcp
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
 from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
+from .files import file_parts
 from .inflight import buffer, mirror
 from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
 from .turn import Turn
@@ -129,6 +130,7 @@ class Processor:
         self.held: list[services.Write] = []  # bookkeeping written with the next write
         self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
+        self.mcp_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
 
     # --- writes -------------------------------------------------------------------
 
@@ -346,7 +348,9 @@ class Processor:
         call = self.calls.get(event.call_id) or await self._pending(event.call_id, event.tool)
         call.start = self._now()
         try:
-            tool, args = tools.prepare_call(event.tool, event.input, turn.agent.tools or None)
+            tool, args = tools.prepare_call(
+                event.tool, event.input, turn.agent.tools or None, await self.own_tools()
+            )
         except ToolError as exc:
             await self.tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
             return
@@ -449,13 +453,26 @@ class Processor:
                 },
             }
         )
+        # A tool's own files (an MCP server's image, say) follow the part that made them.
+        made = [
+            services.UpdatePart(part=part)
+            for part in await file_parts(turn.session, turn.message_id, result.files)
+        ]
         try:
-            await self.write(*files, completed)
+            await self.write(*files, completed, *made)
         except Exception:  # the log refused the parts: no file is left that none names
             if spilled is not None:
                 await asyncio.to_thread(delete_spilled, spilled)
             raise
         self.calls.pop(call_id, None)
+
+    async def own_tools(self) -> dict[str, tools.Tool]:
+        """The turn agent's MCP tools (listed once per turn; a dead server restarts)."""
+        if self.mcp_tools is None:
+            servers = self.turn.agent.mcp_servers
+            listing = await asyncio.to_thread(mcp.list_tools, servers) if servers else None
+            self.mcp_tools = {t.name: t for t in listing.tools} if listing else {}
+        return self.mcp_tools
 
     async def tool_error(
         self, call_id: str, call: Call, exc: ToolError, *, args: dict[str, Any]

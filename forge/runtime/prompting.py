@@ -27,7 +27,8 @@ from accounts.selectors import is_member
 from forge.context.blocks import blocks_update
 from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
-from forge.tools import tool_specs
+from forge.providers.base import ToolSpec
+from forge.tools import mcp, tool_specs
 from sessions import services
 from sessions.exceptions import NotFound
 from sessions.ids import new_message_id, new_part_id
@@ -110,14 +111,25 @@ def choose_agent(session: Session, text: str, agent: Any) -> tuple[AgentConfig, 
 
 
 def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
-    """The context blocks an agent contributes: its system prompt, its tools, its settings."""
+    """The context blocks an agent contributes: its system prompt, its tools (its MCP
+    servers' among them), its settings, and a notice naming any MCP server whose tools
+    are missing (the model and the operator both see it). Starts the agent's MCP
+    servers not running yet: call it outside a transaction."""
+    listing = mcp.list_tools(agent.mcp_servers) if agent.mcp_servers else mcp.Listing()
+    specs = [spec.as_dict() for spec in tool_specs(agent.tools or None)]
+    specs += [ToolSpec(t.name, t.description, t.parameters).as_dict() for t in listing.tools]
+    notice: dict[str, Any] = {"kind": "mcp", "key": "agent", "removed": True}
+    if listing.failures:
+        notice = {
+            "kind": "mcp",
+            "key": "agent",
+            "text": "These MCP servers are unavailable, so their tools are missing: "
+            + "; ".join(f"{name}: {why}" for name, why in sorted(listing.failures.items())),
+        }
     return [
         {"kind": "system", "key": "agent", "agent": agent.name, "text": agent.system_prompt},
-        {
-            "kind": "tools",
-            "key": "agent",
-            "tools": [spec.as_dict() for spec in tool_specs(agent.tools or None)],
-        },
+        {"kind": "tools", "key": "agent", "tools": sorted(specs, key=lambda s: s["name"])},
+        notice,
         {
             "kind": "settings",
             "key": "agent",
@@ -253,6 +265,7 @@ def begin(
             )
             stored.append(path)
             file_parts.append((part_id, attachment, default_storage.url(path)))
+        own_blocks = agent_blocks(agent)  # before the transaction: it may start MCP servers
         # One transaction: the lease, any recovery it calls for, and the prompt's
         # events as one batch.
         with transaction.atomic():
@@ -263,7 +276,7 @@ def begin(
             deny_for_new_prompt(session)
             blocks = blocks_update(
                 session,
-                [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker, depth=depth)],
+                [*own_blocks, *memory_blocks(session, agent.name, speaker, depth=depth)],
             )
             user = services.UpdateMessage(
                 info={

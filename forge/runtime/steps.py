@@ -273,7 +273,9 @@ async def _run_approved(turn: Turn, processor: Processor, resume: Resume) -> Non
         metadata={"approval": resume.approval},
     )
     try:
-        tool, args = tools.prepare_call(part["tool"], json.dumps(args), turn.agent.tools or None)
+        tool, args = tools.prepare_call(
+            part["tool"], json.dumps(args), turn.agent.tools or None, await processor.own_tools()
+        )
     except ToolError as exc:
         await processor.tool_error(resume.call_id, call, exc, args=args)
         return

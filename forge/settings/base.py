@@ -12,7 +12,7 @@ from typing import Any
 
 import dj_database_url
 
-from .env import env_bool, env_float, env_int, env_json, env_list, env_str
+from .env import env_bool, env_float, env_int, env_json, env_json_object, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -312,6 +312,10 @@ FORGE_TOOL_TIMEOUT = env_float("FORGE_TOOL_TIMEOUT", 30.0)
 # whole as a file of the session, and the tool part keeps a head of it and names the
 # file part (forge.runtime.tool_output).
 FORGE_TOOL_OUTPUT_MAX_BYTES = env_int("FORGE_TOOL_OUTPUT_MAX_BYTES", 10 * 1024 * 1024)
+# MCP servers every agent has, as MCP clients write mcpServers (JSON):
+# {"<name>": {"command", "args"?, "env"?}} or {"<name>": {"url", "headers"?}}.
+# An agent's own (Agent.mcp_servers) replace those of the same name.
+FORGE_MCP_SERVERS = env_json_object("FORGE_MCP_SERVERS")
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
 
 # Tool approvals (docs/approvals.md): the default rules, as JSON, that an agent's

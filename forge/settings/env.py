@@ -55,6 +55,21 @@ def env_float(name: str, default: float) -> float:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
 
 
+def env_json_object(name: str) -> dict[str, Any]:
+    """A JSON object (``{}`` when unset or blank); anything else is refused at start-up.
+    The error never quotes the value: it may hold secrets (MCP server env, headers)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object: {exc.args[0][:80]}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
 def env_json(name: str, default: Any) -> Any:
     """A JSON value (an object or a list); ``default`` when unset or blank."""
     raw = os.environ.get(name)

@@ -8,7 +8,7 @@ Importing this package registers the built-in workspace tools (``list_files``,
 from __future__ import annotations
 
 from . import memory, recall, workspace  # noqa: F401 - register the file, memory, recall tools
-from .base import Tool, ToolContext, ToolError, ToolFunction, ToolResult
+from .base import Tool, ToolContext, ToolError, ToolFile, ToolFunction, ToolResult
 from .execute import execute, prepare_call
 from .registry import all_tools, get_tool, temporary_tools, tool, tool_specs
 from .sandbox import resolve_in_workspace, workspace_path
@@ -19,6 +19,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolFile",
     "ToolFunction",
     "ToolResult",
     "all_tools",

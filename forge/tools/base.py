@@ -41,10 +41,21 @@ class ToolError(Exception):
 
 
 @dataclass(frozen=True)
+class ToolFile:
+    """A file a tool returns (an MCP image, say): the runtime stores it in the session's
+    files and logs a ``file`` part for it in the reply."""
+
+    mime: str
+    filename: str
+    data: bytes
+
+
+@dataclass(frozen=True)
 class ToolResult:
     output: str
     title: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    files: tuple[ToolFile, ...] = ()
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -62,11 +62,15 @@ def _path_of(error: ValidationError) -> str:
 
 
 def prepare_call(
-    name: str, raw_input: str, allowed: Collection[str] | None = None
+    name: str,
+    raw_input: str,
+    allowed: Collection[str] | None = None,
+    extra: Mapping[str, Tool] | None = None,
 ) -> tuple[Tool, dict[str, Any]]:
     """Look up the tool and parse + validate its JSON input.
 
-    ``allowed`` (None: every registered tool) is what the calling agent may use.
+    ``allowed`` (None: every registered tool) is what the calling agent may use;
+    ``extra`` are the agent's own tools (its MCP servers'), always allowed.
     Raises :class:`ToolError` for an unknown or disallowed tool, input that is not
     a JSON object, or input failing the tool's schema. ``metadata["input"]`` is
     always set: the parsed object when there is one, else ``{}``; unparseable
@@ -92,11 +96,13 @@ def prepare_call(
 
     registered = tool_names()
     available = registered if allowed is None else [n for n in registered if n in allowed]
-    item = get_tool(name)
+    own = dict(extra or {})
+    available = sorted({*available, *own})
+    item = own.get(name) or get_tool(name)
     if item is None:
         listing = ", ".join(available) if available else "(none)"
         raise ToolError(f"unknown tool {name!r}; available: {listing}", metadata={"input": args})
-    if allowed is not None and name not in allowed:
+    if allowed is not None and name not in allowed and name not in own:
         raise ToolError(
             f"tool {name!r} is not available to this agent; available: "
             + (", ".join(available) if available else "(none)"),

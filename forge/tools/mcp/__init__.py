@@ -1,0 +1,27 @@
+"""MCP client tools: the tools of Model Context Protocol servers as Forge tools.
+
+* :mod:`.spec`: the ``mcpServers`` shape (stdio ``command``/``args``/``env``,
+  streamable HTTP ``url``/``headers``), checked, and its redaction;
+* :mod:`.connection`: one connection per server and process, on a private loop;
+* :mod:`.adapter`: an MCP tool as a :class:`~forge.tools.base.Tool` named
+  ``<server>_<tool>``, and a call's result as a ``ToolResult``.
+"""
+
+from __future__ import annotations
+
+from .adapter import Listing, convert, list_tools
+from .connection import close_all
+from .spec import McpSpecError, ServerSpec, merged, parse_servers, redacted, with_secrets_kept
+
+__all__ = [
+    "Listing",
+    "McpSpecError",
+    "ServerSpec",
+    "close_all",
+    "convert",
+    "list_tools",
+    "merged",
+    "parse_servers",
+    "redacted",
+    "with_secrets_kept",
+]

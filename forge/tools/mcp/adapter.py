@@ -1,0 +1,165 @@
+"""MCP tools as Forge tools: ``<server>_<tool>``, the server's JSON Schema checked like
+any tool's, the call run on the server's connection with ``FORGE_TOOL_TIMEOUT``.
+
+Results: text content is the output; image, audio and embedded resources become
+:class:`~forge.tools.base.ToolFile` s (the runtime stores them in the session's
+files and logs a ``file`` part for each), named in the output so the model knows
+of them. ``structuredContent`` alone (no content) is the output as JSON. A result
+with ``isError`` is a tool error carrying its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import mimetypes
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp import types as mcp_types
+from mcp.shared.exceptions import McpError
+
+from ..base import Tool, ToolContext, ToolError, ToolFile, ToolResult
+from ..registry import check_name, check_parameters
+from . import connection as conn
+from .spec import McpSpecError, ServerSpec, parse_server
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 30.0  # seconds for a server to start, initialize and list its tools
+
+
+@dataclass
+class Listing:
+    """The MCP tools of an agent's servers, and why any server's tools are missing."""
+
+    tools: list[Tool] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)  # server -> reason (no secrets)
+
+
+def _decode(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ToolError(f"the MCP server sent invalid base64 data ({exc})") from None
+
+
+def _filename(stem: str, index: int, mime: str, uri: str = "") -> str:
+    if uri:
+        tail = uri.rstrip("/").rsplit("/", 1)[-1]
+        if tail and "." in tail:
+            return tail[:120]
+    ext = mimetypes.guess_extension(mime or "") or ".bin"
+    return f"{stem}-{index}{ext}"
+
+
+def convert(server_tool: str, result: mcp_types.CallToolResult) -> ToolResult:
+    """A call's result as a :class:`ToolResult` (or :class:`ToolError` for ``isError``)."""
+    texts: list[str] = []
+    files: list[ToolFile] = []
+    for index, item in enumerate(result.content, start=1):
+        if isinstance(item, mcp_types.TextContent):
+            texts.append(item.text)
+        elif isinstance(item, mcp_types.ImageContent | mcp_types.AudioContent):
+            name = _filename(server_tool, index, item.mimeType)
+            files.append(ToolFile(mime=item.mimeType, filename=name, data=_decode(item.data)))
+        elif isinstance(item, mcp_types.EmbeddedResource):
+            res = item.resource
+            mime = res.mimeType or "application/octet-stream"
+            name = _filename(server_tool, index, mime, str(res.uri))
+            if isinstance(res, mcp_types.TextResourceContents):
+                files.append(ToolFile(mime=mime, filename=name, data=res.text.encode()))
+            else:
+                files.append(ToolFile(mime=mime, filename=name, data=_decode(res.blob)))
+        elif isinstance(item, mcp_types.ResourceLink):
+            texts.append(f"[resource: {item.uri}]")
+    if not texts and result.structuredContent is not None:
+        texts.append(json.dumps(result.structuredContent))
+    for file in files:
+        texts.append(f"[file: {file.filename} ({file.mime}, {len(file.data)} bytes)]")
+    output = "\n".join(texts)
+    if result.isError:
+        raise ToolError(output or "the MCP tool reported an error", metadata={"mcp": True})
+    return ToolResult(output=output, metadata={"mcp_server_tool": server_tool}, files=tuple(files))
+
+
+def _function(spec: ServerSpec, tool: str) -> Any:
+    async def call(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        from django.conf import settings
+
+        limit = float(getattr(settings, "FORGE_TOOL_TIMEOUT", 30.0) or 30.0)
+        try:
+            result = await conn.run(conn.connection(spec).call(tool, args, limit))
+        except conn.ServerDown as exc:
+            raise ToolError(f"MCP server {spec.name!r}: {exc}", metadata={"mcp": True}) from None
+        except McpError as exc:
+            raise ToolError(
+                f"MCP server {spec.name!r}: {exc.error.message}", metadata={"mcp": True}
+            ) from None
+        return convert(f"{spec.name}_{tool}", result)
+
+    call.__qualname__ = f"mcp.{spec.name}.{tool}.<locals>"  # never merged with another
+    return call
+
+
+def adapt(spec: ServerSpec, item: mcp_types.Tool) -> Tool | None:
+    """The Forge tool for one MCP tool; None (logged) when its name or schema is unusable."""
+    name = f"{spec.name}_{item.name}"
+    try:
+        check_name(name)
+        schema = dict(item.inputSchema or {"type": "object"})
+        check_parameters(name, schema)
+    except ValueError as exc:
+        logger.warning("MCP tool left out: %s", exc)
+        return None
+    return Tool(
+        name=name,
+        description=(item.description or item.title or "")[:2000],
+        parameters=schema,
+        function=_function(spec, item.name),
+    )
+
+
+async def _list_one(spec: ServerSpec, timeout: float) -> list[mcp_types.Tool]:
+    connection = conn.connection(spec)
+    await connection.start(timeout)
+    return list(connection.tools)
+
+
+async def _list_all(specs: list[ServerSpec], timeout: float) -> list[Any]:
+    return await asyncio.gather(*(_list_one(s, timeout) for s in specs), return_exceptions=True)
+
+
+def list_tools(servers: Mapping[str, Any] | None, *, timeout: float = START_TIMEOUT) -> Listing:
+    """The tools of these servers (an ``mcpServers`` value), starting any not running.
+
+    Blocking (call it from a thread, not a running loop). A server whose spec is bad,
+    that fails to start, or lists nothing usable is left out, with its reason in
+    ``failures``: the reason never holds its env or header values.
+    """
+    listing = Listing()
+    specs: list[ServerSpec] = []
+    for name, raw in (servers or {}).items():
+        try:
+            specs.append(parse_server(name, raw))
+        except McpSpecError as exc:
+            listing.failures[str(name)] = str(exc)
+    if not specs:
+        return listing
+    results = conn.submit(_list_all(specs, timeout)).result(timeout + 10)
+    for spec, result in zip(specs, results, strict=True):
+        if isinstance(result, BaseException):
+            reason = str(result) if isinstance(result, conn.ServerDown) else conn._reason(result)
+            logger.warning("MCP server %r left out: %s", spec.name, reason)
+            listing.failures[spec.name] = f"failed to start: {reason}"
+            continue
+        adapted = [tool for item in result if (tool := adapt(spec, item)) is not None]
+        if result and not adapted:
+            listing.failures[spec.name] = "none of its tools has a usable name and schema"
+        listing.tools.extend(adapted)
+    listing.tools.sort(key=lambda t: t.name)
+    return listing

@@ -1,0 +1,251 @@
+"""Connections to MCP servers, one per server spec and process, on their own event loop.
+
+The SDK's transports are anyio task groups: entered and left in one task, on one
+loop. A connection outlives the turn (and the event loop) that first used it, so
+every connection lives on a private loop in a daemon thread; callers on any loop
+or thread hand it coroutines (:func:`submit`).
+
+A :class:`Connection` runs one task: open the transport, initialize, list the
+tools, then wait until it is closed or the transport dies. A stdio server is
+started once per process and reused across turns; a call finding it dead (or an
+HTTP server gone) opens it again, once, before failing. A server's own listing is
+cached per connection; a restart lists again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp import types as mcp_types
+from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import McpError
+
+from .spec import ServerSpec
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The SDK's streamable HTTP client answers a request the server refused with 404 (it
+# no longer knows the session: it restarted) with this error code.
+SESSION_TERMINATED = 32600
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _mcp_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="forge-mcp", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def submit(work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Run ``work`` on the MCP loop; the future's cancellation cancels it there."""
+    return asyncio.run_coroutine_threadsafe(work, _mcp_loop())
+
+
+async def run(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work`` run on the MCP loop from any other loop (cancellation reaches it)."""
+    return await asyncio.wrap_future(submit(work))
+
+
+class ServerDown(Exception):
+    """The server could not be started or reached, or died."""
+
+
+class Connection:
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self.session: ClientSession | None = None
+        self.tools: list[mcp_types.Tool] = []
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._closed = asyncio.Event()  # set: close the connection
+        self._down = asyncio.Event()  # set: the connection ended
+        self._lock = asyncio.Lock()
+        self.suspect = False  # the last call did not end well: reconnect before the next
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done() and self.session is not None
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        spec = self.spec
+        if spec.command:
+            env = {**get_default_environment(), **dict(spec.env)}
+            if "PATH" not in dict(spec.env):
+                env["PATH"] = os.environ.get("PATH", env.get("PATH", ""))
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+            # The server's stderr is its log: not ours to show (it may echo secrets).
+            with open(os.devnull, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    yield read, write
+            return
+        async with (
+            create_mcp_http_client(headers=dict(spec.headers) or None) as client,
+            streamable_http_client(spec.url, http_client=client) as (read, write, _),
+        ):
+            yield read, write
+
+    async def _serve(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with (
+                self._transport() as streams,
+                ClientSession(streams[0], streams[1]) as session,
+            ):
+                await session.initialize()
+                listed = await session.list_tools()
+                self.session, self.tools = session, list(listed.tools)
+                ready.set_result(None)
+                await self._closed.wait()
+        except BaseException as exc:  # anyio wraps failures in exception groups
+            if not ready.done():
+                ready.set_exception(ServerDown(_reason(exc)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self.session = None
+            self._down.set()
+
+    async def start(self, timeout: float) -> None:
+        """Open the connection unless it is alive; :class:`ServerDown` when it cannot."""
+        async with self._lock:
+            if self.alive:
+                return
+            await self._stop()
+            self._closed, self._down = asyncio.Event(), asyncio.Event()
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._task = asyncio.get_running_loop().create_task(self._serve(ready))
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), timeout)
+            except TimeoutError:
+                await self._stop()
+                raise ServerDown(f"did not answer within {timeout:g} s") from None
+            except ServerDown:
+                await self._stop()
+                raise
+
+    async def _stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._closed.set()
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.gather(task, return_exceptions=True)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._stop()
+            self.suspect = False
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float
+    ) -> mcp_types.CallToolResult:
+        """Call ``tool``; :class:`ServerDown` when the server dies during the call.
+
+        A call that did not end well (the server died, or the caller gave up: a
+        timeout) leaves the connection suspect: the next call opens a new one first
+        (a stdio server is started again; a hanging one is stopped). A server found
+        dead before the request went out (it died between calls), or an HTTP server
+        that no longer knows the session, is connected again and the call sent once
+        more. An HTTP server that dies during a call may leave it unanswered (the SDK
+        waits for it to come back): the caller's timeout ends it.
+        """
+        if self.suspect:
+            await self.close()
+        for attempt in (1, 2):
+            await self.start(timeout)
+            try:
+                return await self._call_once(tool, arguments)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self.close()  # not sent: the transport was gone already
+                if attempt == 2:
+                    raise ServerDown("the server is gone") from None
+            except McpError as exc:
+                if exc.error.code == SESSION_TERMINATED and attempt == 1:
+                    await self.close()  # refused, not run: a new session, sent again
+                    continue
+                if exc.error.code in (mcp_types.CONNECTION_CLOSED, SESSION_TERMINATED):
+                    self.suspect = True
+                    raise ServerDown("the server went away during the call") from None
+                raise
+        raise ServerDown("the server is gone")  # pragma: no cover (the loop returns or raises)
+
+    async def _call_once(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """The call, raced against the connection going down (the SDK does not always
+        fail a request whose transport died: its error is sent from a cancelled scope)."""
+        session, down = self.session, self._down
+        if session is None:
+            raise anyio.ClosedResourceError
+        request = asyncio.ensure_future(session.call_tool(tool, arguments))
+        waiter = asyncio.ensure_future(down.wait())
+        try:
+            await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The caller gave up (a timeout): the server may hang. Stop it now, so the
+            # next turn's listing starts a fresh one (within the start timeout, not
+            # within its call's).
+            self.suspect = True
+            self._reaper = asyncio.get_running_loop().create_task(self.close())
+            raise
+        finally:
+            waiter.cancel()
+            if not request.done():
+                request.cancel()
+                await asyncio.gather(request, return_exceptions=True)
+        if request.cancelled():
+            self.suspect = True
+            raise ServerDown("the server went away during the call")
+        return request.result()
+
+
+def _reason(exc: BaseException) -> str:
+    """The first leaf of an exception (group), in a few words, for a notice."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_connections: dict[ServerSpec, Connection] = {}
+
+
+def connection(spec: ServerSpec) -> Connection:
+    """The process's connection for ``spec`` (call on the MCP loop)."""
+    found = _connections.get(spec)
+    if found is None:
+        found = _connections[spec] = Connection(spec)
+    return found
+
+
+async def close_all() -> None:
+    """Close every connection (tests; process exit)."""
+
+    async def close() -> None:
+        items = list(_connections.values())
+        _connections.clear()
+        await asyncio.gather(*(c.close() for c in items), return_exceptions=True)
+
+    await run(close())
