@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -48,16 +48,13 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.db.worker import db
 from forge.providers import events as ev
-from forge.tools import ToolContext, ToolError, mcp
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
-from .approvals.asking import approval_action, approval_expiry
 from .deltas import DeltaWindow
-from .files import file_parts
 from .inflight import buffer, mirror
-from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
+from .tool_calls import Call, ToolCalls
 from .turn import Turn
 
 
@@ -81,16 +78,6 @@ class _Block:
     part_id: str
     kind: str  # "text" | "reasoning"
     start: str
-
-
-@dataclass
-class Call:
-    part_id: str
-    tool: str
-    start: str | None = None
-    input: dict[str, Any] = field(default_factory=dict)
-    status: str = "pending"
-    metadata: dict[str, Any] = field(default_factory=dict)  # kept in the final state (approval)
 
 
 @dataclass
@@ -118,7 +105,7 @@ def price(model: str, usage: ev.Usage) -> float:
     return round(cost / 1_000_000, 10)
 
 
-class Processor:
+class Processor(ToolCalls):
     """Processes the steps of one turn. Keeps only what the current step needs."""
 
     def __init__(self, turn: Turn) -> None:
@@ -325,173 +312,6 @@ class Processor:
         for part_id in [*finished, *(block.part_id for block in self.blocks.values())]:
             await self._forget(part_id)
         self.blocks.clear()
-
-    # --- tools --------------------------------------------------------------------
-
-    async def _pending(self, call_id: str, tool: str) -> Call:
-        call = Call(part_id=new_part_id(), tool=tool)
-        self.calls[call_id] = call
-        await self._part(
-            {
-                "id": call.part_id,
-                "message_id": self.turn.message_id,
-                "type": "tool",
-                "call_id": call_id,
-                "tool": tool,
-                "state": {"status": "pending"},
-            }
-        )
-        return call
-
-    async def _call(self, event: ev.ToolCall) -> None:
-        turn = self.turn
-        call = self.calls.get(event.call_id) or await self._pending(event.call_id, event.tool)
-        call.start = self._now()
-        try:
-            tool, args = tools.prepare_call(
-                event.tool, event.input, turn.agent.tools or None, await self.own_tools()
-            )
-        except ToolError as exc:
-            await self.tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
-            return
-        call.input = args
-        action = approval_action(turn.agent, event.tool, args)
-        if action == "deny":
-            await self.tool_error(
-                event.call_id,
-                call,
-                ToolError("denied by an approval rule", metadata={"denied": True}),
-                args=args,
-            )
-            return
-        if action == "ask" and turn.depth:
-            # A subtask's turn cannot suspend (its parent waits on it): no one is asked.
-            await self.tool_error(
-                event.call_id,
-                call,
-                ToolError("denied: a subtask cannot ask for approval", metadata={"denied": True}),
-                args=args,
-            )
-            return
-        if action == "ask":
-            await self._await_approval(event.call_id, call, args)
-            return
-        call.status = "running"
-        await self._part(
-            {
-                "id": call.part_id,
-                "state": {"status": "running", "input": args, "time": {"start": call.start}},
-            }
-        )
-        await self.run_tool(event.call_id, call, tool, args)
-
-    async def _await_approval(self, call_id: str, call: Call, args: dict[str, Any]) -> None:
-        """Log the call as waiting for an answer, and do not run it (the turn suspends
-        once the step ends: ``steps``)."""
-        call.status = "awaiting-approval"
-        await self._part(
-            {
-                "id": call.part_id,
-                "state": {
-                    "status": "awaiting-approval",
-                    "input": args,
-                    "time": {"start": call.start},
-                    "metadata": {"approval": {"expires_at": approval_expiry()}},
-                },
-            }
-        )
-        self.calls.pop(call_id, None)
-        self.awaiting.append(call_id)
-
-    async def run_tool(
-        self, call_id: str, call: Call, tool: tools.Tool, args: dict[str, Any]
-    ) -> None:
-        """Run a call already logged ``running``, and log how it ended."""
-        turn = self.turn
-        context = ToolContext(
-            session_id=turn.session.pk,
-            tenant_id=turn.session.tenant_id,
-            message_id=turn.message_id,
-            call_id=call_id,
-            agent=turn.agent.name,
-            workspace=tools.workspace_path(
-                turn.session.pk, tenant_id=turn.session.tenant_id, create=False
-            ),
-            abort=turn.abort,
-            run_subtask=turn.run_subtask,
-        )
-        try:
-            result = await tools.execute(tool, args, context)
-        except ToolError as exc:
-            await self.tool_error(call_id, call, exc, args=args)
-            return
-        call.status = "completed"
-        spilled = None
-        if may_be_oversized(result):
-            spilled = await asyncio.to_thread(
-                spill_if_oversized,
-                session=turn.session,
-                message_id=turn.message_id,
-                tool=call.tool,
-                call_id=call_id,
-                result=result,
-            )
-        files = []
-        if spilled is not None:  # over the log's cap: the whole output is a file part
-            result = spilled.result
-            files.append(services.UpdatePart(part=spilled.file_part))
-        completed = services.UpdatePart(
-            part={
-                "id": call.part_id,
-                "state": {
-                    "status": "completed",
-                    "input": args,
-                    "output": result.output,
-                    "title": result.title,
-                    "metadata": {**call.metadata, **result.metadata},
-                    "time": {"start": call.start, "end": self._now()},
-                },
-            }
-        )
-        # A tool's own files (an MCP server's image, say) follow the part that made them.
-        made = [
-            services.UpdatePart(part=part)
-            for part in await file_parts(turn.session, turn.message_id, result.files)
-        ]
-        try:
-            await self.write(*files, completed, *made)
-        except Exception:  # the log refused the parts: no file is left that none names
-            if spilled is not None:
-                await asyncio.to_thread(delete_spilled, spilled)
-            raise
-        self.calls.pop(call_id, None)
-
-    async def own_tools(self) -> dict[str, tools.Tool]:
-        """The turn agent's MCP tools (listed once per turn; a dead server restarts)."""
-        if self.mcp_tools is None:
-            servers = self.turn.agent.mcp_servers
-            listing = await asyncio.to_thread(mcp.list_tools, servers) if servers else None
-            self.mcp_tools = {t.name: t for t in listing.tools} if listing else {}
-        return self.mcp_tools
-
-    async def tool_error(
-        self, call_id: str, call: Call, exc: ToolError, *, args: dict[str, Any]
-    ) -> None:
-        call.status = "error"
-        metadata = {**call.metadata, **{k: v for k, v in exc.metadata.items() if k != "input"}}
-        await self._part(
-            {
-                "id": call.part_id,
-                "state": {
-                    "status": "error",
-                    "input": args if isinstance(args, dict) else {},
-                    "error": exc.message,
-                    "metadata": metadata,
-                    "time": {"start": call.start or self._now(), "end": self._now()},
-                },
-            }
-        )
-        self.calls.pop(call_id, None)
 
     # --- steps --------------------------------------------------------------------
 

@@ -38,7 +38,8 @@ from .approvals.pending import waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
 from .finalize import ABORTED, finalize_open_messages, message_error
-from .processor import Call, Processor, StepResult, finish_then_cancel
+from .processor import Processor, StepResult, finish_then_cancel
+from .tool_calls import Call
 from .turn import Turn
 
 logger = logging.getLogger(__name__)
