@@ -25,7 +25,11 @@ the model's order.
 Writes are batched (``services.append_batch``), one transaction per batch, run
 off the event loop. A finished text or reasoning part is finished work: it is
 written at its end (``text-end`` / ``reasoning-end``), so a process killed
-right after keeps it whole, with or without the Redis mirror. Only the step's
+right after keeps it whole, with or without the Redis mirror. One exception
+costs no durability: when the step's ``finish-step`` is already in hand at the
+block's end (read ahead with one turn of the event loop, never a wait on the
+model: :class:`_ReadAhead`), nothing is left to wait for, and the block goes in
+the transaction that ends the step, a moment later. Only the step's
 bookkeeping is *held*: the step-start, the step-finish, the patch. Held writes
 go with the next write that must be seen now (a part opening or end, a tool's
 state) or with the message update that ends the step (:meth:`Processor.write`),
@@ -103,6 +107,53 @@ def price(model: str, usage: ev.Usage) -> float:
         + usage.output * table.get("output", 0.0)
     )
     return round(cost / 1_000_000, 10)
+
+
+class _ReadAhead:
+    """A step's stream, read one event ahead when that costs no wait.
+
+    A finished block is written at its end so that a process killed while the model
+    goes on keeps it. When the step's ``finish-step`` is already there (the provider
+    yields it right after the block's end, as most do once the model stopped), nothing
+    is left to wait for: the block then rides with the step's end in one transaction
+    (:meth:`step_ends_now`). Whether it is there is asked of the stream with one turn
+    of the event loop, never a wait on the model: a stream that is not ready keeps
+    its next event for :meth:`next`, which awaits the same fetch.
+    """
+
+    def __init__(self, stream: AsyncIterator[ev.StreamEvent]) -> None:
+        self._events = aiter(stream)
+        self._fetch: asyncio.Future[ev.StreamEvent] | None = None
+
+    async def next(self) -> ev.StreamEvent | None:
+        """The next event (fetched ahead or now); None once the stream ended."""
+        fetch, self._fetch = self._fetch, None
+        try:
+            return await (fetch if fetch is not None else anext(self._events))
+        except StopAsyncIteration:
+            return None
+
+    async def step_ends_now(self) -> bool:
+        """Whether the next event is a ``finish-step`` the stream yields at once."""
+        if self._fetch is None:
+            self._fetch = asyncio.ensure_future(anext(self._events))
+        await asyncio.sleep(0)  # one turn of the loop: a ready stream yields in it
+        fetch = self._fetch
+        if not fetch.done() or fetch.cancelled() or fetch.exception() is not None:
+            return False  # its failure is raised by :meth:`next`, in order
+        return isinstance(fetch.result(), ev.FinishStep)
+
+    async def settle(self) -> None:
+        """Leave no fetch running: the stream is closed next, and an async generator
+        cannot be closed while it runs."""
+        fetch, self._fetch = self._fetch, None
+        if fetch is None:
+            return
+        if not fetch.done():
+            fetch.cancel()
+            await asyncio.wait({fetch})
+        if not fetch.cancelled():
+            fetch.exception()  # retrieved: an abandoned fetch's error is not "unhandled"
 
 
 class Processor(ToolCalls):
@@ -189,9 +240,16 @@ class Processor(ToolCalls):
         return result
 
     async def _consume(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult | None:
+        events = _ReadAhead(stream)
+        try:
+            return await self._dispatch(events)
+        finally:
+            await events.settle()  # no fetch left running when the stream is closed
+
+    async def _dispatch(self, events: _ReadAhead) -> StepResult | None:
         turn = self.turn
         result: StepResult | None = None
-        async for raw in stream:
+        while (raw := await events.next()) is not None:
             turn.raise_if_aborted()
             event = ev.event_without_nul(raw)  # the log stores no NUL: U+FFFD, as streamed
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
@@ -201,7 +259,7 @@ class Processor(ToolCalls):
                     event.id, "text" if isinstance(event, ev.TextStart) else "reasoning"
                 )
             elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
-                await self._close(event.id)
+                await self._close(event.id, with_step_end=await events.step_ends_now())
             elif isinstance(event, ev.ToolInputStart):
                 await self._pending(event.call_id, event.tool)
             elif isinstance(event, ev.ToolCall):
@@ -260,7 +318,10 @@ class Processor(ToolCalls):
         offset = buffer.append(block.part_id, event.delta)
         await self.window.add(block.part_id, offset, event.delta)
 
-    async def _close(self, block_id: str) -> None:
+    async def _close(self, block_id: str, *, with_step_end: bool = False) -> None:
+        """Write a finished block whole. ``with_step_end``: the step's end is already
+        in hand (no wait on the model), so the block goes in the transaction that ends
+        the step, a moment later, instead of one of its own."""
         block = self.blocks.pop(block_id, None)
         if block is None:
             return
@@ -276,13 +337,20 @@ class Processor(ToolCalls):
                 ),
             )
             text = ev.without_nul(text)  # a hook's NUL too: the log stores none
-        # Written now, not held: a finished block must survive a kill -9 that follows.
+        # Written now, not held (unless the step's end is in hand): a finished block
+        # must survive a kill -9 while the model goes on.
         # Its buffer (and mirror keys) go once the write is in (:meth:`write`); a write
         # that fails leaves them for finalizing.
         self.finished.append(block.part_id)
-        await self._part(
-            {"id": block.part_id, "text": text, "time": {"start": block.start, "end": self._now()}}
-        )
+        part = {
+            "id": block.part_id,
+            "text": text,
+            "time": {"start": block.start, "end": self._now()},
+        }
+        if with_step_end:
+            self.held.append(services.UpdatePart(part=part))
+        else:
+            await self._part(part)
 
     async def close_open_blocks(self) -> None:
         for block_id in list(self.blocks):

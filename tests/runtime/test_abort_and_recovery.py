@@ -474,3 +474,33 @@ def verified_log(session: Any) -> list[Any]:
     from sessions import selectors
 
     return selectors.verify_log(tenant=session.tenant, session=session)
+
+
+async def test_a_stream_that_fails_right_after_a_text_ends_keeps_the_text(
+    session, agents, settings
+):
+    """The processor reads one event ahead at a text's end (to write the text with the
+    step's end when that is already there). A failure in that read is raised in order:
+    the text, finished before it, is logged whole; the reply ends as a server failure."""
+    from forge import providers
+    from forge.providers import events as ev
+
+    class Breaks:
+        name = "breaks"
+
+        async def stream(self, request: Any) -> Any:
+            yield ev.StartStep()
+            yield ev.TextStart("t")
+            yield ev.TextDelta("t", "Said in full. ")
+            yield ev.TextEnd("t")
+            raise RuntimeError("the connection broke")
+
+    providers.register("breaks", lambda model: Breaks())
+    settings.FORGE_MODEL = "breaks/any"
+    started = await start_turn(session=session, text="talk")
+    await asyncio.wait_for(started.task, 30)
+    items = await ahistory(session)
+    assert_nothing_open(items)
+    reply = items[-1]
+    assert reply["info"]["error"]["name"] == "UnknownError"
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["Said in full."]

@@ -88,7 +88,7 @@ async def turn(session: Any, text: str = "go") -> Any:
 
 
 @pytest.mark.postgres_only
-async def test_a_simple_turn_writes_its_log_in_four_transactions(
+async def test_a_simple_turn_writes_its_log_in_three_transactions(
     session, agents, script, record, transactions
 ):
     script([text_reply("a short answer in a few words")] * 2)
@@ -98,12 +98,13 @@ async def test_a_simple_turn_writes_its_log_in_four_transactions(
     await turn(session)
     frames = await recorder.settle()
     # The prompt (user message, its text, the empty reply); the step-start with the
-    # text part opening; the finished text, at its end (issue 19: finished work is
-    # durable when it finishes, no longer held for the step's end: one transaction
-    # more); the step-finish and the reply's completion.
-    assert transactions.logging() == [3, 2, 1, 2]
+    # text part opening; the finished text with the step-finish and the reply's
+    # completion: the script yields its finish-step right after the text's end, so
+    # nothing is left to wait for (``processor._ReadAhead``; a text whose step goes on
+    # is written at its end: test_abort_and_recovery's finished-text tests).
+    assert transactions.logging() == [3, 2, 3]
     # With the lease: taken in the prompt's transaction, released on its own.
-    assert len(transactions.writing()) == 5
+    assert len(transactions.writing()) == 4
     assert_frames_follow_the_log(frames, (await alog(session))[-8:])
 
 
@@ -123,8 +124,7 @@ async def test_a_tool_step_batches_what_it_holds_with_the_next_write(
         1,  # the tool's error (the file is missing)
         2,  # step-finish, the message update that ends step 1
         2,  # step-start, the text part opening
-        1,  # the finished text, at its end (issue 19: not held for the step's end)
-        2,  # step-finish, the reply's completion
+        3,  # the finished text, its step-finish right behind it, the reply's completion
     ]
 
 
