@@ -100,7 +100,7 @@ async def test_a_simple_turn_writes_its_log_in_three_transactions(
     # The prompt (user message, its text, the empty reply); the step-start with the
     # text part opening; the finished text with the step-finish and the reply's
     # completion: the script yields its finish-step right after the text's end, so
-    # nothing is left to wait for (``processor._ReadAhead``; a text whose step goes on
+    # nothing is left to wait for (``forge.runtime.readahead``; a text whose step goes on
     # is written at its end: test_abort_and_recovery's finished-text tests).
     assert transactions.logging() == [3, 2, 3]
     # With the lease: taken in the prompt's transaction, released on its own.
