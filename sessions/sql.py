@@ -285,6 +285,32 @@ def set_session_info(*, session_id: str, title: str, agent: str, at: Any) -> Sta
     )
 
 
+def part_in_status_exists(
+    cursor: CursorWrapper,
+    dialect: Dialect,
+    *,
+    tenant_id: int,
+    session_id: str,
+    type: str,
+    status: str,
+) -> bool:
+    """Whether a part of ``type`` of the session is now in ``state.status`` (its row's
+    event says so): one plain statement (index ``part_session_id``), no ORM compile,
+    for checks that run before every turn and almost always find nothing."""
+    status_of = (
+        "e.data -> 'state' ->> 'status'"
+        if dialect.postgres
+        else ("json_extract(e.data, '$.state.status')")
+    )
+    cursor.execute(
+        f"SELECT 1 FROM {PART} p JOIN {EVENT} e ON e.session_id = p.session_id AND e.seq = p.seq "
+        f"WHERE p.session_id = %s AND p.tenant_id = %s AND p.type = %s AND {status_of} = %s "
+        "LIMIT 1",
+        [session_id, tenant_id, type, status],
+    )
+    return cursor.fetchone() is not None
+
+
 def run(cursor: CursorWrapper, dialect: Dialect, statements: list[Statement]) -> None:
     """Execute the statements in order, in one round trip where the driver allows it."""
     if dialect.batch and len(statements) > 1:

@@ -73,11 +73,14 @@ async def test_an_ask_call_suspends_the_turn_and_approving_runs_it_and_goes_on(
         tenant=session.tenant, session=session
     )
     assert [w["call_id"] for w in waiting] == ["call_1"]
+    # The prompt path's one-statement check agrees with the ORM's list.
+    assert await database_sync_to_async(pending.any_waiting)(session) is True
 
     await answer(session=session, user=user, call_id="call_1", approve=True, reason="fine")
     reply = await _finished(session)
     tool = _tool(reply)
     assert tool["state"]["status"] == "completed"
+    assert await database_sync_to_async(pending.any_waiting)(session) is False
     assert tool["state"]["metadata"]["approval"]["approved"] is True
     assert tool["state"]["metadata"]["approval"]["by"] == user.pk
     texts = [p["text"] for p in reply["parts"] if p["type"] == "text"]

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounts.models import Tenant
 from forge.errors import ApprovalAnswered, ApprovalExpired, ApprovalNotFound
-from sessions import services
+from sessions import services, sql
 from sessions.log import format_time, now_ms
 from sessions.models import Part, Session
 
@@ -209,9 +209,25 @@ def deny_all(
     return replies
 
 
+def any_waiting(session: Session) -> bool:
+    """Whether a call of the session waits: the prompt path's check, one raw statement
+    (it runs before every turn, and almost never finds one)."""
+    with connection.cursor() as cursor:
+        return sql.part_in_status_exists(
+            cursor,
+            sql.Dialect(cursor),
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+            type="tool",
+            status=AWAITING,
+        )
+
+
 def deny_for_new_prompt(session: Session) -> list[str]:
     """A new prompt while calls wait: deny them (reason: the new prompt, or expired)
     and complete their replies, in the prompt's transaction, before it is logged."""
+    if not any_waiting(session):
+        return []
     parts = waiting(tenant=session.tenant, session=session)
     if not parts:
         return []
