@@ -16,13 +16,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from forge.errors import SessionBusy
 from forge.models import SessionLease
+from sessions.exceptions import NotFound
 from sessions.models import Session
+
+# acquire() and release() run around every turn: plain SQL, no ORM compile per turn.
+LEASE = SessionLease._meta.db_table
+SESSION = Session._meta.db_table
+_TAKE = (
+    f"INSERT INTO {LEASE} (session_id, owner, message_id, acquired_at, heartbeat_at, expires_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
+    "owner = excluded.owner, message_id = excluded.message_id, "
+    "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
+    "expires_at = excluded.expires_at"
+)
 
 # This process's identity as a lease owner.
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -47,28 +59,33 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     Returns the expired lease it replaced, if any, so the caller recovers it.
 
     Part of the prompt's transaction (no savepoint of its own: a refusal rolls
-    the whole prompt back). The session row's lock serialises acquirers, so the
-    lease row read under it can be inserted or updated plainly, without
-    ``update_or_create``'s savepoints and second lock: this runs before every turn.
+    the whole prompt back). The session row's lock serialises acquirers (the same
+    lock writers take: ``FOR NO KEY UPDATE`` on PostgreSQL, the transaction's
+    ``BEGIN IMMEDIATE`` on SQLite), so the lease row read under it, in the same
+    statement, can be written with one upsert: two statements before every turn.
+    Raises ``NotFound`` when the session is not there (or not visible: a lease is
+    never taken on a row this transaction cannot see).
     """
     now = timezone.now()
-    # Serialise acquirers of one session on its row (the same lock writers take).
-    Session.objects.select_for_update(no_key=True).filter(pk=session.pk).values("pk").first()
-    current = SessionLease.objects.filter(session_id=session.pk).first()
-    if current is not None and current.expires_at > now:
-        raise SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
-    held = {
-        "owner": OWNER,
-        "message_id": message_id,
-        "acquired_at": now,
-        "heartbeat_at": now,
-        "expires_at": now + timedelta(seconds=lease_seconds()),
-    }
-    if current is None:
-        SessionLease.objects.create(session_id=session.pk, **held)
-        return None
-    SessionLease.objects.filter(session_id=session.pk).update(**held)
-    return DeadLease(owner=current.owner, message_id=current.message_id)
+    adapt = connection.ops.adapt_datetimefield_value
+    lock = " FOR NO KEY UPDATE OF s" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT l.owner, l.message_id, l.expires_at > %s FROM {SESSION} s "
+            f"LEFT JOIN {LEASE} l ON l.session_id = s.id WHERE s.id = %s{lock}",
+            [adapt(now), session.pk],
+        )
+        row = cursor.fetchone()
+        if row is None:  # no such session, or one row-level security does not show
+            raise NotFound(f"no session {session.pk!r}")
+        owner, held_for, live = row
+        if owner is not None and live:
+            raise SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
+        expires = now + timedelta(seconds=lease_seconds())
+        cursor.execute(
+            _TAKE, [session.pk, OWNER, message_id, adapt(now), adapt(now), adapt(expires)]
+        )
+    return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
 
 
 def renew(*, session_id: str) -> bool:
@@ -82,7 +99,11 @@ def renew(*, session_id: str) -> bool:
 
 
 def release(*, session_id: str) -> None:
-    SessionLease.objects.filter(session_id=session_id, owner=OWNER).delete()
+    """Give the lease back, if it is still ours (one plain statement, after every turn)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {LEASE} WHERE session_id = %s AND owner = %s", [session_id, OWNER]
+        )
 
 
 def current(*, session_id: str) -> SessionLease | None:
