@@ -7,31 +7,18 @@ approvals (ai 5) sees a waiting tool."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from sessions.models import SessionEvent
-from tests.live import LiveServer, daphne
+from tests.live import LiveServer
 
 from .test_chat_routes import Chunks, chat_body, chat_session, headers, stored
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 PROMPT = "/tool list_files {}"
-
-
-@pytest.fixture
-def asking(tmp_path: Path, agents: Any) -> Any:
-    with daphne(
-        tmp_path,
-        "echo",
-        FORGE_ECHO_DELAY="0.001",
-        FORGE_TOOL_APPROVAL=json.dumps({"list_files": "ask"}),
-    ) as live:
-        yield live
 
 
 def approving(token: str) -> dict[str, str]:

@@ -8,30 +8,18 @@ waiting with its input and no error. The log is checked afterwards: one answer."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.live import LiveServer, daphne
+from tests.live import LiveServer
 
 from .test_node_client import client_env, node_client, run_node_test, stored_reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 __all__ = ["node_client"]  # the session's npm install, shared with test_node_client
 PROMPT = "/tool list_files {}"
-
-
-@pytest.fixture
-def asking(tmp_path: Path, agents: Any) -> Any:
-    with daphne(
-        tmp_path,
-        "echo",
-        FORGE_ECHO_DELAY="0.001",
-        FORGE_TOOL_APPROVAL=json.dumps({"list_files": "ask"}),
-    ) as live:
-        yield live
 
 
 def tool_state(chat_id: str) -> dict[str, Any]:
