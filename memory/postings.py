@@ -44,7 +44,7 @@ UNIT = MemoryUnit._meta.db_table
 CORE = MemoryCore._meta.db_table
 FTS_TABLE = "memory_search_fts"
 SEQUENCE = "memory_search_seq"  # PostgreSQL: search_rowid of each document written
-CACHE_MB = 512
+CACHE_MB = 256
 MERGE_SEGMENTS = 8  # segments of a core beyond which they are merged into one
 
 Signature = tuple[int, int, int]  # indexed slices, their total length, max search_rowid
@@ -197,7 +197,7 @@ _EMPTY = np.zeros(0, dtype=np.int32)
 def _fetch(tenant_id: int, core_id: str, *, after: int | None) -> list[_Row]:
     """The core's indexed slices (above ``after`` in ``search_rowid``, if given) with their
     token lines, read from the full-text index."""
-    where = "u.tenant_id = %s AND u.core_id = %s AND s.tenant_id = %s AND s.indexed"
+    where = "+u.tenant_id = %s AND u.core_id = %s AND s.tenant_id = %s AND s.indexed"
     params: list[Any] = [tenant_id, core_id, tenant_id]
     if after is not None:
         where += " AND s.search_rowid > %s"
@@ -231,12 +231,13 @@ def signatures(tenant_id: int, core_ids: Sequence[str]) -> dict[str, Signature]:
     else:
         cores, values = f"u.core_id IN ({', '.join(['%s'] * len(core_ids))})", list(core_ids)
     # CROSS JOIN: SQLite with no statistics would otherwise walk every slice of the
-    # tenant; from the cores' units, the index ``memory_slice_searched`` answers alone.
+    # tenant; from the cores' units (by their core index: ``+u.tenant_id`` is served by
+    # no index), the index ``memory_slice_searched`` answers alone.
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT u.core_id, count(*), coalesce(sum(s.search_length), 0), "
             f"coalesce(max(s.search_rowid), 0) FROM {UNIT} u CROSS JOIN {SLICE} s "
-            f"WHERE s.unit_id = u.id AND u.tenant_id = %s AND {cores} AND s.tenant_id = %s "
+            f"WHERE s.unit_id = u.id AND +u.tenant_id = %s AND {cores} AND s.tenant_id = %s "
             "AND s.indexed "
             "GROUP BY u.core_id",
             [tenant_id, *values, tenant_id],
