@@ -24,8 +24,10 @@ bm25, would let another tenant's rows move the order):
    the average length counted in the searched memory;
    ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``. Every slice holding a query
    token is ranked by the sum of the idf of the tokens it holds, and the best
-   :data:`RERANK` of them (at least ``limit``) by the full BM25 score (term
-   frequencies read from their token lines).
+   :data:`RERANK` of them (at least ``limit``) by the full BM25 score. For a
+   scope of up to :data:`TERMS_CORES_MAX` cores, from the postings this process
+   holds per core (``memory.postings``, :func:`held_lexical`); for a wider one,
+   by asking the database (term frequencies read from the window's token lines).
 2. *Dense*: the query's vector against the searched cores' vectors; a slice
    scores its best cosine (its summary's or one of its messages'), above
    ``FORGE_MEMORY_DENSE_MIN_SIMILARITY``.
@@ -68,7 +70,7 @@ import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 
-from . import text, vectors
+from . import postings, text, vectors
 from .embeddings import Embedder, EmbeddingError, embed_texts, get_embedder
 from .exceptions import InvalidQuery
 from .models import MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
@@ -97,6 +99,7 @@ B = 0.75
 MESSAGES_PER_HIT = 3
 SCOPE_CORES_MAX = 64  # cores named one by one in an FTS5 query; more: the tenant's postings
 DENSE_CORES_MAX = 32  # cores whose vectors one search reads (the most recently active)
+TERMS_CORES_MAX = 32  # scopes of up to this many cores rank from the held postings
 
 
 def terms(query: Any) -> list[str]:
@@ -289,7 +292,8 @@ def index_fulltext(docs: Sequence[Doc], *, rebuild: bool = False) -> int:
             for doc, item in made:
                 cursor.execute(
                     f"UPDATE {SLICE} SET search_document = array_to_tsvector(%s::text[]), "
-                    f"search_text = %s, search_length = %s, indexed = true WHERE id = %s{guard}",
+                    f"search_text = %s, search_length = %s, indexed = true, "
+                    f"search_rowid = nextval('{postings.SEQUENCE}') WHERE id = %s{guard}",
                     [item.lexemes, item.body, item.length, doc.slice_id],
                 )
                 done += cursor.rowcount
@@ -499,12 +503,29 @@ def _candidates(cursor: Any, where: str, params: list[Any]) -> list[tuple[Any, C
     ]
 
 
+def _member_scope(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL keeping the slices ``s`` of the scope, for a lookup by slice id (a subquery on
+    the cores' units: no list of every unit). ``+s.tenant_id``: a condition no index
+    serves, so SQLite with no statistics looks the slices up by id rather than walking
+    every slice of the tenant by its tenant index (~10 ms at 10,000 slices)."""
+    if scope.whole_tenant:
+        return "+s.tenant_id = %s", [scope.tenant_id]
+    if not scope.core_ids:
+        return "1 = 0", []
+    clause, values = _in("mu.core_id", scope.core_ids)
+    return (
+        f"+s.tenant_id = %s AND s.unit_id IN (SELECT mu.id FROM {UNIT} mu "
+        f"WHERE +mu.tenant_id = %s AND {clause})",
+        [scope.tenant_id, scope.tenant_id, *values],
+    )
+
+
 def candidates(scope: Scope, slice_ids: Sequence[str]) -> dict[str, Candidate]:
     """The scope's slices among ``slice_ids``, with their token lines."""
     if not slice_ids:
         return {}
     clause, values = _in("s.id", slice_ids)
-    where, params = _slice_scope(scope)
+    where, params = _member_scope(scope)
     with connection.cursor() as cursor:
         rows = _candidates(cursor, f"{clause} AND {where}", values + params)
     return {c.slice_id: c for _, c in rows}
@@ -541,6 +562,9 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
     out = Lexical()
     if not words:
         return out
+    if len(scope.core_ids) <= TERMS_CORES_MAX:
+        return held_lexical(scope, words, window=window)
+    scope = with_units(scope)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             stats = _head_postgres(cursor, scope, words, window)
@@ -561,6 +585,90 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
     out.order = [by_key[key].slice_id for key, _ in scored]
     out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
     return out
+
+
+def held_lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
+    """:func:`lexical` from the postings this process holds (``memory.postings``): the
+    same ranking (N, each word's n and the average length of the scope's indexed
+    slices; the ``window`` of the largest sum of idf, ties to the larger full-text key;
+    then the full BM25), with no walk of postings in the database. Its ``found`` is
+    empty: the hits' token lines are read by the caller (:func:`candidates`)."""
+    out = Lexical()
+    seen = postings.signatures(scope.tenant_id, scope.core_ids)
+    held: list[_Held] = []
+    for core_id in scope.core_ids:
+        if core_id not in seen:
+            continue
+        entry = postings.cache.get(scope.tenant_id, core_id)
+        with entry.lock:  # a snapshot: the arrays are never changed in place
+            entry.refresh(seen[core_id])
+            if entry.count:
+                held.append(
+                    _Held(
+                        count=entry.count,
+                        length=entry.length,
+                        lengths=entry.lengths(),
+                        key_rank=entry.key_rank(),
+                        keys=entry.keys,
+                        slice_ids=entry.slice_ids,
+                        postings={w: entry.postings(w) for w in words},
+                    )
+                )
+    postings.cache.trim()
+    total = sum(h.count for h in held)
+    holding = [sum(len(h.postings[w][0]) for h in held) for w in words]
+    if not total or not any(holding):
+        return out
+    total = max(total, *holding)
+    average = max(float(sum(h.length for h in held)) / total, 1.0)
+    out.idf = {w: weight(total, n) for w, n in zip(words, holding, strict=True) if n}
+    # The window by the sum of idf of the words a slice holds, ties: the larger key.
+    head: list[tuple[float, Any, int, int]] = []  # score, key, which core, position
+    for c, h in enumerate(held):
+        score = np.zeros(h.count)
+        for w, value in out.idf.items():
+            score[h.postings[w][0]] += value
+        hit = np.flatnonzero(score)
+        top = hit[np.lexsort((-h.key_rank[hit], -score[hit]))[:window]]
+        head += [(float(score[p]), h.keys[p], c, p) for p in top.tolist()]
+    if len(held) > 1:
+        head.sort(key=lambda item: item[1], reverse=True)
+        head.sort(key=lambda item: -item[0])
+        del head[window:]
+    # The window by the full BM25 (as :func:`_bm25`, term frequencies from the postings).
+    bm25 = [0.0] * len(head)
+    for c, h in enumerate(held):
+        mine = [i for i, item in enumerate(head) if item[2] == c]
+        if not mine:
+            continue
+        where = np.asarray([head[i][3] for i in mine], dtype=np.int32)  # as the postings
+        norm = K1 * (1 - B + B * h.lengths[where] / average)
+        score = np.zeros(len(where))
+        for w, value in out.idf.items():
+            pos, tf = h.postings[w]
+            if not len(pos):
+                continue
+            at = np.minimum(np.searchsorted(pos, where), len(pos) - 1)
+            freq = np.where(pos[at] == where, tf[at], 0)
+            score += value * freq * (K1 + 1) / (freq + norm)
+        for i, value in zip(mine, score.tolist(), strict=True):
+            bm25[i] = value
+    ranked = sorted(range(len(head)), key=lambda i: (-bm25[i], i))
+    out.order = [held[head[i][2]].slice_ids[head[i][3]] for i in ranked]
+    return out
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What one search reads of a core's held postings (see :func:`held_lexical`)."""
+
+    count: int
+    length: int
+    lengths: np.ndarray
+    key_rank: np.ndarray
+    keys: list[Any]
+    slice_ids: list[str]
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 Head = tuple[int, float, list[int], list[Any]]  # N, total length, each word's n, the window
@@ -691,7 +799,6 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     words = terms(query)
     if not words or not scope.core_ids:
         return []
-    scope = with_units(scope)
     window = max(RERANK, limit)
     full = lexical(scope, words, window=window)
     embedder = embedder_or_none("search")

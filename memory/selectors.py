@@ -6,6 +6,7 @@ raise ``NotFound`` (or give an empty result, for searches and lists).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -330,15 +331,18 @@ def search_slices(
         for f in found
         if f.slice_id in slices and slices[f.slice_id].tenant_id == tenant.pk
     ]
-    # A superset of the messages wanted (their units by their indexes), in one query.
-    rows = {
-        (m.unit_id, m.index): m
-        for m in MemoryMessage.objects.filter(
-            tenant=tenant,
-            unit_id__in={item.unit_id for f, item in kept if f.messages},
-            index__in={i for f, _ in kept for i in f.messages},
-        )
-    }
+    # The messages wanted, in one query: each unit with its indexes (not every unit with
+    # every index: at 10 hits of 3 messages that read ~300 rows).
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for f, item in kept:
+        if f.messages:
+            wanted[item.unit_id].update(f.messages)
+    rows: dict[tuple[str, int], MemoryMessage] = {}
+    if wanted:
+        which = Q()
+        for unit_id, indexes in wanted.items():
+            which |= Q(unit_id=unit_id, index__in=sorted(indexes))
+        rows = {(m.unit_id, m.index): m for m in MemoryMessage.objects.filter(which, tenant=tenant)}
     hits: list[SliceHit] = []
     for rank, (f, item) in enumerate(kept, 1):
         messages = tuple(

@@ -412,11 +412,13 @@ FORGE_MEMORY_HISTORY_CHARS = env_int("FORGE_MEMORY_HISTORY_CHARS", 4000)
 # Memory search (docs/memory.md, "Search"): full text on both engines, plus dense vectors
 # when FORGE_MEMORY_VECTORS is on (off: full text only, nothing embedded). A slice found
 # by meaning alone needs a cosine above FORGE_MEMORY_DENSE_MIN_SIMILARITY. Each process
-# keeps the vectors of the cores it searched, up to FORGE_MEMORY_VECTOR_CACHE_MB.
+# keeps the vectors of the cores it searched, up to FORGE_MEMORY_VECTOR_CACHE_MB, and
+# their full-text postings, up to FORGE_MEMORY_TERMS_CACHE_MB.
 FORGE_MEMORY_VECTORS = env_bool("FORGE_MEMORY_VECTORS", True)
 FORGE_MEMORY_DENSE_MIN_SIMILARITY = env_float("FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0)
 FORGE_MEMORY_DENSE_WEIGHT = env_float("FORGE_MEMORY_DENSE_WEIGHT", 0.3)
 FORGE_MEMORY_VECTOR_CACHE_MB = env_int("FORGE_MEMORY_VECTOR_CACHE_MB", 1024)
+FORGE_MEMORY_TERMS_CACHE_MB = env_int("FORGE_MEMORY_TERMS_CACHE_MB", 256)
 # Dense vectors for memory search (memory/embeddings, docs/memory.md "Embeddings"):
 # FORGE_EMBEDDING_MODEL "openai/<model>": that model's /v1/embeddings at OPENAI_BASE_URL
 # (with OPENAI_API_KEY); unset: the offline model shipped in the wordllama wheel
