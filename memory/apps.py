@@ -30,8 +30,8 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         from django.test.signals import setting_changed
 
-        from . import after_rolling, search
+        from . import after_rolling, indexing
 
         # The built-in AfterRolling consumer: keep the search index current.
-        after_rolling.register(search.index_consumer)
+        after_rolling.register(indexing.consumer)
         setting_changed.connect(forget_embedder, dispatch_uid="memory.forget_embedder")

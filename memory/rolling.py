@@ -59,7 +59,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.db import connection, transaction
 
-from . import after_rolling, search, sql
+from . import after_rolling, indexing, search, sql
 from .compressor import TOOL_OUTPUT_CHARS, compress
 from .exceptions import InvalidRollingOption, MemoryStoreError, SummarizerEmpty
 from .ids import new_memory_session_id, new_slice_id, new_unit_id
@@ -459,8 +459,10 @@ def sweep(
 ) -> SweepReport:
     """Roll every due core (or the ``core_ids`` given), one at a time.
 
-    Catches up the search index first. A core that fails is reported and the
-    sweep goes on; ``should_stop`` is asked between cores.
+    Catches up the search index first, and indexes the new slices in batches
+    (``memory.indexing.batched``): all of them are indexed when it returns. A
+    core that fails is reported and the sweep goes on; ``should_stop`` is asked
+    between cores.
     """
     started = time.monotonic()
     now = now or now_ms()
@@ -471,28 +473,31 @@ def sweep(
     report.candidates = len(ids)
     if on_candidates is not None:
         on_candidates(len(ids))
-    for core_id in ids:
-        if should_stop():
-            report.stopped = True
-            break
-        try:
-            outcome = roll(
-                core_id,
-                options=options,
-                now=now,
-                force=force,
-                dry_run=dry_run,
-                summarizer=summarizer,
-            )
-        except Exception as exc:  # a bug or the database: report the core, go on
-            logger.exception("rolling core %s failed", core_id)
-            outcome = RollOutcome(
-                core_id,
-                "failed",
-                error={"code": "error", "message": f"{type(exc).__name__}: {exc}"},
-            )
-        report.outcomes.append(outcome)
-        if on_outcome is not None:
-            on_outcome(outcome)
+    # The search index consumer indexes the sweep's new slices in batches (memory.indexing);
+    # what is left is indexed when the block exits, before the report.
+    with indexing.batched():
+        for core_id in ids:
+            if should_stop():
+                report.stopped = True
+                break
+            try:
+                outcome = roll(
+                    core_id,
+                    options=options,
+                    now=now,
+                    force=force,
+                    dry_run=dry_run,
+                    summarizer=summarizer,
+                )
+            except Exception as exc:  # a bug or the database: report the core, go on
+                logger.exception("rolling core %s failed", core_id)
+                outcome = RollOutcome(
+                    core_id,
+                    "failed",
+                    error={"code": "error", "message": f"{type(exc).__name__}: {exc}"},
+                )
+            report.outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
     report.elapsed = time.monotonic() - started
     return report

@@ -45,12 +45,13 @@ embedder that fails (``EmbeddingError``): full-text results, with a logged
 warning; never an error. A query with no tokens (only stop words, emoji,
 punctuation) gives ``[]`` without asking the embedder.
 
-**Indexing.** The AfterRolling consumer :func:`index_consumer` indexes the new
+**Indexing.** The AfterRolling consumer (``memory.indexing``) indexes the new
 slice (full text, then vectors, one embedder call for its summary and
-messages), after the rolling's commit; ``update_memory_unit`` and
+messages), after the rolling's commit, at once or, during a sweep, in batches
+of slices; ``update_memory_unit`` and
 ``restore_unit`` index on commit. A failing embedder leaves the slice with full
 text only (a warning; ``reindex_memory`` embeds it later). ``roll_dialogs``
-indexes the full text of any slice a dead process left out (:func:`index_pending`).
+indexes any slice a dead process left out (:func:`index_pending`).
 
 A query is never handed to the database as a query language: its tokens are
 letters and digits only, each searched as one plain term, any of them matching.
@@ -369,10 +370,10 @@ def index_docs(docs: Sequence[Doc]) -> int:
 
 def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_BATCH) -> int:
     """Index slices: the ones named (full text where missing, and vectors where missing),
-    or up to ``limit`` of those not in the full-text index yet (full text only).
+    or up to ``limit`` of those not in the full-text index yet (full text and vectors).
     Idempotent. Returns how many entered the full-text index."""
     if slice_ids is None:
-        return index_fulltext(load_docs(pending=True, limit=limit))
+        return index_docs(load_docs(pending=True, limit=limit))
     total = 0
     for offset in range(0, len(slice_ids), limit):
         docs = load_docs(slice_ids[offset : offset + limit], limit=limit)
@@ -389,9 +390,11 @@ def index_slices(slice_ids: Sequence[str] | None = None, *, limit: int = INDEX_B
 
 
 def index_pending(*, batch: int = INDEX_BATCH) -> int:
-    """The full text of every slice not indexed yet (``roll_dialogs`` runs it before each
-    sweep: a process that died between a rolling's commit and its consumers); returns
-    how many. Vectors are ``reindex_memory``'s job."""
+    """Index every slice not in the full-text index yet, full text and vectors
+    (``roll_dialogs`` runs it before each sweep: a process that died between a
+    rolling's commit and its consumer, or with slices waiting in
+    ``memory.indexing``'s batch); returns how many. Vectors that a failing embedder
+    left out of slices already indexed are ``reindex_memory``'s job."""
     total = 0
     while True:
         done = index_slices(limit=batch)
@@ -403,11 +406,6 @@ def index_pending(*, batch: int = INDEX_BATCH) -> int:
 def index_slice(*, doc: Doc) -> bool:
     """Index one slice whose texts the caller holds; False if it was indexed already."""
     return bool(index_docs([doc]))
-
-
-def index_consumer(result: RollingResult) -> None:
-    """The built-in AfterRolling consumer: index the new slice (full text, then vectors)."""
-    index_docs([doc_of(result)])
 
 
 # --- searching ------------------------------------------------------------------------------------
