@@ -43,9 +43,7 @@ def unindexed() -> int:
     return MemorySlice.objects.filter(indexed=False).count()
 
 
-def test_a_sweep_indexes_its_slices_in_batches_and_all_of_them(
-    tenant, user, batches, monkeypatch
-):
+def test_a_sweep_indexes_its_slices_in_batches_and_all_of_them(tenant, user, batches, monkeypatch):
     monkeypatch.setattr(indexing, "BATCH_SLICES", 2)
     monkeypatch.setattr(indexing, "BATCH_SECONDS", 3600.0)
     due_cores(tenant, user, 5)
