@@ -288,17 +288,26 @@ def index_fulltext(docs: Sequence[Doc], *, rebuild: bool = False) -> int:
     made = [(doc, document(doc)) for doc in docs]
     done = 0
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        guard = "" if rebuild else " AND NOT indexed"
+        guard = "" if rebuild else " AND NOT s.indexed"
         if connection.vendor == "postgresql":
-            for doc, item in made:
-                cursor.execute(
-                    f"UPDATE {SLICE} SET search_document = array_to_tsvector(%s::text[]), "
-                    f"search_text = %s, search_length = %s, indexed = true, "
-                    f"search_rowid = nextval('{postings.SEQUENCE}') WHERE id = %s{guard}",
-                    [item.lexemes, item.body, item.length, doc.slice_id],
-                )
-                done += cursor.rowcount
-            return done
+            # One statement for the batch. A document's distinct tokens travel as one
+            # space-joined string (a token is letters and digits only, never a space):
+            # unnest() cannot take an array of arrays of different lengths.
+            cursor.execute(
+                f"UPDATE {SLICE} s SET "
+                "search_document = array_to_tsvector(string_to_array(v.lexemes, ' ')), "
+                "search_text = v.body, search_length = v.length, indexed = true, "
+                f"search_rowid = nextval('{postings.SEQUENCE}') "
+                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[]) "
+                f"AS v(id, lexemes, body, length) WHERE s.id = v.id{guard}",
+                [
+                    [doc.slice_id for doc, _ in made],
+                    [" ".join(item.lexemes) for _, item in made],
+                    [item.body for _, item in made],
+                    [item.length for _, item in made],
+                ],
+            )
+            return max(int(cursor.rowcount), 0)
         # SQLite: the transaction holds the write lock, so the read and the writes agree.
         for doc, item in made:
             if rebuild:
@@ -313,8 +322,8 @@ def index_fulltext(docs: Sequence[Doc], *, rebuild: bool = False) -> int:
             )
             rowid = cursor.lastrowid
             cursor.execute(
-                f"UPDATE {SLICE} SET search_rowid = %s, search_length = %s, indexed = 1 "
-                f"WHERE id = %s{guard}",
+                f"UPDATE {SLICE} AS s SET search_rowid = %s, search_length = %s, indexed = 1 "
+                f"WHERE s.id = %s{guard}",
                 [rowid, item.length, doc.slice_id],
             )
             if cursor.rowcount:
