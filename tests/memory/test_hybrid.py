@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test import TestCase
@@ -173,16 +174,17 @@ def test_the_slice_matching_by_words_and_meaning_ranks_first(tenant, user, setti
     # Only strong matches by meaning count here, so that the slice with the word in a
     # long unrelated note is a match by words only.
     settings.FORGE_MEMORY_DENSE_MIN_SIMILARITY = 0.4
-    words_only = remember(
-        tenant,
-        user,
-        [
-            "The espresso entry sits in this long note about taxes, invoices, receipts, "
-            "budgets, accounting spreadsheets and the quarterly filing deadline for the company."
-        ],
+    # A slice's dense score is the mean of its summary's and its best message's cosine:
+    # each summary says what its one message says, as an extractive summary would.
+    note = (
+        "The espresso entry sits in this long note about taxes, invoices, receipts, "
+        "budgets, accounting spreadsheets and the quarterly filing deadline for the company."
     )
-    meaning_only = remember(tenant, user, ["She ordered a latte and a cappuccino."])
-    both = remember(tenant, user, ["I drank an espresso this morning."])
+    words_only = remember(tenant, user, [note], summary=note)
+    latte = "She ordered a latte and a cappuccino."
+    meaning_only = remember(tenant, user, [latte], summary=latte)
+    drank = "I drank an espresso this morning."
+    both = remember(tenant, user, [drank], summary=drank)
     remember(tenant, user, FILLER)
     hits = selectors.search_slices(tenant=tenant, query="espresso")
     assert [h.slice.pk for h in hits] == [both.pk, words_only.pk, meaning_only.pk]
@@ -304,3 +306,39 @@ def test_restored_units_are_indexed_by_their_messages_on_commit(tenant, user):
     assert MemoryVectors.objects.filter(slice__unit=unit).count() == 2
     hit = selectors.search_slices(tenant=tenant, query="猫")[0]
     assert (hit.slice.pk, hit.messages[0].index) == (second.pk, 2)
+
+
+# --- ranking rules ---------------------------------------------------------------------------
+
+
+def test_a_message_saying_every_query_word_outranks_the_words_spread_over_a_slice():
+    """The passage ranking: one message holding all the query's words comes first, though
+    another slice holds each of them (more often) in separate messages."""
+    idf = {"guitar": 2.0, "lesson": 1.5, "tuesday": 1.0}
+    spread = search.Candidate(
+        slice_id="spread",
+        core_id="c",
+        start_index=0,
+        body="summary line\nguitar guitar\nlesson lesson\ntuesday",
+    )
+    together = search.Candidate(
+        slice_id="together",
+        core_id="c",
+        start_index=0,
+        body="summary line\nhello\nguitar lesson tuesday",
+    )
+    summary_only = search.Candidate(
+        slice_id="summary", core_id="c", start_index=0, body="guitar lesson tuesday\nhello"
+    )
+    found = {c.slice_id: c for c in (spread, together, summary_only)}
+    ranked = search.best_message_matches(["spread", "together", "summary"], found, idf)
+    assert ranked == ["together", "spread"]  # a match in the summary alone is not a message
+
+
+def test_a_slice_scores_the_mean_of_its_summary_and_best_message():
+    from memory import vectors
+
+    sims = np.asarray([0.2, 0.9, 0.1, 0.6, 0.4], dtype=np.float32)  # slice a: 3 rows, b: 1, c: 1
+    firsts = np.asarray([0, 3, 4])
+    got = vectors.slice_similarity(sims, firsts)
+    assert got.tolist() == pytest.approx([(0.2 + 0.9) / 2, 0.6, 0.4])
