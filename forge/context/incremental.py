@@ -34,8 +34,10 @@ Invariants:
   so the events between are folded again onto a state that already has them).
 * :attr:`Derived.nbytes` is the state's estimated memory, kept up to date by the
   fold (see :func:`held`); it depends only on what the state holds, so a state
-  folded to ``seq`` and one seeded at ``seq`` from the same log estimate alike.
-  The cache holds at most ``FORGE_CONTEXT_CACHE_BYTES`` of them in all.
+  folded to ``seq`` and one seeded at ``seq`` from the same log estimate alike
+  (unless a rolled cut moved forward meanwhile: the folded state still holds the
+  messages it hid, which a seed may not read). The cache holds at most
+  ``FORGE_CONTEXT_CACHE_BYTES`` of estimate in all.
 """
 
 from __future__ import annotations
