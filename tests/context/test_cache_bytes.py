@@ -100,7 +100,8 @@ def test_the_byte_cap_evicts_the_least_recently_used(session, user, settings):
     settings.FORGE_CONTEXT_CACHE_BYTES = sizes[others[0].pk] + sizes[others[1].pk] + 1
     request_for(session)  # the oldest becomes the newest: others[0] is now least recent
     assert cache.peek(others[0]) is None
-    assert cache.peek(session) is not None and cache.peek(others[1]) is not None
+    assert cache.peek(session) is not None
+    assert cache.peek(others[1]) is not None
     assert cache.stats["evicted"] == 1
     assert cache.nbytes == sizes[session.pk] + sizes[others[1].pk]
     assert cache.nbytes <= settings.FORGE_CONTEXT_CACHE_BYTES
@@ -143,11 +144,10 @@ def test_held_keeps_the_json_and_shares_keys_and_ids():
     message_id, session_id = "".join(["msg_", "1"]), "".join(["ses_", "1"])
     value, size = held(raw, {message_id: message_id, session_id: session_id})
     assert json.dumps(value) == json.dumps(raw)
-    assert value["message_id"] is message_id and value["session_id"] is session_id
+    assert value["message_id"] is message_id
+    assert value["session_id"] is session_id
     assert all(k is sys.intern(k) for k in value)
     assert value["type"] is sys.intern("text")
     # counted: two dicts, the id, type and text strings, the number; not the shared ids
-    expected = sum(
-        sys.getsizeof(v) for v in (value, value["time"], "prt_1", "text", "x" * 100, 1)
-    )
+    expected = sum(sys.getsizeof(v) for v in (value, value["time"], "prt_1", "text", "x" * 100, 1))
     assert size == expected
