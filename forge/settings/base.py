@@ -361,11 +361,15 @@ FORGE_PRUNE_PROTECT_TOKENS = env_int("FORGE_PRUNE_PROTECT_TOKENS", 40_000)
 FORGE_PRUNE_MINIMUM_TOKENS = env_int("FORGE_PRUNE_MINIMUM_TOKENS", 20_000)
 # Incremental context (forge.context.incremental): a per-process LRU of each session's
 # derived model input, folded forward from the events since; at most this many
-# sessions (0: off, every step derives in full) and this many messages in all.
+# sessions (0: off, every step derives in full), this many messages in all, and this
+# many bytes of estimated memory in all (FORGE_CONTEXT_CACHE_BYTES, default 64 MiB;
+# 0 or less: no byte cap). The least recently used state goes first; a state over
+# a cap by itself is served but not kept.
 # FORGE_CONTEXT_VERIFY compares every cached result with the full derivation and
 # raises on a difference (on in the test settings; it doubles the read cost).
 FORGE_CONTEXT_CACHE_SIZE = env_int("FORGE_CONTEXT_CACHE_SIZE", 256)
 FORGE_CONTEXT_CACHE_MESSAGES = env_int("FORGE_CONTEXT_CACHE_MESSAGES", 100_000)
+FORGE_CONTEXT_CACHE_BYTES = env_int("FORGE_CONTEXT_CACHE_BYTES", 64 * 1024 * 1024)
 FORGE_CONTEXT_VERIFY = env_bool("FORGE_CONTEXT_VERIFY", False)
 
 # Price per million tokens, by "provider/model", for step and message cost.
