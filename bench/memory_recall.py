@@ -469,6 +469,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     header = [f"{k} ({sum(1 for r in results if r['kind'] == k)})" for k in kinds]
     print_table(["engine", "retriever", *header], rows)
 
+    if not any(run["latency"] for run in runs):
+        return  # --sizes "": recall only
     print()
     print(
         f"search_slices latency in one core (~{SLICE_MESSAGES} messages a slice, restore_unit "
