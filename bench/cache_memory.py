@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from table import print_table, start_django  # bench/ comes first on sys.path
+from table import print_table, run_worker, start_django  # bench/ comes first on sys.path
 
 BENCH_DB = "forge_bench_cache_memory"
 USER_TEXT = ("Please summarise the attached notes about the quarterly plan. " * 7)[:400]
@@ -166,16 +165,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def child(args: argparse.Namespace, worker_arg: str) -> dict[str, Any]:
     argv = [a for a in sys.argv[1:] if a != "--trace"]
-    done = subprocess.run(
-        [sys.executable, __file__, *argv, "--worker", worker_arg],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.exit(f"worker {worker_arg} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_worker(__file__, argv, worker_arg)
 
 
 def main() -> None:

@@ -49,25 +49,29 @@ def engine_arguments(parser: Any) -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
 
 
-def per_engine(script: str, engines: str, argv: list[str]) -> list[dict[str, Any]]:
-    """Run ``script`` once per engine, each in a process of its own (``--worker ENGINE``
-    and the same arguments), and collect the JSON each prints last."""
+def run_worker(script: str, argv: list[str], worker: str) -> dict[str, Any]:
+    """Run ``script`` in a process of its own with ``argv`` and ``--worker WORKER``, and
+    return the JSON it prints last (exit with its stderr's end when it fails)."""
     import json
     import subprocess
     import sys
 
-    results = []
-    for engine in engines.split(","):
-        child = subprocess.run(
-            [sys.executable, script, *argv, "--worker", engine],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            sys.exit(f"{engine} run failed:\n{child.stderr}")
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
-    return results
+    child = subprocess.run(
+        [sys.executable, script, *argv, "--worker", worker],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        sys.exit(f"{worker} run failed:\n{child.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return result
+
+
+def per_engine(script: str, engines: str, argv: list[str]) -> list[dict[str, Any]]:
+    """Run ``script`` once per engine, each in a process of its own (``--worker ENGINE``
+    and the same arguments), and collect the JSON each prints last."""
+    return [run_worker(script, argv, engine) for engine in engines.split(",")]
 
 
 def start_django(engine: str, postgres_url: str, name: str, **env: str) -> None:
