@@ -116,3 +116,19 @@ def test_forge_store_turn_is_the_runtimes_writes_and_the_next_request_holds_it(p
     common = peer_forge.common
     assert all(common.USER_TEXT in t for t in texts[0::2])
     assert all(common.REPLY_TEXT in t for t in texts[1::2])
+
+
+def test_forge_store_turns_fold_onto_the_cached_context(peer_forge, session, settings):
+    """The benchmark measures what a warm process pays: its turns' ids are in the
+    runtime's order (the step-start's before the text part's), so the context cache
+    folds each turn instead of falling back to the full derivation."""
+    from forge.context import request_for
+    from forge.context.incremental import cache
+
+    settings.FORGE_CONTEXT_CACHE_SIZE = 16
+    cache.clear()
+    for n in range(5):
+        peer_forge.write_turn(session, n)
+        request_for(session)
+    assert cache.stats["hit"] == 4
+    assert not [reason for reason in cache.stats if "fallback" in reason or "full" in reason]

@@ -74,7 +74,11 @@ def turn_writes(n: int) -> list[list[tuple[str, dict[str, Any]]]]:
     from sessions.log import format_time, now_ms
 
     model = {"provider": "bench", "model": "deltas"}
-    user_id, assistant_id, text_id = new_message_id(), new_message_id(), new_part_id()
+    # Ids in the order the runtime makes them: the step-start's before the text part's
+    # (a text part older than its step-start is out of id order, and the context
+    # cache would fall back to the full derivation on every turn).
+    user_id, assistant_id = new_message_id(), new_message_id()
+    step_id, text_id = new_part_id(), new_part_id()
     started = format_time(now_ms())
     text = {"id": text_id, "message_id": assistant_id, "type": "text"}
     tokens = {"input": 100, "output": 80, "reasoning": 0, "cache_read": 0, "cache_write": 0}
@@ -93,7 +97,12 @@ def turn_writes(n: int) -> list[list[tuple[str, dict[str, Any]]]]:
                 },
             ),
         ],
-        [("part", {"message_id": assistant_id, "type": "step-start", "snapshot": ""})],
+        [
+            (
+                "part",
+                {"id": step_id, "message_id": assistant_id, "type": "step-start", "snapshot": ""},
+            )
+        ],
         [("part", {**text, "text": "", "time": {"start": started}})],
         [
             (
