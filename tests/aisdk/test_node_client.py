@@ -125,10 +125,11 @@ def test_a_resume_mid_reply_ends_with_the_same_message(
     node_client: Path, tmp_path: Path, agents: Any, session, token, version
 ):
     script = tmp_path / "script.json"
-    # A 6 s reply: the client leaves at its first text and reconnects 0.3 s later, well
-    # before the end even on a loaded machine.
-    script.write_text(json.dumps([paced(words(120), 0.05)] * 5))
-    expected = "".join(words(120)).rstrip()
+    # A 12 s reply: the client leaves at its first text and reconnects 0.3 s later, well
+    # before the end even on a loaded machine (a 6 s one ended first once, with a
+    # benchmark loading both cores beside the suite: the first text came ~6.5 s in).
+    script.write_text(json.dumps([paced(words(240), 0.05)] * 5))
+    expected = "".join(words(240)).rstrip()
     with daphne(tmp_path, FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script)) as live:
         env = client_env(live, token, session.pk, "go")
         run_node_test(node_client, version, "resume", EXPECTED_TEXT=expected, **env)
