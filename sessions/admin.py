@@ -13,14 +13,18 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
 
-from . import services
+from . import selectors, services
+from .conversation import PAGE, conversation
+from .exceptions import InvalidCursor
 from .log import format_time
 from .models import Message, Part, Session, SessionEvent
 
@@ -59,6 +63,7 @@ class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
         "parent",
         "created_at",
         "updated_at",
+        "conversation",
         "timeline",
     )
     readonly_fields = (
@@ -69,6 +74,7 @@ class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
         "parent",
         "created_at",
         "updated_at",
+        "conversation",
         "timeline",
     )
 
@@ -81,6 +87,55 @@ class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
     @admin.display(description="events", ordering="_events")
     def event_count(self, obj: Session) -> int:
         return getattr(obj, "_events", 0)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.conversation_view)
+        extra = [
+            path(
+                "<str:object_id>/conversation/",
+                view,
+                name="forge_sessions_session_conversation",
+            )
+        ]
+        return extra + super().get_urls()
+
+    @admin.display(description="conversation (newest messages)")
+    def conversation(self, obj: Session) -> SafeString:
+        page = selectors.message_page(tenant=obj.tenant, session_id=obj.pk, limit=PAGE)
+        url = reverse("admin:forge_sessions_session_conversation", args=[obj.pk])
+        older = (
+            format_html('<p><a href="{}?before={}">Older messages</a></p>', url, page.next_before)
+            if page.next_before
+            else ""
+        )
+        rendered = render_to_string(
+            "admin/forge_sessions/session/conversation_messages.html",
+            {"messages": conversation(page.items)},
+        )
+        return format_html("{}{}", older, SafeString(rendered))
+
+    def conversation_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The whole conversation, a page of ``PAGE`` messages at a time (``?before=``
+        a message id: the page of messages older than it)."""
+        session = self.get_object(request, object_id)
+        if session is None or not self.has_view_permission(request, session):
+            raise Http404("no such session")
+        before = request.GET.get("before") or None
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "session": session,
+            "title": "Conversation",
+            "before": before,
+        }
+        try:
+            page = selectors.message_page(
+                tenant=session.tenant, session_id=session.pk, limit=PAGE, before=before
+            )
+        except InvalidCursor as exc:
+            context["error"] = str(exc)
+        else:
+            context.update(messages=conversation(page.items), next_before=page.next_before)
+        return TemplateResponse(request, "admin/forge_sessions/session/conversation.html", context)
 
     @admin.display(description="timeline (newest first)")
     def timeline(self, obj: Session) -> SafeString:
