@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from forge import pages
+from forge.telemetry.endpoint import metrics
 
 urlpatterns = [
     path("", pages.chat, name="chat"),
@@ -13,6 +14,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
+    path("metrics", metrics, name="metrics"),
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
 ]
 

@@ -55,9 +55,11 @@ from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, SessionStream, live_frames
 from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
+from forge.telemetry import metrics
 from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
 from sessions.exceptions import NotFound
+from sessions.frames import is_delta
 from sessions.models import Session
 
 from . import approvals, bodies, chunks, history
@@ -87,7 +89,7 @@ def _join(session_id: str, owner: int) -> hub.Subscription:
     (this request's thread only). Where no server loop runs (WSGI, the sync test
     client), the join runs on a loop of its own and the stream gets the log only.
     """
-    return async_to_sync(open_stream)(session_id, owner=owner)
+    return async_to_sync(open_stream)(session_id, owner=owner, face="aisdk")
 
 
 def _stream_response(
@@ -131,6 +133,7 @@ async def reply_stream(
                     if reply.done:
                         break
                 continue
+            metrics.frames_sent("aisdk", frames=1, deltas=is_delta(frame))
             for chunk in reply.accept(frame):
                 yield chunks.encode(chunk)
             if frame.get("kind") == "status" and frame.get("status") == "idle":

@@ -29,7 +29,8 @@ from forge.params import parse_seq
 from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
-from sessions.frames import Frame
+from forge.telemetry import metrics
+from sessions.frames import Frame, is_delta
 from sessions.models import Session
 
 from .errors import error_body, error_response
@@ -60,7 +61,7 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
     try:
         raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
         owner, session, after = await sync_to_async(_find)(request, session_id, raw)
-        subscription = await open_stream(session.pk, owner=owner)
+        subscription = await open_stream(session.pk, owner=owner, face="sse")
     except ForgeError as exc:
         return error_response(exc)
     response = SubscribedStream(
@@ -84,4 +85,8 @@ async def _frames(
     frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT)
     async with contextlib.aclosing(frames):
         async for frame in frames:
-            yield b": heartbeat\n\n" if isinstance(frame, Heartbeat) else encode(frame)
+            if isinstance(frame, Heartbeat):
+                yield b": heartbeat\n\n"
+                continue
+            metrics.frames_sent("sse", frames=1, deltas=is_delta(frame))
+            yield encode(frame)

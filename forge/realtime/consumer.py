@@ -25,8 +25,16 @@ from forge import runtime
 from forge.access import session_of, user_for_authorization
 from forge.errors import NotAuthenticated, StreamUnavailable
 from forge.params import parse_seq
+from forge.telemetry import metrics
 from forge.throttling import PromptRateThrottle
-from sessions.frames import Frame, ack_frame, error_frame, pong_frame, snapshot_frame
+from sessions.frames import (
+    Frame,
+    ack_frame,
+    error_frame,
+    is_delta,
+    pong_frame,
+    snapshot_frame,
+)
 from sessions.models import Session
 
 from . import hub
@@ -170,6 +178,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _send(self, frame: Frame) -> None:
         await self.send(text_data=hub.encode(frame))
+        metrics.frames_sent("socket", frames=1, deltas=is_delta(frame))
 
     async def _error(self, code: str, message: str, **extra: Any) -> None:
         await self._send(error_frame(code, message, **extra))

@@ -32,6 +32,7 @@ from django.conf import settings
 
 from forge.errors import StreamUnavailable
 from forge.runtime.receiver import Receiver
+from forge.telemetry import metrics
 from sessions import bus
 from sessions.frames import Frame, merge_deltas
 
@@ -158,11 +159,19 @@ class Subscription:
     """
 
     def __init__(
-        self, hub: SessionHub, subscriber: Subscriber, loop: asyncio.AbstractEventLoop
+        self,
+        hub: SessionHub,
+        subscriber: Subscriber,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        face: str = "socket",
     ) -> None:
         self.hub = hub
         self.subscriber = subscriber
         self.loop = loop
+        self.face = face  # which face streams it: the forge_streams_open gauge's label
+        self._counted = True  # counted in forge_streams_open until closed
+        metrics.stream_opened(face)
         self._owner: int | None = None  # set once the owner's slot is taken
         self._owner_lock = threading.Lock()  # a response's close() runs in a worker thread
         self._left = False  # touched on the loop only, as are the two below
@@ -182,6 +191,7 @@ class Subscription:
     async def close(self) -> None:
         """Give the slot back, then leave the hub (bounded by ``FORGE_LAYER_TIMEOUT``)."""
         self._give_back()
+        self._uncount()
         self._stop_timer()
         if self._left:
             return
@@ -195,6 +205,7 @@ class Subscription:
         """:meth:`close` from any thread, without waiting: the slot at once, the hub on the
         subscription's loop (nothing to leave when that loop has ended)."""
         self._give_back()
+        self._uncount()
         with contextlib.suppress(RuntimeError):  # a closed loop: its hubs went with it
             self.loop.call_soon_threadsafe(self._close_in_background)
 
@@ -211,6 +222,12 @@ class Subscription:
             self._unclaimed.cancel()
             self._unclaimed = None
 
+    def _uncount(self) -> None:
+        with self._owner_lock:
+            counted, self._counted = self._counted, False
+        if counted:
+            metrics.stream_closed(self.face)
+
     def _give_back(self) -> None:
         with self._owner_lock:
             owner, self._owner = self._owner, None
@@ -219,7 +236,11 @@ class Subscription:
 
 
 async def join(
-    session_id: str, *, owner: int | None = None, claim_within: float | None = None
+    session_id: str,
+    *,
+    owner: int | None = None,
+    claim_within: float | None = None,
+    face: str = "socket",
 ) -> Subscription:
     """Subscribe to the session's frames (from now on) and, for an ``owner``, take one of
     their stream slots, in that order: a slot is only ever held by an open subscription.
@@ -250,7 +271,7 @@ async def join(
     except BaseException:
         _forget_if_idle(loop, hub)
         raise
-    subscription = Subscription(hub, subscriber, loop)
+    subscription = Subscription(hub, subscriber, loop, face=face)
     try:
         if owner is not None:
             limits.take(owner)  # may refuse still, if another stream took the last slot

@@ -25,10 +25,11 @@ from . import hub
 CLAIM_WITHIN = 60.0
 
 
-async def open_stream(session_id: str, *, owner: int) -> hub.Subscription:
+async def open_stream(session_id: str, *, owner: int, face: str) -> hub.Subscription:
     """The subscription (and stream slot) a :class:`SubscribedStream` will own; raises
-    ``TooManyStreams`` or ``StreamUnavailable`` (see :func:`forge.realtime.hub.join`)."""
-    return await hub.join(session_id, owner=owner, claim_within=CLAIM_WITHIN)
+    ``TooManyStreams`` or ``StreamUnavailable`` (see :func:`forge.realtime.hub.join`).
+    ``face``: ``sse`` or ``aisdk``, the label it is counted under in the metrics."""
+    return await hub.join(session_id, owner=owner, claim_within=CLAIM_WITHIN, face=face)
 
 
 class SubscribedStream(StreamingHttpResponse):

@@ -12,7 +12,16 @@ from typing import Any
 
 import dj_database_url
 
-from .env import env_bool, env_float, env_int, env_json, env_json_object, env_list, env_str
+from .env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_json,
+    env_json_object,
+    env_list,
+    env_networks,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -440,3 +449,9 @@ FORGE_EMBEDDING_DIMENSIONS = env_int("FORGE_EMBEDDING_DIMENSIONS", 0)
 FORGE_EMBEDDING_BATCH = env_int("FORGE_EMBEDDING_BATCH", 64)
 _loggers: Any = LOGGING["loggers"]
 _loggers["memory"] = {"level": "INFO"}
+
+# Prometheus metrics at /metrics (forge/telemetry): served to a request carrying
+# "Authorization: Bearer <FORGE_METRICS_TOKEN>" or coming from an address in
+# FORGE_METRICS_ALLOW (addresses or networks); with neither set, to nobody.
+FORGE_METRICS_TOKEN = env_str("FORGE_METRICS_TOKEN")
+FORGE_METRICS_ALLOW = env_networks("FORGE_METRICS_ALLOW")

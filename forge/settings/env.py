@@ -45,6 +45,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_networks(name: str) -> list[str]:
+    """A comma-separated list of IP addresses or networks (``127.0.0.1,10.0.0.0/8``),
+    each checked now so that a typo stops the process at start, not at the first use."""
+    import ipaddress
+
+    items = env_list(name, [])
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an IP address or network (e.g. 10.0.0.0/8)"
+            ) from exc
+    return items
+
+
 def env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

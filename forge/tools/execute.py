@@ -17,6 +17,7 @@ from django.conf import settings
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
+from forge.telemetry import metrics
 from sessions.shapes import NUL, nul_path
 
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
@@ -162,6 +163,20 @@ def _seconds(value: float) -> str:
 
 
 async def execute(
+    tool: Tool, args: dict[str, Any], ctx: ToolContext, *, timeout: float | None = None
+) -> ToolResult:
+    """:func:`run_tool`, counted in ``forge_tool_calls`` / ``forge_tool_errors`` (by the
+    tool's registered name: a bounded label; a name the model made up never gets here)."""
+    try:
+        result = await run_tool(tool, args, ctx, timeout=timeout)
+    except ToolError:
+        metrics.tool_called(tool.name, failed=True)
+        raise
+    metrics.tool_called(tool.name, failed=False)
+    return result
+
+
+async def run_tool(
     tool: Tool, args: dict[str, Any], ctx: ToolContext, *, timeout: float | None = None
 ) -> ToolResult:
     """Run ``tool`` with already-validated ``args``; every failure becomes :class:`ToolError`.

@@ -1,0 +1,68 @@
+"""``GET /metrics``: the Prometheus text format, for whoever the operator allows.
+
+Allowed are requests carrying ``Authorization: Bearer <FORGE_METRICS_TOKEN>`` and
+requests from an address in ``FORGE_METRICS_ALLOW`` (addresses or networks, e.g.
+``127.0.0.1,10.0.0.0/8``; the peer's address as the server sees it, so behind a
+proxy list the proxy's address only if the proxy itself keeps ``/metrics`` off the
+public side). With neither set, nobody is: metrics are opt-in. Anyone else gets 403
+with a JSON body, whatever they send.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+from functools import cache
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@cache
+def _networks(allow: tuple[str, ...]) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(item, strict=False) for item in allow)
+
+
+def allowed(request: HttpRequest) -> bool:
+    token = settings.FORGE_METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    allow = tuple(settings.FORGE_METRICS_ALLOW)
+    if not allow:
+        return False
+    try:
+        peer = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
+    except ValueError:
+        return False
+    return any(peer in network for network in _networks(allow))
+
+
+def _registry() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not allowed(request):
+        return JsonResponse(
+            {
+                "error": {
+                    "code": "forbidden",
+                    "message": "metrics need Authorization: Bearer <FORGE_METRICS_TOKEN> "
+                    "or an address in FORGE_METRICS_ALLOW",
+                }
+            },
+            status=403,
+        )
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,110 @@
+"""Every Forge metric, declared once (names start with ``forge_``), and the small
+functions the code calls to move them.
+
+Several processes: each daphne counts its own. Either scrape every process
+(per-process scraping, the default), or set ``PROMETHEUS_MULTIPROC_DIR`` to a
+directory shared by the processes of one machine (emptied before they start), and
+any process's ``/metrics`` serves the sum of all of them
+(``prometheus_client``'s multiprocess mode; gauges sum over live processes).
+
+Labels are bounded: agent and model names come from the operator's configuration,
+tools from the registry and the MCP servers the operator named, kinds and faces from
+fixed lists. Nothing here may raise into the caller: a metric is never a reason for
+a turn to fail.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Latency buckets (seconds) for a first delta and a whole reply: from a cached local
+# model to a slow remote one.
+_REPLY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+_APPEND_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_ROLLING_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0)
+
+TURNS_STARTED = Counter(
+    "forge_turns_started", "Turns started (a reply began), by agent and model.", ["agent", "model"]
+)
+TURNS_FINISHED = Counter(
+    "forge_turns_finished", "Turns whose reply finished without error.", ["agent", "model"]
+)
+TURNS_FAILED = Counter(
+    "forge_turns_failed", "Turns whose reply ended with an error.", ["agent", "model"]
+)
+TURNS_ABORTED = Counter(
+    "forge_turns_aborted", "Turns aborted by a client or an operator.", ["agent", "model"]
+)
+STREAMS_OPEN = Gauge(
+    "forge_streams_open",
+    "Client streams open now (socket, SSE, AI SDK), by face.",
+    ["face"],
+    multiprocess_mode="livesum",
+)
+FRAMES_SENT = Counter("forge_frames_sent", "Frames sent to clients, by face.", ["face"])
+DELTAS_SENT = Counter("forge_deltas_sent", "Delta frames sent to clients, by face.", ["face"])
+FIRST_DELTA_SECONDS = Histogram(
+    "forge_first_delta_seconds",
+    "From a turn's start to its first streamed delta.",
+    ["agent", "model"],
+    buckets=_REPLY_BUCKETS,
+)
+REPLY_SECONDS = Histogram(
+    "forge_reply_seconds",
+    "From a turn's start to its reply's end.",
+    ["agent", "model"],
+    buckets=_REPLY_BUCKETS,
+)
+LEASE_TAKEOVERS = Counter(
+    "forge_lease_takeovers", "Session leases taken over from a process that stopped renewing."
+)
+TURNS_RECOVERED = Counter(
+    "forge_turns_recovered", "Open replies finalized or resumed by recovery or the janitor."
+)
+PROVIDER_ERRORS = Counter(
+    "forge_provider_errors", "Model calls that ended in an error, by kind.", ["provider", "kind"]
+)
+PROVIDER_RETRIES = Counter(
+    "forge_provider_retries", "Model calls retried, by the failure's kind.", ["provider", "kind"]
+)
+TOOL_CALLS = Counter("forge_tool_calls", "Tool calls run, by tool.", ["tool"])
+TOOL_ERRORS = Counter("forge_tool_errors", "Tool calls that ended in an error, by tool.", ["tool"])
+ROLLING_RUNS = Counter("forge_rolling_runs", "Dialog rollings done (a slice written).")
+ROLLING_FAILURES = Counter("forge_rolling_failures", "Dialog rollings that failed.")
+ROLLING_SECONDS = Histogram(
+    "forge_rolling_seconds", "How long one dialog rolling took.", buckets=_ROLLING_BUCKETS
+)
+APPEND_SECONDS = Histogram(
+    "forge_append_seconds",
+    "How long one append to a session's log took (one transaction, one or more events).",
+    buckets=_APPEND_BUCKETS,
+)
+
+FACES = ("socket", "sse", "aisdk")
+
+
+def model_label(model: object) -> str:
+    """``provider/model`` from a message's ``model`` (a dict) or a model string."""
+    if isinstance(model, dict):
+        return f"{model.get('provider', '')}/{model.get('model', '')}"
+    return str(model or "")
+
+
+def tool_called(tool: str, *, failed: bool) -> None:
+    TOOL_CALLS.labels(tool=tool).inc()
+    if failed:
+        TOOL_ERRORS.labels(tool=tool).inc()
+
+
+def stream_opened(face: str) -> None:
+    STREAMS_OPEN.labels(face=face).inc()
+
+
+def stream_closed(face: str) -> None:
+    STREAMS_OPEN.labels(face=face).dec()
+
+
+def frames_sent(face: str, *, frames: int, deltas: int = 0) -> None:
+    FRAMES_SENT.labels(face=face).inc(frames)
+    if deltas:
+        DELTAS_SENT.labels(face=face).inc(deltas)
