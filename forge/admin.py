@@ -27,6 +27,7 @@ from sessions.projector import fold_context
 
 from .models import Agent, PendingApproval, SessionLease
 from .tools.mcp.spec import McpSpecError, parse_servers, redacted, with_secrets_kept
+from .usage import admin as usage_admin  # noqa: F401 - registers Usage and Budget
 
 CONTENT_SHOWN = 4000  # characters of one message shown on the page
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -29,6 +30,8 @@ def _valid_rules(value: Any) -> None:
     except InvalidRules as exc:
         raise ValidationError(str(exc)) from None
 
+
+NANOS = 10**9  # cost units in one unit of cost (Usage.cost_nanos)
 
 AGENT_NAME = RegexValidator(r"^[a-z][a-z0-9_-]{0,63}$", "lower-case letters, digits, - and _")
 
@@ -122,3 +125,92 @@ class PendingApproval(Part):
     class Meta:
         proxy = True
         verbose_name = "pending approval"
+
+
+class Usage(models.Model):
+    """What the turns of one (tenant, user, agent, model, UTC day) used: a fold of the
+    logs, kept current in the transaction that completes each reply (forge.usage).
+
+    A reply counts once, when its message goes from open to completed (a finished,
+    failed or aborted reply alike), on the UTC day its message was created: its steps
+    (``step-finish`` parts), their tokens and cost, its tool calls (``tool`` parts),
+    and its outcome. A copy made by fork arrives completed and never counts;
+    ``rebuild_usage`` recomputes the table from the logs by the same rule.
+    """
+
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE)
+    # Who spoke, as the log says. No constraint: a reply's completion must never fail
+    # because its speaker was deleted meanwhile, and what was used stays counted.
+    user = models.ForeignKey(
+        "accounts.User", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    agent = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=200, blank=True, help_text="provider/model")
+    day = models.DateField()
+    turns = models.PositiveBigIntegerField(default=0)
+    steps = models.PositiveBigIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    # Cost in billionths of the unit step-finish parts record it in: integers add up
+    # exactly on both engines, in any order (SQLite keeps decimals as floats).
+    cost_nanos = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0, help_text="replies ended by an error")
+    aborted = models.PositiveBigIntegerField(default=0, help_text="replies aborted")
+    tool_calls = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user", "agent", "model", "day"], name="usage_key"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "day"], name="usage_tenant_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.user_id} {self.agent} {self.model}"
+
+    @property
+    def cost(self) -> Decimal:
+        return Decimal(self.cost_nanos) / NANOS
+
+
+class Budget(models.Model):
+    """A monthly limit (UTC calendar month) on a tenant's use, or on one user's use in
+    it: in tokens (input + output + reasoning), in cost, or both. A prompt is refused
+    once the month's use has reached a limit (forge.usage.budgets); a reply that
+    crosses it mid-turn finishes."""
+
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE)
+    user = models.ForeignKey(
+        "accounts.User",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        help_text="empty: the whole tenant's limit",
+    )
+    monthly_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="tokens (input + output + reasoning) a month"
+    )
+    monthly_cost = models.DecimalField(
+        max_digits=24,
+        decimal_places=10,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="cost a month, in the unit step-finish parts record",
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(user=None), name="budget_tenant"
+            ),
+            models.UniqueConstraint(fields=["tenant", "user"], name="budget_tenant_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"budget of {self.user or self.tenant}"

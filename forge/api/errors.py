@@ -27,7 +27,14 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
 
 def error_response(exc: ForgeError) -> JsonResponse:
     """A ``ForgeError`` as a plain Django response (for the non-DRF views: SSE)."""
-    return _with_headers(JsonResponse(error_body(exc.code, str(exc)), status=exc.status), exc)
+    body = error_body(exc.code, str(exc), **error_extra(exc))
+    return _with_headers(JsonResponse(body, status=exc.status), exc)
+
+
+def error_extra(exc: ForgeError) -> dict[str, Any]:
+    """What an error adds to its body beyond code and message (a budget's ``resets_at``)."""
+    extra = getattr(exc, "extra", None)
+    return dict(extra) if isinstance(extra, dict) else {}
 
 
 def _with_headers(response: R, exc: ForgeError) -> R:
@@ -51,7 +58,8 @@ def _message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ForgeError):
-        return _with_headers(Response(error_body(exc.code, str(exc)), status=exc.status), exc)
+        body = error_body(exc.code, str(exc), **error_extra(exc))
+        return _with_headers(Response(body, status=exc.status), exc)
     if isinstance(exc, RequestDataTooBig):
         return Response(error_body("too_large", str(exc)), status=413)
     if isinstance(exc, Http404):

@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from .files import session_file
 from .memory import MemoryViewSet
 from .sse import stream_view
+from .usage import UsageView
 from .views import SessionViewSet
 
 router = DefaultRouter(trailing_slash=True)
@@ -22,5 +23,6 @@ urlpatterns = [
     path("memory/cores/<str:pk>/", memory_core, name="memory-core"),
     path("memory/units/<str:pk>/", memory_unit, name="memory-unit"),
     path("memory/search/", memory_search, name="memory-search"),
+    path("usage/", UsageView.as_view(), name="usage"),
     *router.urls,
 ]

@@ -1,0 +1,87 @@
+"""``GET /api/usage/?from=&to=&group_by=&user=``: what was used, per UTC day range.
+
+* ``from`` / ``to``: UTC days ``YYYY-MM-DD``, both included; default: the first day
+  of this month to today. ``to`` before ``from``, or a range over 366 days, is a 400.
+* ``group_by``: ``user``, ``agent``, ``model`` or ``day`` (default ``day``).
+* Staff see their tenant's usage (every user; ``user=<id>`` narrows it to one);
+  anyone else sees their own only (``user`` naming someone else is a 403).
+
+Each row: the group's value, ``turns``, ``steps``, the token counts, ``cost``,
+``failed``, ``aborted`` and ``tool_calls`` (``forge.usage``: a fold of the logs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from forge.access import tenant_of
+from forge.usage import selectors
+
+MAX_DAYS = 366
+
+
+def _day(raw: str | None, *, name: str, default: dt.date) -> dt.date:
+    if raw is None or raw == "":
+        return default
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError({name: f"expected a day YYYY-MM-DD, got {raw[:40]!r}"}) from None
+
+
+def _user(raw: str | None, request: Request) -> int | None:
+    staff = bool(request.user.is_staff)
+    own = int(str(request.user.pk))
+    if raw is None or raw == "":
+        return None if staff else own
+    if not raw.isdigit():
+        raise ValidationError({"user": f"expected a user id, got {raw[:40]!r}"})
+    if not staff and int(raw) != own:
+        raise PermissionDenied("only staff see the usage of other users")
+    return int(raw)
+
+
+class UsageView(APIView):
+    @extend_schema(
+        operation_id="usage_list",
+        parameters=[
+            OpenApiParameter("from", str, description="first UTC day, YYYY-MM-DD"),
+            OpenApiParameter("to", str, description="last UTC day, YYYY-MM-DD"),
+            OpenApiParameter("group_by", str, enum=list(selectors.GROUPS)),
+            OpenApiParameter("user", int, description="staff: one user's usage"),
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        today = dt.datetime.now(dt.UTC).date()
+        start = _day(params.get("from"), name="from", default=today.replace(day=1))
+        end = _day(params.get("to"), name="to", default=today)
+        if end < start:
+            raise ValidationError({"to": "must not be before from"})
+        if (end - start).days >= MAX_DAYS:
+            raise ValidationError({"to": f"a range covers at most {MAX_DAYS} days"})
+        group_by = params.get("group_by") or "day"
+        if group_by not in selectors.GROUPS:
+            raise ValidationError({"group_by": f"one of {', '.join(selectors.GROUPS)}"})
+        user_id = _user(params.get("user"), request)
+        rows = selectors.report(
+            tenant=tenant_of(request.user),
+            user_id=user_id,
+            start=start,
+            end=end,
+            group_by=group_by,
+        )
+        body: dict[str, Any] = {
+            "from": start.isoformat(),
+            "to": end.isoformat(),
+            "group_by": group_by,
+            "results": rows,
+        }
+        return Response(body)

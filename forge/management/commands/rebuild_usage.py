@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import datetime as dt
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from accounts.models import Tenant
+from forge.usage.services import rebuild_usage
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute the usage table from the session logs: the rows of every day (or of "
+        "the days from --since on) are replaced by the fold of every log. Idempotent."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--since", metavar="YYYY-MM-DD", help="only days from this one on")
+        parser.add_argument("--tenant", metavar="NAME", help="only this tenant")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        since = None
+        if options["since"]:
+            try:
+                since = dt.date.fromisoformat(options["since"])
+            except ValueError:
+                raise CommandError(
+                    f"--since: expected a day YYYY-MM-DD, got {options['since']!r}"
+                ) from None
+        tenant = None
+        if options["tenant"]:
+            tenant = Tenant.objects.filter(name=options["tenant"]).first()
+            if tenant is None:
+                raise CommandError(f"no tenant named {options['tenant']!r}")
+        counted = rebuild_usage(since=since, tenant=tenant)
+        scope = f"tenant {tenant.name}" if tenant else "every tenant"
+        days = f"from {since}" if since else "all days"
+        self.stdout.write(f"usage rebuilt for {scope}, {days}: {counted} replies counted")

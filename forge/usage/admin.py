@@ -1,0 +1,98 @@
+"""The operators' view of usage (read-only: a fold of the logs) and of budgets
+(editable, with the month's use against each limit). Tenant-scoped: staff see and set
+only their own tenants' rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
+from accounts.admin_scope import sees_all, tenant_ids
+from accounts.models import Tenant, User
+from forge.models import Budget, Usage
+
+from . import selectors
+
+
+@admin.register(Usage)
+class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
+    list_display = (
+        "day",
+        "tenant",
+        "user",
+        "agent",
+        "model",
+        "turns",
+        "steps",
+        "input_tokens",
+        "output_tokens",
+        "cost_shown",
+        "failed",
+        "aborted",
+        "tool_calls",
+    )
+    list_filter = ("day", "agent", "model", ("tenant", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("user__username", "agent", "model")
+    list_select_related = ("tenant", "user")
+    date_hierarchy = "day"
+    ordering = ("-day", "tenant", "user")
+
+    @admin.display(description="cost", ordering="cost_nanos")
+    def cost_shown(self, obj: Usage) -> str:
+        return f"{obj.cost:.6f}"
+
+
+class BudgetForm(forms.ModelForm):
+    class Meta:
+        model = Budget
+        fields = ["tenant", "user", "monthly_tokens", "monthly_cost"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        tenant, user = data.get("tenant"), data.get("user")
+        if (
+            tenant is not None
+            and user is not None
+            and not user.memberships.filter(tenant=tenant).exists()
+        ):
+            self.add_error("user", "this user is not a member of the tenant")
+        if not data.get("monthly_tokens") and not data.get("monthly_cost"):
+            raise forms.ValidationError("set a monthly limit in tokens, in cost, or both")
+        return data
+
+
+@admin.register(Budget)
+class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
+    form = BudgetForm
+    list_display = ("tenant", "user", "monthly_tokens", "tokens_used", "monthly_cost", "cost_used")
+    list_select_related = ("tenant", "user")
+    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter),)
+    search_fields = ("tenant__name", "user__username")
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if not sees_all(request):
+            if db_field.name == "tenant":
+                kwargs["queryset"] = Tenant.objects.filter(pk__in=tenant_ids(request))
+            elif db_field.name == "user":
+                kwargs["queryset"] = User.objects.filter(
+                    memberships__tenant_id__in=tenant_ids(request)
+                ).distinct()
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def _use(self, obj: Budget) -> tuple[int, Any]:
+        return selectors.month_use(
+            tenant=obj.tenant, user_id=obj.user_id, now=dt.datetime.now(dt.UTC)
+        )
+
+    @admin.display(description="tokens used this month")
+    def tokens_used(self, obj: Budget) -> int:
+        return self._use(obj)[0]
+
+    @admin.display(description="cost used this month")
+    def cost_used(self, obj: Budget) -> str:
+        return f"{self._use(obj)[1]:.4f}"

@@ -1,0 +1,189 @@
+"""The writes of usage and budgets. Keyword-only, atomic.
+
+:func:`record_reply` runs inside the transaction that completes a reply (the runtime's,
+recovery's, an import's), so the table never disagrees with the log: both commit or
+neither. It is one ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL alike),
+adding to the row of the reply's (tenant, user, agent, model, day).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, transaction
+
+from accounts.models import Tenant, User
+from forge.models import NANOS, Budget, Usage
+from sessions.models import Part, Session, SessionEvent
+
+from .fold import TOKEN_FIELDS, Key, Totals, completes, fold_log, key_of, reply_totals
+
+_COLUMNS = (
+    "turns",
+    "steps",
+    *(f"{name}_tokens" for name in TOKEN_FIELDS),
+    "cost_nanos",
+    "failed",
+    "aborted",
+    "tool_calls",
+)
+
+
+class InvalidBudget(ValueError):
+    """A budget that is negative, not a number, or limits nothing."""
+
+
+def nanos(cost: Decimal) -> int:
+    return int((cost * NANOS).to_integral_value())
+
+
+def _values(totals: Totals) -> list[int]:
+    return [
+        totals.turns,
+        totals.steps,
+        *(totals.tokens[name] for name in TOKEN_FIELDS),
+        nanos(totals.cost),
+        totals.failed,
+        totals.aborted,
+        totals.tool_calls,
+    ]
+
+
+def _upsert(tenant_id: int, rows: Iterable[tuple[Key, Totals]]) -> None:
+    table = Usage._meta.db_table
+    columns = ", ".join(_COLUMNS)
+    marks = ", ".join(["%s"] * (5 + len(_COLUMNS)))
+    adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in _COLUMNS)
+    statement = (
+        f"INSERT INTO {table} (tenant_id, user_id, agent, model, day, {columns}) "
+        f"VALUES ({marks}) "
+        f"ON CONFLICT (tenant_id, user_id, agent, model, day) DO UPDATE SET {adds}"
+    )
+    params: list[list[Any]] = [
+        [tenant_id, key.user_id, key.agent, key.model, key.day, *_values(totals)]
+        for key, totals in rows
+    ]
+    if params:
+        with connection.cursor() as cursor:
+            cursor.executemany(statement, params)
+
+
+def record_reply(
+    *,
+    session: Session,
+    existing: Mapping[str, Any] | None,
+    info: Mapping[str, Any],
+    parts: Iterable[Mapping[str, Any]] | None = None,
+) -> bool:
+    """Count the reply ``info`` (just logged over the stored ``existing``) when this write
+    completes it (:func:`forge.usage.fold.completes`); True when it counted.
+
+    ``parts``: the reply's parts as logged (read from the projection when not given).
+    Call it inside the transaction that logged ``info``."""
+    if not completes(existing, info):
+        return False
+    if parts is None:
+        parts = Part.objects.filter(
+            tenant_id=session.tenant_id, message_id=info["id"], type__in=("step-finish", "tool")
+        ).values_list("data", flat=True)
+    key = key_of(info, owner_id=session.user_id)
+    if key is None:
+        return False
+    _upsert(session.tenant_id, [(key, reply_totals(info, parts))])
+    return True
+
+
+def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None) -> int:
+    """Recompute the usage table from the logs (all tenants, or ``tenant``): the rows of
+    the days from ``since`` on (all days without it) are replaced by the fold of every
+    session's log. Returns the replies counted. One transaction per tenant."""
+    tenants = [tenant] if tenant is not None else list(Tenant.objects.order_by("pk"))
+    counted = 0
+    for one in tenants:
+        with transaction.atomic():
+            rows = Usage.objects.filter(tenant=one)
+            if since is not None:
+                rows = rows.filter(day__gte=since)
+            rows.delete()
+            merged: dict[Key, Totals] = {}
+            sessions = Session.objects.filter(tenant=one).values_list("pk", "user_id")
+            for session_id, owner_id in sessions.iterator(chunk_size=500):
+                events = (
+                    SessionEvent.objects.filter(tenant=one, session_id=session_id)
+                    .filter(type__in=_FOLDED)
+                    .order_by("seq")
+                    .values("type", "data")
+                )
+                for key, totals in fold_log(events.iterator(chunk_size=2000), owner_id=owner_id):
+                    if since is not None and key.day < since:
+                        continue
+                    merged.setdefault(key, Totals()).add(totals)
+                    counted += totals.turns
+            _upsert(one.pk, merged.items())
+    return counted
+
+
+_FOLDED = ("message.updated", "message.removed", "part.updated", "part.removed")
+
+
+_MAX_LIMIT = Decimal(10**14)  # what Budget.monthly_cost's 24 digits, 10 of them decimals, hold
+
+
+def _limit(value: Any, *, name: str, integer: bool) -> Any:
+    if value is None:
+        return None
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        raise InvalidBudget(f"{name}: expected a number, got {value!r}") from None
+    if not number.is_finite():
+        raise InvalidBudget(f"{name}: expected a finite number, got {value!r}")
+    if number < 0:
+        raise InvalidBudget(f"{name}: must not be negative, got {value}")
+    if number >= _MAX_LIMIT:
+        raise InvalidBudget(f"{name}: must be under {_MAX_LIMIT:.0e}, got {value}")
+    if integer:
+        if number != number.to_integral_value():
+            raise InvalidBudget(f"{name}: expected a whole number of tokens, got {value}")
+        return int(number)
+    return number
+
+
+KEEP: Any = object()  # set_budget: leave this limit as it is
+
+
+@transaction.atomic
+def set_budget(
+    *,
+    tenant: Tenant,
+    user: User | None = None,
+    monthly_tokens: Any = KEEP,
+    monthly_cost: Any = KEEP,
+) -> Budget | None:
+    """Set the monthly limits of ``tenant`` (or of ``user`` in it); a limit not given
+    (``KEEP``) stays as it is. A limit of 0 or None is no limit; with neither left, the
+    budget is removed (None is returned). Raises :class:`InvalidBudget` for a negative
+    or non-numeric limit, before changing anything."""
+    budget = Budget.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    tokens = (
+        (budget.monthly_tokens if budget else None)
+        if monthly_tokens is KEEP
+        else _limit(monthly_tokens, name="monthly tokens", integer=True) or None
+    )
+    cost = (
+        (budget.monthly_cost if budget else None)
+        if monthly_cost is KEEP
+        else _limit(monthly_cost, name="monthly cost", integer=False) or None
+    )
+    if tokens is None and cost is None:
+        if budget is not None:
+            budget.delete()
+        return None
+    if budget is None:
+        budget = Budget(tenant=tenant, user=user)
+    budget.monthly_tokens, budget.monthly_cost = tokens, cost
+    budget.save()
+    return budget

@@ -1,0 +1,45 @@
+"""Budgets in the admin: validated, shown with the month's use; usage read-only."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from forge.models import Budget
+from forge.usage.services import record_reply
+
+from .helpers import reply
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_budget_is_added_validated_and_shown_with_its_use(admin_client, session, tenant):
+    url = reverse("admin:forge_budget_add")
+    for bad, field in (
+        ({"monthly_cost": "-1"}, "monthly_cost"),
+        ({"monthly_tokens": "many"}, "monthly_tokens"),
+    ):
+        page = admin_client.post(url, {"tenant": tenant.pk, **bad})
+        assert page.status_code == 200
+        assert field in page.context["adminform"].form.errors
+    page = admin_client.post(url, {"tenant": tenant.pk})
+    assert "set a monthly limit" in page.text
+    assert not Budget.objects.exists()
+    assert admin_client.post(url, {"tenant": tenant.pk, "monthly_tokens": "500"}).status_code == 302
+    opened, done = reply(session, steps=[{"tokens": {"input": 120, "output": 3}, "cost": 0.5}])
+    record_reply(session=session, existing=opened, info=done)
+    listing = admin_client.get(reverse("admin:forge_budget_changelist"))
+    assert '<td class="field-tokens_used">123</td>' in listing.text
+    usage = admin_client.get(reverse("admin:forge_usage_changelist"))
+    assert usage.status_code == 200
+    assert "0.500000" in usage.text
+    assert admin_client.get(reverse("admin:forge_usage_add")).status_code == 403
+
+
+def test_a_user_budget_needs_a_member_of_the_tenant(admin_client, tenant, other_user):
+    page = admin_client.post(
+        reverse("admin:forge_budget_add"),
+        {"tenant": tenant.pk, "user": other_user.pk, "monthly_tokens": "5"},
+    )
+    assert "not a member of the tenant" in page.text
+    assert not Budget.objects.exists()

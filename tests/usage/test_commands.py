@@ -1,0 +1,66 @@
+"""``set_budget`` and ``rebuild_usage``: clear messages and exit codes."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from forge.models import Budget, Usage
+from forge.usage.services import record_reply
+
+from .helpers import reply
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args):
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_set_budget_sets_changes_and_clears(tenant, user):
+    assert "1000 tokens" in run("set_budget", "--tenant", "acme", "--monthly-tokens", "1000")
+    out = run("set_budget", "--tenant", "acme", "--monthly-cost", "2.5")
+    assert "1000 tokens, 2.5 cost" in out
+    run("set_budget", "--tenant", "acme", "--user", "alice", "--monthly-tokens", "10")
+    assert Budget.objects.get(user=user).monthly_tokens == 10
+    assert Budget.objects.get(user=None).monthly_cost == Decimal("2.5")
+    assert "removed" in run("set_budget", "--tenant", "acme", "--user", "alice", "--clear")
+    assert "removed" in run(
+        "set_budget", "--tenant", "acme", "--monthly-tokens", "0", "--monthly-cost", "0"
+    )
+    assert not Budget.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tenant", "nope", "--monthly-tokens", "5"], "no tenant named 'nope'"),
+        (["--tenant", "acme", "--user", "bob", "--monthly-tokens", "5"], "no user 'bob'"),
+        (["--tenant", "acme", "--monthly-tokens", "-5"], "must not be negative"),
+        (["--tenant", "acme", "--monthly-cost", "cheap"], "expected a number"),
+        (["--tenant", "acme"], "give --monthly-tokens"),
+        (["--tenant", "acme", "--clear", "--monthly-tokens", "5"], "--clear takes no limits"),
+    ],
+)
+def test_set_budget_refuses_bad_input_and_changes_nothing(tenant, user, other_user, args, message):
+    with pytest.raises(CommandError, match=message):
+        run("set_budget", *args)
+    assert not Budget.objects.exists()
+
+
+def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
+    opened, done = reply(session, steps=[{"tokens": {"input": 3}, "cost": 0.1}])
+    record_reply(session=session, existing=opened, info=done)
+    Usage.objects.update(turns=42)
+    assert "1 replies counted" in run("rebuild_usage")
+    assert Usage.objects.get().turns == 1
+    assert "tenant acme" in run("rebuild_usage", "--tenant", "acme", "--since", "2026-01-01")
+    with pytest.raises(CommandError, match="YYYY-MM-DD"):
+        run("rebuild_usage", "--since", "last week")
+    with pytest.raises(CommandError, match="no tenant"):
+        run("rebuild_usage", "--tenant", "nope")
