@@ -24,6 +24,13 @@ class ForgeConfig(AppConfig):
 
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
 
+        # Traces, when an OTLP endpoint is set (forge.telemetry.tracing).
+        from forge.telemetry import tracing
+
+        tracing.configure(
+            enabled=settings.FORGE_OTEL, capture_content=settings.FORGE_OTEL_CAPTURE_CONTENT
+        )
+
         # Plugins: modules that register tools, hooks or providers when imported.
         for module in settings.FORGE_PLUGINS:
             import_module(module)

@@ -455,3 +455,11 @@ _loggers["memory"] = {"level": "INFO"}
 # FORGE_METRICS_ALLOW (addresses or networks); with neither set, to nobody.
 FORGE_METRICS_TOKEN = env_str("FORGE_METRICS_TOKEN")
 FORGE_METRICS_ALLOW = env_networks("FORGE_METRICS_ALLOW")
+# OpenTelemetry traces (forge/telemetry/tracing.py): on when an OTLP endpoint is set (the
+# SDK's own OTEL_EXPORTER_OTLP_* variables configure the exporter) or FORGE_OTEL is;
+# prompts and completions go into spans only with FORGE_OTEL_CAPTURE_CONTENT.
+FORGE_OTEL = env_bool(
+    "FORGE_OTEL",
+    bool(env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
+)
+FORGE_OTEL_CAPTURE_CONTENT = env_bool("FORGE_OTEL_CAPTURE_CONTENT", False)
