@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from .env import (
     env_bool,
@@ -390,11 +391,21 @@ FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {
     "openai/gpt-4.1-mini": {"input": 0.40, "output": 1.60, "cache_read": 0.10},
 }
 
+# FORGE_LOG_FORMAT: "plain" (the default here) or "json" (one JSON object per line, with
+# one line per turn end: forge/telemetry/logs.py; the default under production).
+FORGE_LOG_FORMAT = env_str("FORGE_LOG_FORMAT", "plain")
+if FORGE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"FORGE_LOG_FORMAT: plain or json, not {FORGE_LOG_FORMAT!r}")
+# The prompt's text in the turn-end line: only when asked.
+FORGE_LOG_PROMPTS = env_bool("FORGE_LOG_PROMPTS", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "forge.telemetry.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": FORGE_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {"forge": {"level": "INFO"}, "sessions": {"level": "INFO"}},
 }

@@ -8,13 +8,23 @@ set ``FORGE_SECURE_PROXY_SSL_HEADER=1`` (trusts ``X-Forwarded-Proto``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import ALLOWED_HOSTS, SECRET_KEY
-from .env import env_bool, env_int, env_list
+from .base import ALLOWED_HOSTS, LOGGING, SECRET_KEY
+from .env import env_bool, env_int, env_list, env_str
 
 DEBUG = False
+
+# One JSON object per log line, one line per turn end (forge/telemetry/logs.py), unless
+# FORGE_LOG_FORMAT=plain.
+FORGE_LOG_FORMAT = env_str("FORGE_LOG_FORMAT", "json")
+if FORGE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"FORGE_LOG_FORMAT: plain or json, not {FORGE_LOG_FORMAT!r}")
+_handlers: Any = LOGGING["handlers"]
+_handlers["console"]["formatter"] = FORGE_LOG_FORMAT
 
 if not SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
     raise ImproperlyConfigured(
