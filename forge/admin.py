@@ -271,7 +271,3 @@ class ContextSessionAdmin(SessionAdmin):
 
 admin.site.unregister(Session)
 admin.site.register(Session, ContextSessionAdmin)
-
-admin.site.site_header = "Forge administration"
-admin.site.site_title = "Forge administration"
-admin.site.index_title = "Operations"

@@ -33,7 +33,7 @@ ALLOWED_HOSTS = env_list("FORGE_ALLOWED_HOSTS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "forge.admin_site.ForgeAdminConfig",  # django.contrib.admin, with Forge's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

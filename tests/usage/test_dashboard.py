@@ -1,0 +1,83 @@
+"""The operators' dashboard on the admin's index: what it shows, and to whom."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+from django.utils import timezone
+
+from forge.models import SessionLease
+from forge.usage.services import record_reply
+from memory.models import MemoryCore
+
+from .helpers import reply
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def busy(session, user):
+    opened, done = reply(session, steps=[{"tokens": {"input": 50, "output": 5}, "cost": 0.75}])
+    record_reply(session=session, existing=opened, info=done)
+    opened, done = reply(
+        session,
+        steps=[{"tokens": {"input": 5}, "cost": 0.25}],
+        error={"name": "ProviderError", "message": "upstream <b>503</b>"},
+    )
+    record_reply(session=session, existing=opened, info=done)
+    now = timezone.now()
+    SessionLease.objects.create(
+        session=session,
+        owner="daphne-2:4242",
+        message_id=done["id"],
+        acquired_at=now,
+        heartbeat_at=now,
+        expires_at=now + dt.timedelta(seconds=30),
+    )
+    MemoryCore.objects.create(
+        tenant=session.tenant,
+        user=user,
+        agent="build",
+        window_count=55,
+        last_interaction_at=now - dt.timedelta(days=2),
+    )
+    return session
+
+
+def test_the_index_is_the_dashboard(admin_client, busy):
+    page = admin_client.get(reverse("admin:index"))
+    assert page.status_code == 200
+    text = page.text
+    assert "Forge administration" in text
+    assert "<strong>2</strong> turns · cost <strong>1.0000</strong>" in text
+    assert "failure rate <strong>50 %</strong>" in text
+    assert "<svg" in text
+    assert "turns, cost 1.0000</title>" in text  # today's bar
+    assert "<td>alice</td><td>2</td><td>1.0000</td>" in text
+    assert "<td>build</td><td>2</td><td>1.0000</td>" in text
+    assert "<code>ProviderError</code> upstream &lt;b&gt;503&lt;/b&gt;" in text  # escaped
+    assert "daphne-2:4242" in text
+    assert "<strong>1</strong> streaming now" in text
+    assert "<td>55</td>" in text  # the overdue core's window
+    assert "first delta" in text
+    assert admin_client.get(reverse("admin:index"), {"days": "30"}).context["period"] == 30
+    assert admin_client.get(reverse("admin:index"), {"days": "x"}).context["period"] == 14
+
+
+def test_staff_see_only_their_tenants_and_only_with_the_permission(client, busy, other_user):
+    other_user.is_staff = True
+    other_user.save()
+    client.force_login(other_user)
+    page = client.get(reverse("admin:index"))
+    assert page.status_code == 200
+    assert "Dashboard:" not in page.text  # no view_usage permission
+    other_user.user_permissions.add(Permission.objects.get(codename="view_usage"))
+    page = client.get(reverse("admin:index"))
+    assert "Dashboard:" in page.text
+    assert "<strong>0</strong> turns" in page.text
+    assert "daphne-2:4242" not in page.text
+    assert "ProviderError" not in page.text
+    assert "alice" not in page.text
