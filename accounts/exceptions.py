@@ -14,6 +14,11 @@ class ForgeError(Exception):
     code = "error"
     status = 400  # the request was bad, unless a subclass says otherwise
 
+    @property
+    def extra(self) -> dict[str, object]:
+        """What the error's body (or frame) says beyond its code and message."""
+        return {}
+
 
 class NoTenant(ForgeError, LookupError):
     """The user belongs to no tenant, so has nothing to act on."""

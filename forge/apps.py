@@ -24,6 +24,12 @@ class ForgeConfig(AppConfig):
 
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
 
+        # An imported log's replies count in usage, in the import's transaction.
+        from forge.usage.services import on_session_imported
+        from sessions.signals import session_imported
+
+        session_imported.connect(on_session_imported, dispatch_uid="forge.usage-import")
+
         # Traces, when an OTLP endpoint is set (forge.telemetry.tracing).
         from forge.telemetry import tracing
 

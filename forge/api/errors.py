@@ -33,8 +33,7 @@ def error_response(exc: ForgeError) -> JsonResponse:
 
 def error_extra(exc: ForgeError) -> dict[str, Any]:
     """What an error adds to its body beyond code and message (a budget's ``resets_at``)."""
-    extra = getattr(exc, "extra", None)
-    return dict(extra) if isinstance(extra, dict) else {}
+    return dict(exc.extra)
 
 
 def _with_headers(response: R, exc: ForgeError) -> R:

@@ -16,6 +16,7 @@ import datetime as dt
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,6 +26,40 @@ from forge.access import tenant_of
 from forge.usage import selectors
 
 MAX_DAYS = 366
+
+
+# --- documentation-only shapes ----------------------------------------------------------
+
+
+class UsageRowSerializer(serializers.Serializer):
+    user = serializers.IntegerField(required=False, help_text="with group_by=user")
+    agent = serializers.CharField(required=False, help_text="with group_by=agent")
+    model = serializers.CharField(required=False, help_text="with group_by=model")
+    day = serializers.DateField(required=False, help_text="with group_by=day")
+    turns = serializers.IntegerField()
+    steps = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    reasoning_tokens = serializers.IntegerField()
+    cache_read_tokens = serializers.IntegerField()
+    cache_write_tokens = serializers.IntegerField()
+    cost = serializers.FloatField()
+    failed = serializers.IntegerField()
+    aborted = serializers.IntegerField()
+    tool_calls = serializers.IntegerField()
+
+
+UsageReportSerializer = type(
+    "UsageReportSerializer",
+    (serializers.Serializer,),
+    {
+        # "from" is a Python keyword: the field is declared by name.
+        "from": serializers.DateField(),
+        "to": serializers.DateField(),
+        "group_by": serializers.ChoiceField(choices=list(selectors.GROUPS)),
+        "results": UsageRowSerializer(many=True),
+    },
+)
 
 
 def _day(raw: str | None, *, name: str, default: dt.date) -> dt.date:
@@ -57,6 +92,7 @@ class UsageView(APIView):
             OpenApiParameter("group_by", str, enum=list(selectors.GROUPS)),
             OpenApiParameter("user", int, description="staff: one user's usage"),
         ],
+        responses=UsageReportSerializer,
     )
     def get(self, request: Request) -> Response:
         params = request.query_params

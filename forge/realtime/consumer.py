@@ -256,7 +256,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 speaker=speaker,  # memory is the speaker's, whoever owns the session
             )
         except ForgeError as exc:
-            await self._error(exc.code, str(exc), client_id=client_id)
+            await self._error(exc.code, str(exc), client_id=client_id, **exc.extra)
             return
         await self._send(
             ack_frame(

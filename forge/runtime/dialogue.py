@@ -47,6 +47,7 @@ from memory import services as memory_services
 from sessions import selectors, services
 from sessions.models import Session
 
+from . import accounting
 from .turn import Turn
 
 
@@ -68,7 +69,15 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
     (one batch), and record the exchange in the speaker's window, atomically."""
     session = turn.session
     with transaction.atomic():
-        services.append_batch(session=session, writes=[*held, services.UpdateMessage(info=info)])
+        events = services.append_batch(
+            session=session, writes=[*held, services.UpdateMessage(info=info)]
+        )
+        accounting.reply_completed(
+            session=session,
+            info=events[-1].data,
+            started_at=turn.started_at,
+            first_delta_at=turn.first_delta_at,
+        )
         if turn.depth:
             return
         tenant = session.tenant

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from forge import hooks
+from forge.runtime import accounting
 from sessions import selectors, services
 from sessions.log import format_time, now_ms
 from sessions.models import Session
@@ -71,10 +72,11 @@ def finalize_open_messages(
             # A reply whose calls await an answer is suspended, not broken: it stays
             # open for the answer (forge.runtime.approvals), from any process, later.
             continue
-        services.update_message(
+        completed = services.update_message(
             session=session,
             info={"id": info["id"], "completed_at": now, "error": error or aborted_error(reason)},
         )
+        accounting.reply_completed(session=session, info=completed.data)
         finished.append(info["id"])
     return finished
 

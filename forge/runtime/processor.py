@@ -43,6 +43,8 @@ committed.
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +54,7 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.db.worker import db
 from forge.providers import events as ev
+from forge.telemetry import metrics
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
@@ -110,6 +113,31 @@ def price(model: str, usage: ev.Usage) -> float:
     return round(cost / 1_000_000, 10)
 
 
+def provider_of(model: str) -> str:
+    return model.split("/", 1)[0]
+
+
+_HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
+
+
+def failure_kind(message: str) -> str:
+    """A bounded label for a provider failure: ``http_<status>``, ``timeout``,
+    ``connection``, ``overflow`` or ``other``."""
+    found = _HTTP_STATUS.search(message)
+    if found:
+        return f"http_{found.group(1)}"
+    lowered = message.lower()
+    for word, kind in (
+        ("timed out", "timeout"),
+        ("timeout", "timeout"),
+        ("connect", "connection"),
+        ("context", "overflow"),
+    ):
+        if word in lowered:
+            return kind
+    return "other"
+
+
 class Processor(ToolCalls):
     """Processes the steps of one turn. Keeps only what the current step needs."""
 
@@ -148,7 +176,9 @@ class Processor(ToolCalls):
             work = db(services.append_batch)(session=self.turn.session, writes=batch)
         else:
             work = db(unit)(batch)
+        began = time.monotonic()
         result = await finish_then_cancel(work)
+        metrics.APPEND_SECONDS.observe(time.monotonic() - began)
         finished, self.finished = self.finished, []
         for part_id in finished:
             await self._forget(part_id)
@@ -224,6 +254,9 @@ class Processor(ToolCalls):
                 result = await self._finish_step(event)
                 break
             elif isinstance(event, ev.Retry):
+                metrics.PROVIDER_RETRIES.labels(
+                    provider=provider_of(turn.model), kind=failure_kind(event.message)
+                ).inc()
                 await services.apublish_status(
                     session_id=turn.session.pk,
                     status="retry",
@@ -231,6 +264,9 @@ class Processor(ToolCalls):
                     next_at=event.next_at,
                 )
             elif isinstance(event, ev.Error):
+                metrics.PROVIDER_ERRORS.labels(
+                    provider=provider_of(turn.model), kind=failure_kind(event.message)
+                ).inc()
                 await self.close_open_blocks()
                 result = StepResult("error", ev.Usage(), 0.0, error=event)
                 break
@@ -269,6 +305,12 @@ class Processor(ToolCalls):
             )
         if not event.delta:
             return
+        turn = self.turn
+        if turn.first_delta_at is None:
+            turn.first_delta_at = time.monotonic()
+            metrics.FIRST_DELTA_SECONDS.labels(agent=turn.agent.name, model=turn.model).observe(
+                turn.first_delta_at - turn.started_at
+            )
         offset = buffer.append(block.part_id, event.delta)
         await self.window.add(block.part_id, offset, event.delta)
 

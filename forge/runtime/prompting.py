@@ -29,6 +29,7 @@ from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.providers.base import ToolSpec
 from forge.tools import mcp, tool_specs
+from forge.usage.budgets import check_budget
 from sessions import services
 from sessions.exceptions import NotFound
 from sessions.ids import new_message_id, new_part_id
@@ -176,6 +177,13 @@ def speaker_field(speaker: AbstractBaseUser | None) -> dict[str, Any]:
     return {} if speaker is None else {"user_id": speaker.pk}
 
 
+def within_budget(session: Session, speaker: AbstractBaseUser | None) -> None:
+    """Refuse (``BudgetExceeded``) a turn of ``speaker`` once a monthly budget of the
+    session's tenant, or of the speaker in it, is used up (forge.usage.budgets)."""
+    if speaker is not None:
+        check_budget(tenant=session.tenant, user_id=int(str(speaker.pk)))
+
+
 def check_speaker(session: Session, speaker: AbstractBaseUser | None) -> AbstractBaseUser | None:
     """The turn's speaker: the user given, who must be a member of the session's tenant
     (the faces only pass such users), or the session's owner when none is given."""
@@ -244,10 +252,13 @@ def begin(
     ``speaker`` is the user who sent the prompt (None: the session's owner); the
     prompt and the reply record them, and the turn's memory is theirs.
     Returns the turn to run and the logged user message ``{info, parts}``.
-    Raises ``InvalidPrompt`` (``PromptTooLarge``), ``UnknownAgent``,
-    ``SessionBusy``: then nothing is written.
+    Raises ``BudgetExceeded`` (a monthly budget of the tenant or the speaker is used
+    up), ``InvalidPrompt`` (``PromptTooLarge``), ``UnknownAgent``, ``SessionBusy``:
+    then nothing is written.
     """
     speaker = check_speaker(session, speaker)
+    if not depth:  # a subtask is part of its parent's turn, which was let in already
+        within_budget(session, speaker)
     text = clean_text(text)
     attachments = clean_files(files)
     agent, mentioned = choose_agent(session, text, agent_name)

@@ -23,6 +23,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from accounts import tenancy
+from forge.telemetry import metrics, tracing
 from sessions.models import Message, Session
 
 from . import lease
@@ -38,7 +39,23 @@ def finalize_dead_turn(session: Session) -> list[str]:
     session's lease, or having found it expired."""
     shared = mirror()
     texts = shared.texts_sync(session.pk) if shared is not None else {}
-    return finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
+    finished = finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
+    for message_id in finished:  # the end of each reply, in its own trace
+        with tracing.turn_span(
+            session_id=session.pk,
+            message_id=message_id,
+            agent=session.agent or "",
+            model="",
+            resumed=True,
+        ) as span:
+            tracing.failed(span, "Interrupted", INTERRUPTED)
+
+    def counted() -> None:
+        metrics.LEASE_TAKEOVERS.inc()
+        metrics.TURNS_RECOVERED.inc(len(finished))
+
+    transaction.on_commit(counted)
+    return finished
 
 
 def recover_session(session: Session) -> list[str]:

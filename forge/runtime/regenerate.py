@@ -37,7 +37,7 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
-from .prompting import agent_blocks, check_speaker, model_info, reply_message
+from .prompting import agent_blocks, check_speaker, model_info, reply_message, within_budget
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -61,12 +61,13 @@ def begin_regeneration(
     whoever sent the prompt. Returns the turn to run and the user message
     ``{info, parts}``. Raises ``SessionBusy`` (a turn runs), ``NothingToRegenerate``
     (no reply to a prompt is the chat's last assistant message), ``NotLastReply``,
-    ``InvalidPrompt`` (a malformed ``message_id``), ``UnknownAgent``: then nothing
-    is written.
+    ``InvalidPrompt`` (a malformed ``message_id``), ``UnknownAgent``, ``BudgetExceeded``:
+    then nothing is written.
     """
     if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
         raise InvalidPrompt("messageId must be a message id")
     speaker = check_speaker(session, speaker)
+    within_budget(session, speaker)
     tenant = session.tenant
     assistant_id = new_message_id()
     with transaction.atomic():

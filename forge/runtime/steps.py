@@ -30,6 +30,7 @@ from forge.errors import CompactionFailed, ForgeError, NothingToCompact, Unknown
 from forge.providers import resolve
 from forge.providers.base import Provider
 from forge.providers.events import Usage
+from forge.telemetry import metrics, tracing
 from forge.tools import ToolError
 from sessions import selectors, services
 from sessions.log import format_time, now_ms
@@ -92,6 +93,21 @@ def _error_info(error: Any) -> dict[str, Any]:
 
 
 async def run_turn(turn: Turn, resume: Resume | None = None) -> None:
+    """:func:`_run_turn` in the turn's trace span; a fresh turn (not a resumed one) is
+    counted in ``forge_turns_started``."""
+    if resume is None:
+        metrics.TURNS_STARTED.labels(agent=turn.agent.name, model=turn.model).inc()
+    with tracing.turn_span(
+        session_id=turn.session.pk,
+        message_id=turn.message_id,
+        agent=turn.agent.name,
+        model=turn.model,
+        resumed=resume is not None,
+    ):
+        await _run_turn(turn, resume)
+
+
+async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
     """Loop over steps while the model calls tools, up to the agent's step limit.
 
     Ends with the assistant message completed: normally (``finish`` of the last
@@ -187,7 +203,19 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
     request = await _request(turn, loop)
     if request is None:
         return Next.DONE
-    result = await processor.run_step(loop.provider.stream(request))
+    provider, _, model = turn.model.partition("/")
+    with (
+        tracing.span(f"step {loop.step}", forge__step=loop.step),
+        tracing.model_call(provider=provider, model=model, messages=request.messages) as call,
+    ):
+        result = await processor.run_step(loop.provider.stream(request))
+        tracing.model_result(
+            call,
+            input_tokens=result.usage.input,
+            output_tokens=result.usage.output,
+            finish_reason=result.finish_reason,
+            error=result.error.name if result.error is not None else None,
+        )
     loop.total_cost += result.cost
     if result.error is not None:
         await processor.write()  # what the failed step held, before anything else

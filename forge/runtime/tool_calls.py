@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from forge import tools
 from forge.providers import events as ev
+from forge.telemetry import tracing
 from forge.tools import ToolContext, ToolError, mcp
 from sessions import services
 from sessions.ids import new_part_id
@@ -154,7 +155,12 @@ class ToolCalls:
             run_subtask=turn.run_subtask,
         )
         try:
-            result = await tools.execute(tool, args, context)
+            with tracing.tool_call(tool=tool.name, call_id=call_id) as span:
+                try:
+                    result = await tools.execute(tool, args, context)
+                except ToolError as exc:
+                    tracing.failed(span, "ToolError", str(exc)[:200])
+                    raise
         except ToolError as exc:
             await self.tool_error(call_id, call, exc, args=args)
             return

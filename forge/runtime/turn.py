@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,10 @@ class Turn:
     # subtask's is its parent's. Also logged, as the prompt's and the reply's
     # ``user_id``, which is what finishing the turn and the memory tools read.
     speaker: Any = None
+    # This process's monotonic clock: when it began working on the turn, and when the
+    # turn's first delta streamed (None until then); for the metrics and the log line.
+    started_at: float = field(default_factory=time.monotonic)
+    first_delta_at: float | None = None
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

@@ -26,7 +26,7 @@ class BudgetExceeded(ForgeError):
         self.resets_at = resets_at
 
     @property
-    def extra(self) -> dict[str, str]:
+    def extra(self) -> dict[str, object]:
         return {"resets_at": self.resets_at.isoformat().replace("+00:00", "Z")}
 
     @property

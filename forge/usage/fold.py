@@ -115,7 +115,9 @@ def reply_totals(info: Mapping[str, Any], parts: Iterable[Mapping[str, Any]]) ->
     return totals
 
 
-def fold_log(events: Iterable[Mapping[str, Any]], *, owner_id: int) -> list[tuple[Key, Totals]]:
+def fold_log(
+    events: Iterable[Mapping[str, Any]], *, owner_id: int | None
+) -> list[tuple[Key, Totals]]:
     """The completions a session's log holds, in log order: the rule above applied to
     its ``message.updated`` and ``part.updated`` / ``part.removed`` events."""
     messages: dict[str, Mapping[str, Any]] = {}

@@ -19,7 +19,7 @@ from accounts.models import Tenant, User
 from forge.models import NANOS, Budget, Usage
 from sessions.models import Part, Session, SessionEvent
 
-from .fold import TOKEN_FIELDS, Key, Totals, completes, fold_log, key_of, reply_totals
+from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals
 
 _COLUMNS = (
     "turns",
@@ -74,26 +74,43 @@ def _upsert(tenant_id: int, rows: Iterable[tuple[Key, Totals]]) -> None:
 def record_reply(
     *,
     session: Session,
-    existing: Mapping[str, Any] | None,
     info: Mapping[str, Any],
     parts: Iterable[Mapping[str, Any]] | None = None,
-) -> bool:
-    """Count the reply ``info`` (just logged over the stored ``existing``) when this write
-    completes it (:func:`forge.usage.fold.completes`); True when it counted.
+) -> Totals | None:
+    """Count the reply ``info``, which the write just logged completes (it was open:
+    the caller knows, :func:`forge.usage.fold.completes` is the rule); what it added
+    (None: no user is known for it, and it counted nowhere).
 
     ``parts``: the reply's parts as logged (read from the projection when not given).
     Call it inside the transaction that logged ``info``."""
-    if not completes(existing, info):
-        return False
     if parts is None:
         parts = Part.objects.filter(
             tenant_id=session.tenant_id, message_id=info["id"], type__in=("step-finish", "tool")
         ).values_list("data", flat=True)
     key = key_of(info, owner_id=session.user_id)
     if key is None:
-        return False
-    _upsert(session.tenant_id, [(key, reply_totals(info, parts))])
-    return True
+        return None
+    totals = reply_totals(info, parts)
+    _upsert(session.tenant_id, [(key, totals)])
+    return totals
+
+
+def record_log(*, session: Session) -> int:
+    """Count every reply a whole log completes (an imported session's); the replies."""
+    events = (
+        SessionEvent.objects.filter(tenant_id=session.tenant_id, session_id=session.pk)
+        .filter(type__in=_FOLDED)
+        .order_by("seq")
+        .values("type", "data")
+    )
+    found = fold_log(events.iterator(chunk_size=2000), owner_id=session.user_id)
+    _upsert(session.tenant_id, found)
+    return sum(totals.turns for _, totals in found)
+
+
+def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
+    """``sessions.signals.session_imported``: count the imported log's replies."""
+    record_log(session=session)
 
 
 def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None) -> int:

@@ -18,6 +18,7 @@ from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context
 from ..shapes import ShapeError, normalize_message, normalize_part, nul_path, v_time
+from ..signals import session_imported
 from .messages import (
     append_event,
     remove_message,
@@ -208,6 +209,13 @@ def import_log(
     ):
         raise LogIntegrityError("a log starts with its session.created event")
     check_canonical(events)
+    with transaction.atomic():
+        session = _import(user=user, events=events, copy=copy)
+        session_imported.send(sender=Session, session=session)
+    return session
+
+
+def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool) -> Session:
     if copy:
         return _import_copy(user=user, events=events)
     try:

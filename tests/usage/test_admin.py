@@ -26,8 +26,8 @@ def test_a_budget_is_added_validated_and_shown_with_its_use(admin_client, sessio
     assert "set a monthly limit" in page.text
     assert not Budget.objects.exists()
     assert admin_client.post(url, {"tenant": tenant.pk, "monthly_tokens": "500"}).status_code == 302
-    opened, done = reply(session, steps=[{"tokens": {"input": 120, "output": 3}, "cost": 0.5}])
-    record_reply(session=session, existing=opened, info=done)
+    _opened, done = reply(session, steps=[{"tokens": {"input": 120, "output": 3}, "cost": 0.5}])
+    record_reply(session=session, info=done)
     listing = admin_client.get(reverse("admin:forge_budget_changelist"))
     assert '<td class="field-tokens_used">123</td>' in listing.text
     usage = admin_client.get(reverse("admin:forge_usage_changelist"))

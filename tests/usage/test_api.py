@@ -29,13 +29,13 @@ def used(session, user, other_user):
     mate = User.objects.create_user(username="carol", password="pw-carol-123")
     Membership.objects.create(tenant=session.tenant, user=mate)
     for speaker, tokens, cost in ((user, 10, 0.5), (mate, 30, 0.25), (user, 5, 0.25)):
-        opened, done = reply(
+        _opened, done = reply(
             session, steps=[{"tokens": {"input": tokens}, "cost": cost}], user_id=speaker.pk
         )
-        record_reply(session=session, existing=opened, info=done)
+        record_reply(session=session, info=done)
     elsewhere = create_session(user=other_user)
-    opened, done = reply(elsewhere, steps=[{"tokens": {"input": 1000}, "cost": 9}])
-    record_reply(session=elsewhere, existing=opened, info=done)
+    _opened, done = reply(elsewhere, steps=[{"tokens": {"input": 1000}, "cost": 9}])
+    record_reply(session=elsewhere, info=done)
     return {"alice": user, "carol": mate, "bob": other_user}
 
 

@@ -54,8 +54,8 @@ def test_set_budget_refuses_bad_input_and_changes_nothing(tenant, user, other_us
 
 
 def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
-    opened, done = reply(session, steps=[{"tokens": {"input": 3}, "cost": 0.1}])
-    record_reply(session=session, existing=opened, info=done)
+    _opened, done = reply(session, steps=[{"tokens": {"input": 3}, "cost": 0.1}])
+    record_reply(session=session, info=done)
     Usage.objects.update(turns=42)
     assert "1 replies counted" in run("rebuild_usage")
     assert Usage.objects.get().turns == 1

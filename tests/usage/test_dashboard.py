@@ -20,14 +20,14 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def busy(session, user):
-    opened, done = reply(session, steps=[{"tokens": {"input": 50, "output": 5}, "cost": 0.75}])
-    record_reply(session=session, existing=opened, info=done)
-    opened, done = reply(
+    _opened, done = reply(session, steps=[{"tokens": {"input": 50, "output": 5}, "cost": 0.75}])
+    record_reply(session=session, info=done)
+    _opened, done = reply(
         session,
         steps=[{"tokens": {"input": 5}, "cost": 0.25}],
         error={"name": "ProviderError", "message": "upstream <b>503</b>"},
     )
-    record_reply(session=session, existing=opened, info=done)
+    record_reply(session=session, info=done)
     now = timezone.now()
     SessionLease.objects.create(
         session=session,

@@ -11,6 +11,7 @@ import pytest
 from forge.models import Budget, Usage
 from forge.usage import selectors
 from forge.usage.budgets import BudgetExceeded, check_budget
+from forge.usage.fold import completes
 from forge.usage.services import InvalidBudget, rebuild_usage, record_reply, set_budget
 
 from .helpers import reply
@@ -41,7 +42,8 @@ def rows():
 
 
 def record(session, opened, done):
-    return record_reply(session=session, existing=opened, info=done)
+    """What a completing write does: count the reply if this write completed it."""
+    return completes(opened, done) and record_reply(session=session, info=done) is not None
 
 
 def test_a_completed_reply_adds_to_its_days_row(session):
@@ -148,7 +150,7 @@ def test_a_used_up_budget_refuses_with_when_it_resets(session, user):
     reset = refused.value.resets_at
     assert reset > now
     assert (reset.day, reset.hour, reset.minute) == (1, 0, 0)
-    assert refused.value.extra["resets_at"].endswith("Z")
+    assert str(refused.value.extra["resets_at"]).endswith("Z")
     # next month, the same use is last month's
     check_budget(tenant=session.tenant, user_id=user.pk, now=reset + dt.timedelta(seconds=1))
 
@@ -163,3 +165,19 @@ def test_a_users_own_budget_and_the_cost_limit(session, user):
         tenant=session.tenant, user_id=user.pk, now=dt.datetime.now(dt.UTC)
     )
     assert (tokens, cost) == (1, Decimal("0.5"))
+
+
+def test_an_imported_log_counts_in_the_import_and_in_the_rebuild(session, user):
+    from sessions import selectors
+    from sessions.services import import_log, parse_log
+
+    opened, done = reply(session, steps=[{"tokens": {"input": 4, "output": 2}, "cost": 0.5}])
+    record(session, opened, done)
+    events = parse_log(list(selectors.export_lines(session=session)))
+    copy = import_log(user=user, events=events, copy=True)
+    assert copy.pk != session.pk
+    (row,) = Usage.objects.all()
+    assert (row.turns, row.input_tokens, row.cost) == (2, 8, Decimal("1"))
+    recorded = rows()
+    rebuild_usage()
+    assert rows() == recorded

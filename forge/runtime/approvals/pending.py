@@ -22,7 +22,7 @@ from sessions import services, sql
 from sessions.log import format_time, now_ms
 from sessions.models import Part, Session
 
-from .. import lease
+from .. import accounting, lease
 
 AWAITING = "awaiting-approval"
 EXPIRED = "expired"
@@ -205,7 +205,10 @@ def deny_all(
         if part["message_id"] not in replies:
             replies.append(part["message_id"])
     for message_id in replies:
-        services.update_message(session=session, info={"id": message_id, "completed_at": now})
+        completed = services.update_message(
+            session=session, info={"id": message_id, "completed_at": now}
+        )
+        accounting.reply_completed(session=session, info=completed.data)
     return replies
 
 

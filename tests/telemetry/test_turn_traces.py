@@ -1,0 +1,105 @@
+"""Traces of real turns (the SDK's in-memory exporter): GenAI attributes on the model and
+tool calls, and one trace per reply across an approval and across a takeover."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from forge.runtime import answer
+from forge.runtime.recovery import finalize_dead_turn
+from forge.telemetry import tracing
+from tests.runtime.test_approvals_flow import WRITE, _finished, _suspended
+from tests.runtime.test_turns import run, text_reply, tool_reply
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    tracing.install(SimpleSpanProcessor(exporter))
+    yield exporter
+    tracing.uninstall()
+
+
+def by_trace(exporter, message_id):
+    trace_id, _ = tracing.turn_ids(message_id)
+    return [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
+
+
+async def test_a_tool_turn_is_one_trace_with_genai_attributes(session, agents, script, spans):
+    agents["build"].tools = ["read_file"]
+    await database_sync_to_async(agents["build"].save)()
+    script(
+        [
+            tool_reply("read_file", '{"path": "none.txt"}'),
+            text_reply("done", usage={"input": 9, "output": 1}),
+        ]
+    )
+    started = await run(session, "read")
+    found = by_trace(spans, started.assistant_message_id)
+    names = sorted(s.name for s in found)
+    assert names == [
+        "chat script",
+        "chat script",
+        "execute_tool read_file",
+        "invoke_agent build",
+        "step 1",
+        "step 2",
+    ]
+    (turn,) = [s for s in found if s.name == "invoke_agent build"]
+    assert turn.parent is None
+    assert turn.attributes["gen_ai.conversation.id"] == session.pk
+    chats = [s for s in found if s.name == "chat script"]
+    assert {s.attributes["gen_ai.provider.name"] for s in chats} == {"offline"}
+    assert sorted(tuple(s.attributes["gen_ai.response.finish_reasons"]) for s in chats) == [
+        ("stop",),
+        ("tool-calls",),
+    ]
+    assert {s.attributes["gen_ai.usage.input_tokens"] for s in chats} == {5, 9}
+    assert all("gen_ai.input.messages" not in s.attributes for s in chats)  # content off
+    (tool,) = [s for s in found if s.name.startswith("execute_tool")]
+    assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
+    assert tool.attributes["error.type"] == "ToolError"  # no such file
+    assert {s.context.trace_id for s in found} == {turn.context.trace_id}
+
+
+async def test_an_approved_turn_goes_on_in_the_same_trace(
+    session, agents, settings, script, user, spans
+):
+    reply = await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("written")]
+    )
+    await answer(session=session, user=user, call_id="call_1", approve=True, reason="ok")
+    await _finished(session)
+    found = by_trace(spans, reply["info"]["id"])
+    turns = [s for s in found if s.name == "invoke_agent build"]
+    assert len(turns) == 2  # the first pass, then the one the answer resumed
+    root = next(s for s in turns if s.parent is None)
+    resumed = next(s for s in turns if s.parent is not None)
+    assert resumed.parent.span_id == root.context.span_id
+    assert resumed.attributes["forge.resumed"] is True
+    assert any(s.name == "execute_tool write_file" for s in found)
+
+
+def test_a_turn_finalized_after_a_takeover_ends_in_its_trace(session, spans):
+    """What a killed process leaves: an open reply. The process that takes the lease over
+    finalizes it in the reply's trace: a child of the root span the dead process
+    started (whose ids every process derives from the message id, as the live turn's
+    root above shows)."""
+    from sessions import services
+
+    asked = services.update_message(session=session, info={"role": "user"}).data["id"]
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": asked, "agent": "build"}
+    ).data["id"]
+    assert finalize_dead_turn(session) == [reply]
+    (recovered,) = spans.get_finished_spans()
+    trace_id, root_id = tracing.turn_ids(reply)
+    assert recovered.context.trace_id == trace_id
+    assert recovered.parent.span_id == root_id
+    assert recovered.attributes["forge.resumed"] is True
+    assert recovered.attributes["error.type"] == "Interrupted"

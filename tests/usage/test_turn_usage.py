@@ -1,0 +1,129 @@
+"""Usage, metrics and the turn-end log after real turns through the runtime: a finished
+tool-using turn, a failed one and an aborted one. The usage table equals the fold of
+the logs (rebuild_usage), on both engines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+from asgiref.sync import sync_to_async
+from prometheus_client import REGISTRY
+
+from forge.models import Usage
+from forge.runtime import abort_turn, start_turn
+from forge.usage.services import rebuild_usage
+from sessions.services import create_session
+from tests.runtime.test_abort_and_recovery import slow_text, wait_until
+from tests.runtime.test_turns import run, text_reply, tool_reply
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def rows() -> list[tuple]:
+    return sorted(
+        Usage.objects.values_list(
+            "user_id",
+            "agent",
+            "model",
+            "day",
+            "turns",
+            "steps",
+            "input_tokens",
+            "output_tokens",
+            "cost_nanos",
+            "failed",
+            "aborted",
+            "tool_calls",
+        )
+    )
+
+
+async def test_usage_metrics_and_logs_follow_real_turns(session, user, agents, script, caplog):
+    caplog.set_level(logging.INFO, logger="forge.turns")
+    agents["build"].tools = ["read_file"]
+    await sync_to_async(agents["build"].save)()
+    labels = {"agent": "build", "model": "offline/script"}
+    before = {
+        name: sample(f"forge_turns_{name}_total", **labels)
+        for name in ("started", "finished", "failed", "aborted")
+    }
+    replies_before = sample("forge_reply_seconds_count", **labels)
+    firsts_before = sample("forge_first_delta_seconds_count", **labels)
+    errors_before = sample("forge_provider_errors_total", provider="offline", kind="http_503")
+
+    # a finished turn: a tool call, then the answer (two steps)
+    script(
+        [
+            tool_reply("read_file", '{"path": "missing.txt"}'),
+            text_reply("it is not there", usage={"input": 40, "output": 4}),
+        ]
+    )
+    await run(session, "read the file")
+    # a failed turn, in a session of its own (the script counts replies per session)
+    failing = await sync_to_async(create_session)(user=user)
+    script([[{"type": "error", "name": "ProviderError", "message": "HTTP 503 from the model"}]])
+    await run(failing, "fail please")
+    # an aborted turn
+    aborting = await sync_to_async(create_session)(user=user)
+    script([slow_text(200, 0.02)])
+    started = await start_turn(session=aborting, text="talk slowly")
+
+    firsts = sample("forge_first_delta_seconds_count", **labels)
+    await wait_until(lambda: sample("forge_first_delta_seconds_count", **labels) > firsts)
+    await abort_turn(session=aborting)
+    await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 10)
+
+    recorded = await sync_to_async(rows)()
+    assert len(recorded) == 1  # one user, agent, model and day
+    (row,) = recorded
+    turns, steps, _, output_tokens, _, failed, aborted, tool_calls = row[4:]
+    assert (turns, failed, aborted, tool_calls) == (3, 1, 1, 1)
+    assert steps == 2  # the finished turn's two; the failed and aborted ones logged none
+    assert output_tokens >= 7
+    await sync_to_async(rebuild_usage)()
+    assert await sync_to_async(rows)() == recorded  # the table is the fold of the logs
+
+    after = {
+        name: sample(f"forge_turns_{name}_total", **labels)
+        for name in ("started", "finished", "failed", "aborted")
+    }
+    assert {k: after[k] - before[k] for k in after} == {
+        "started": 3,
+        "finished": 1,
+        "failed": 1,
+        "aborted": 1,
+    }
+    assert sample("forge_reply_seconds_count", **labels) - replies_before == 3
+    assert firsts - firsts_before == 1  # the finished turn's (its second step streamed)
+    assert (
+        sample("forge_provider_errors_total", provider="offline", kind="http_503") - errors_before
+        == 1
+    )
+    assert sample("forge_append_seconds_count") > 0
+
+    lines = [r for r in caplog.records if r.name == "forge.turns"]
+    outcomes = sorted(r.forge["outcome"] for r in lines)
+    assert outcomes == ["aborted", "failed", "finished"]
+    finished = next(r.forge for r in lines if r.forge["outcome"] == "finished")
+    assert finished["session_id"] == session.pk
+    assert finished["steps"] == 2
+    assert finished["first_delta_ms"] is not None
+    assert "prompt" not in finished
+    assert "read the file" not in json.dumps([r.forge for r in lines])
+
+
+async def test_the_turn_line_carries_the_prompt_only_when_asked(session, agents, settings, caplog):
+    caplog.set_level(logging.INFO, logger="forge.turns")
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_LOG_PROMPTS = True
+    await run(session, "say this back")
+    (line,) = [r.forge for r in caplog.records if r.name == "forge.turns"]
+    assert line["prompt"] == "say this back"
+    assert line["outcome"] == "finished"
