@@ -149,11 +149,11 @@ DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL")
 FORGE_REPLICA_RETRY_SECONDS = env_float("FORGE_REPLICA_RETRY_SECONDS", 5.0)
 
 
-def replica_config(url: str) -> dict[str, Any]:
+def replica_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
     """The ``replica`` entry: as the primary's, with a short connect timeout (a replica
     that is away must cost a read little before it falls back to the primary); under
     tests it mirrors ``default``, so the suite's test database serves both."""
-    config = database_config(url)
+    config = database_config(url, pool=pool)
     if config["ENGINE"] == "forge.db.postgresql":
         config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
     config["TEST"] = {"MIRROR": "default"}
