@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cluster import pg
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var" / "cluster"
+# Everything the cluster writes (CLUSTER_DIR: another place, for a test's own cluster).
+VAR = Path(os.environ.get("CLUSTER_DIR") or ROOT / "var" / "cluster").resolve()
 PIDS = VAR / "pids"
 LOGS = VAR / "logs"
 BIN = ROOT / ".venv" / "bin"
@@ -328,7 +329,7 @@ def greeting(config: Config) -> str:
         f"({', '.join(map(str, config.daphne_ports))}), Redis shards on "
         f"{', '.join(map(str, config.redis_ports))}, PostgreSQL primary on "
         f"{config.primary.port} and replica on {config.replica.port}\n"
-        f"Logs: {LOGS.relative_to(ROOT)}/   Stop: make cluster-stop"
+        f"Logs: {LOGS}/   Stop: make cluster-stop"
     )
 
 
