@@ -40,7 +40,9 @@ def chat(pg_pair: tuple[pg.Server, pg.Server]) -> Iterator[dict[str, Any]]:
 
     def say(text: str) -> None:
         message = update_message(session=session, info={"role": "user"}).data
-        update_part(session=session, part={"message_id": message["id"], "type": "text", "text": text})
+        update_part(
+            session=session, part={"message_id": message["id"], "type": "text", "text": text}
+        )
 
     say("first")
     pg.wait_replayed(primary, replica)
