@@ -55,4 +55,6 @@ def test_prompts_in_another_process_count(settings, monkeypatch: pytest.MonkeyPa
     assert here.allow_user(_User(user))  # the third of the minute
     refused = PromptRateThrottle()
     assert not refused.allow_user(_User(user))  # a fourth, wherever it comes from
-    assert refused.wait() > 0
+    wait = refused.wait()
+    assert wait is not None
+    assert wait > 0

@@ -69,13 +69,14 @@ def _texts(body: dict[str, Any]) -> list[str]:
 def _head(chat: dict[str, Any], alias: str) -> int:
     from sessions.models import SessionEvent
 
-    return (
+    newest = (
         SessionEvent.objects.using(alias)
         .filter(session=chat["session"])
         .order_by("-seq")
         .values_list("seq", flat=True)
         .first()
     )
+    return newest or 0
 
 
 def test_a_history_page_and_an_export_read_the_replica(lagging: dict[str, Any]) -> None:
