@@ -154,3 +154,25 @@ def test_a_stopped_replica_falls_back_to_the_primary(
     export = client.get(f"/api/sessions/{session.pk}/export/")
     assert export.status_code == 200
     assert len(b"".join(export.streaming_content).splitlines()) == 1 + _head(chat, "default")
+
+
+def test_the_admin_list_of_sessions_reads_the_replica(lagging: dict[str, Any]) -> None:
+    from django.test import Client
+
+    from accounts.services import create_user
+    from sessions.services import create_session
+
+    n = Token.objects.count()
+    staff = create_user(
+        username=f"staff{n}", tenant_name=f"staff{n}", password="x", staff=True, validate=False
+    ).user
+    staff.is_superuser = True
+    staff.save(update_fields=["is_superuser"])
+    new = create_session(user=lagging["session"].user, title="written while the replica lags")
+    client = Client()
+    client.force_login(staff)  # the login's session row: written to the primary
+
+    listed = client.get("/admin/forge_sessions/session/")
+    assert listed.status_code == 200
+    assert lagging["session"].pk in listed.content.decode()
+    assert new.pk not in listed.content.decode()  # the replica has not replayed it
