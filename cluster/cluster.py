@@ -12,6 +12,8 @@ What runs (every port configurable by the environment; see docs/deploy.md):
 * a PostgreSQL primary on ``CLUSTER_PG_PORT`` (5441) and its streaming replica on the
   next port, in ``var/cluster/pg-primary`` and ``var/cluster/pg-replica``.
 
+``CLUSTER_DIR`` moves everything it writes elsewhere than ``var/cluster``.
+
 Every process this script starts has a pid file in ``var/cluster/pids`` (PostgreSQL's
 own ``postmaster.pid``); ``down`` stops those processes and nothing else, and checks a
 pid still names the command it started before it signals it. ``up`` while the cluster
