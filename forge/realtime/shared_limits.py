@@ -14,7 +14,11 @@ gives its slots back within ``SLOT_SECONDS``, with no one to clean up after it.
 Fails open, as the throttles do (``forge.throttling``): when Redis cannot be reached,
 a stream is counted by its process only, a warning is logged, and Redis is not asked
 again for ``PAUSE_AFTER_FAILURE`` seconds. Its socket timeout is short: a frozen Redis
-costs the stream that finds it half a second, not every stream of an outage.
+costs the process whose stream finds it half a second, not every stream of an outage.
+
+The calls are synchronous, made where ``forge.realtime.hub`` takes and gives back a
+slot (on the event loop): one loopback round trip per stream opened and closed. The
+renewals run on their own thread.
 """
 
 from __future__ import annotations
