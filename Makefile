@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-js node-deps lint format migrate clean bench
+.PHONY: run test test-js node-deps lint format migrate clean bench cluster cluster-stop cluster-status
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,19 @@ run: $(VENV)/.run-deps | var
 	$(BIN)/python manage.py recover_sessions --quiet
 	$(BIN)/python manage.py setup_demo --host $(HOST) --port $(PORT)
 	$(BIN)/daphne -b $(HOST) -p $(PORT) forge.asgi:application
+
+# nginx in front of CLUSTER_DAPHNES (3) daphnes, Redis shards and a PostgreSQL primary
+# with a streaming replica, all on 127.0.0.1 and under var/cluster/ (cluster/cluster.py;
+# docs/deploy.md). Needs Debian's nginx, redis-server and postgresql packages.
+cluster: $(VENV)/.run-deps
+	$(BIN)/python cluster/cluster.py up
+
+cluster-stop:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python cluster/cluster.py down; \
+	else $(PYTHON) cluster/cluster.py down; fi
+
+cluster-status:
+	$(BIN)/python cluster/cluster.py status
 
 lint: $(VENV)/.dev-deps
 	$(BIN)/ruff check .

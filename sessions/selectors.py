@@ -164,20 +164,26 @@ def events_after(
     return [event_wire(event) for event in events]
 
 
-def iter_log(*, session: Session, with_hash: bool = True) -> Iterator[dict[str, Any]]:
-    """Every wire event of a session the caller already holds (so tenant-checked), in order."""
-    events = SessionEvent.objects.filter(tenant_id=session.tenant_id, session=session).order_by(
-        "seq"
+def iter_log(
+    *, session: Session, with_hash: bool = True, using: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every wire event of a session the caller already holds (so tenant-checked), in order.
+    ``using``: the database alias to read (a replica for an export); default: the router's."""
+    events = (
+        SessionEvent.objects.db_manager(using)
+        .filter(tenant_id=session.tenant_id, session=session)
+        .order_by("seq")
     )
     for event in events.iterator(chunk_size=2000):
         yield event_wire(event, with_hash=with_hash)
 
 
-def export_lines(*, session: Session) -> Iterator[str]:
+def export_lines(*, session: Session, using: str | None = None) -> Iterator[str]:
     """The session's export file, line by line: the header, then every event with its
-    hash (JSON Lines)."""
+    hash (JSON Lines). ``using``: the database alias to read, for every line."""
     head = (
-        SessionEvent.objects.filter(tenant_id=session.tenant_id, session=session)
+        SessionEvent.objects.db_manager(using)
+        .filter(tenant_id=session.tenant_id, session=session)
         .order_by("-seq")
         .values_list("seq", "hash")
         .first()
@@ -185,7 +191,7 @@ def export_lines(*, session: Session) -> Iterator[str]:
     seq, head_hash = head or (0, "")
     header = log_header(session_id=session.pk, events=seq, head_hash=head_hash)
     yield json.dumps(header, separators=(",", ":")) + "\n"
-    for event in iter_log(session=session):
+    for event in iter_log(session=session, using=using):
         if event["seq"] > seq:  # written after the header was: the next export has it
             return
         yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"

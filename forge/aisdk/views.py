@@ -49,6 +49,7 @@ from forge.access import chat_of, tenant_of
 from forge.api.parsers import SafeJSONParser
 from forge.api.schema import errors
 from forge.context.superseded import is_reply
+from forge.db.routing import lagging_read
 from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.responses import SubscribedStream, open_stream
@@ -333,11 +334,13 @@ class ChatMessagesView(APIView):
             default=selectors.PAGE_DEFAULT,
             maximum=selectors.PAGE_MAX,
         )
-        page = selectors.message_page(
-            tenant=tenant,
-            session_id=session.pk,
-            limit=limit,
-            before=request.query_params.get("before"),
+        page = lagging_read(  # a history page tolerates lag (forge.db.routing)
+            lambda: selectors.message_page(
+                tenant=tenant,
+                session_id=session.pk,
+                limit=limit,
+                before=request.query_params.get("before"),
+            )
         )
         next_url = None
         if page.next_before:

@@ -40,6 +40,7 @@ from rest_framework.viewsets import GenericViewSet
 
 from accounts.models import Tenant
 from forge.access import tenant_of
+from forge.db.routing import lagging_read
 from forge.params import parse_limit, parse_seq
 from memory import selectors
 from memory.exceptions import InvalidQuery
@@ -242,7 +243,9 @@ class MemoryViewSet(GenericViewSet):
         tenant = self.tenant  # authenticates: the caller is a user of this tenant
         user = request.user
         assert isinstance(user, AbstractBaseUser)
-        hits = selectors.search_slices(
-            tenant=tenant, query=query, user=user, agent=agent, limit=limit
+        hits = lagging_read(  # search tolerates lag (forge.db.routing)
+            lambda: selectors.search_slices(
+                tenant=tenant, query=query, user=user, agent=agent, limit=limit
+            )
         )
         return Response(page_body([hit.wire() for hit in hits], None))

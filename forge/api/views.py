@@ -29,6 +29,7 @@ from accounts.models import Tenant
 from forge import runtime, server_limits
 from forge.access import session_of, tenant_of
 from forge.context import request_for
+from forge.db.routing import lagging_iter, lagging_read
 from forge.errors import InvalidAnswer, SessionBusy
 from forge.params import parse_limit, parse_seq
 from forge.runtime.agents import get_agent
@@ -178,12 +179,18 @@ class SessionViewSet(GenericViewSet):
         )
         # Read before the page: a client that resumes the stream after this seq sees
         # every change the page might have missed (and re-applies some it has, by id).
-        head = selectors.head_seq(tenant=self.tenant, session_id=pk)
-        page = selectors.message_page(
-            tenant=self.tenant,
-            session_id=pk,
-            limit=limit,
-            before=request.query_params.get("before"),
+        # A history page tolerates lag: both reads on the replica when there is one, so
+        # head_seq is the head of what the page shows (forge.db.routing).
+        head, page = lagging_read(
+            lambda: (
+                selectors.head_seq(tenant=self.tenant, session_id=pk),
+                selectors.message_page(
+                    tenant=self.tenant,
+                    session_id=pk,
+                    limit=limit,
+                    before=request.query_params.get("before"),
+                ),
+            )
         )
         next_url = _url(request, before=page.next_before, limit=limit) if page.next_before else None
         response = Response({**page_body(page.items, next_url), "head_seq": head})
@@ -321,7 +328,12 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
         at = request.query_params.get("at")
         seq = None if at in (None, "") else parse_seq(at, name="at", default=0)
-        model, model_request = request_for(session, at=seq)
+        if seq is None:
+            model, model_request = request_for(session, at=seq)
+        else:  # the log as of a seq: the replica, once it has replayed that far
+            model, model_request = lagging_read(
+                lambda: request_for(session, at=seq), at_least=(self.tenant, session.pk, seq)
+            )
         return Response({"at": seq, "provider_model": model, **model_request.as_dict()})
 
     @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.STR})
@@ -330,7 +342,8 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
 
         response = StreamingHttpResponse(
-            selectors.export_lines(session=session), content_type="application/x-ndjson"
+            lagging_iter(lambda using: selectors.export_lines(session=session, using=using)),
+            content_type="application/x-ndjson",
         )
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'
         return response

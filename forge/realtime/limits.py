@@ -1,12 +1,13 @@
-"""How many live streams (sockets and SSE streams together) one user may hold open in
-one server process: ``FORGE_MAX_STREAMS_PER_USER``.
+"""How many live streams (sockets and SSE streams together) one user may hold open:
+``FORGE_MAX_STREAMS_PER_USER``, in each server process and, with ``REDIS_URL`` set,
+across all of them (``forge.realtime.shared_limits``: slots in Redis that expire when
+their process stops renewing them; Redis away, the per-process count alone holds).
 
 Each open stream holds a hub subscription and a task; a client that opens them
-in a loop must not exhaust a process. The count is per process (a load
-balancer spreads a user's streams over processes, so the whole deployment
-allows processes times the limit); it needs no shared state and cannot leak across
-a crash. A slot is taken only once a stream's subscription is open, and given back
-when the subscription closes (``forge.realtime.hub``), so a failed open keeps none.
+in a loop must not exhaust a process. The per-process count needs no shared state
+and cannot leak across a crash. A slot is taken only once a stream's subscription is
+open, and given back when the subscription closes (``forge.realtime.hub``), so a failed
+open keeps none.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections import Counter
 from django.conf import settings
 
 from forge.errors import ForgeError
+
+from . import shared_limits
 
 
 class TooManyStreams(ForgeError):
@@ -45,9 +48,14 @@ def take(user_id: int) -> None:
         if _open[user_id] >= limit:
             raise TooManyStreams(f"at most {limit} open streams per user; close one first")
         _open[user_id] += 1
+    if not shared_limits.take(user_id, limit):
+        give_back(user_id, shared=False)
+        raise TooManyStreams(f"at most {limit} open streams per user; close one first")
 
 
-def give_back(user_id: int) -> None:
+def give_back(user_id: int, *, shared: bool = True) -> None:
+    if shared:
+        shared_limits.give_back(user_id)
     with _lock:
         _open[user_id] -= 1
         if _open[user_id] <= 0:

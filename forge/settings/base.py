@@ -152,12 +152,37 @@ FORGE_DB_APP_ROLE = env_str("FORGE_DB_APP_ROLE", "")
 if FORGE_DB_APP_ROLE and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", FORGE_DB_APP_ROLE):
     raise ValueError(f"FORGE_DB_APP_ROLE must be a lower-case identifier: {FORGE_DB_APP_ROLE!r}")
 DATABASES = {"default": database_config(DATABASE_URL)}
+# A streaming replica for reads that tolerate lag (forge.db.routing; docs/deploy.md,
+# "Reads on the replica"). Unset: one database, nothing routed.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL")
+# Seconds a replica that failed a read is left out before it is tried again.
+FORGE_REPLICA_RETRY_SECONDS = env_float("FORGE_REPLICA_RETRY_SECONDS", 5.0)
+
+
+def replica_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
+    """The ``replica`` entry: as the primary's, with a short connect timeout (a replica
+    that is away must cost a read little before it falls back to the primary); under
+    tests it mirrors ``default``, so the suite's test database serves both."""
+    config = database_config(url, pool=pool)
+    if config["ENGINE"] == "forge.db.postgresql":
+        config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
+    config["TEST"] = {"MIRROR": "default"}
+    return config
+
+
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = replica_config(DATABASE_REPLICA_URL)
+    DATABASE_ROUTERS = ["forge.db.routing.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
 # --- Channel layer and cache --------------------------------------------------
 
-REDIS_URL = env_str("REDIS_URL")
+# One Redis, or several separated by commas (shards): the channel layer spreads
+# groups and channels over all of them (channels-redis hashes the name); the cache, the
+# in-flight mirror and the throttles use the first (docs/deploy.md, "Redis shards").
+REDIS_URLS = env_list("REDIS_URL", [])
+REDIS_URL = REDIS_URLS[0] if REDIS_URLS else ""
 # Names in Redis (channel layer, cache, in-flight buffer) start with this, so
 # several deployments, or test runs, can share one Redis.
 FORGE_REDIS_PREFIX = env_str("FORGE_REDIS_PREFIX", "forge")
@@ -175,10 +200,12 @@ if FORGE_CHANNEL_LAYER not in ("pubsub", "core"):
 
 
 def channel_layers(
-    redis_url: str, *, prefix: str = "forge", layer: str | None = None
+    redis_url: str | list[str], *, prefix: str = "forge", layer: str | None = None
 ) -> dict[str, Any]:
     layer = layer or FORGE_CHANNEL_LAYER
-    if not redis_url:
+    urls = [redis_url] if isinstance(redis_url, str) else redis_url
+    urls = [url for url in urls if url]
+    if not urls:
         return {
             "default": {
                 "BACKEND": "channels.layers.InMemoryChannelLayer",
@@ -188,18 +215,18 @@ def channel_layers(
     # channels-redis waits on an idle channel with a 5 s BZPOPMIN; redis-py (8+) gives
     # up reading after 5 s by default, so a receive could time out just as the server
     # answered, losing the message it had popped. Read for longer than the wait.
-    host = {"address": redis_url, "socket_timeout": 10, "health_check_interval": 15}
+    hosts = [{"address": url, "socket_timeout": 10, "health_check_interval": 15} for url in urls]
     if layer == "pubsub":
         return {
             "default": {
                 "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                "CONFIG": {"hosts": [host], "prefix": prefix},
+                "CONFIG": {"hosts": hosts, "prefix": prefix},
             }
         }
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [host], "prefix": prefix, "capacity": 1000, "expiry": 60},
+            "CONFIG": {"hosts": hosts, "prefix": prefix, "capacity": 1000, "expiry": 60},
         }
     }
 
@@ -220,7 +247,7 @@ def caches(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
     }
 
 
-CHANNEL_LAYERS = channel_layers(REDIS_URL, prefix=FORGE_REDIS_PREFIX)
+CHANNEL_LAYERS = channel_layers(REDIS_URLS, prefix=FORGE_REDIS_PREFIX)
 CACHES = caches(REDIS_URL, prefix=FORGE_REDIS_PREFIX)
 
 

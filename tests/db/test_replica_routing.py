@@ -1,0 +1,178 @@
+"""Reads that tolerate lag go to a real streaming replica; current ones to the primary
+(issue 21, item 2; forge.db.routing).
+
+The replica is made to lag deterministically: ``pg_wal_replay_pause()`` on it, then
+writes on the primary. A read that went to the replica then misses those writes; one
+that went to the primary has them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cluster import pg
+from forge.db import routing
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.usefixtures("routed")]
+
+
+@pytest.fixture
+def chat(pg_pair: tuple[pg.Server, pg.Server]) -> Iterator[dict[str, Any]]:
+    """A user, an API client and a session with one message, replayed on the replica."""
+    from accounts.services import create_user
+    from sessions.services import create_session, update_message, update_part
+
+    primary, replica = pg_pair
+    routing.mark_replica_up()
+    n = Token.objects.count()
+    user = create_user(
+        username=f"routed{n}", tenant_name=f"routed{n}", password="x", validate=False
+    ).user
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    session = create_session(user=user, title="routed")
+
+    def say(text: str) -> None:
+        message = update_message(session=session, info={"role": "user"}).data
+        update_part(
+            session=session, part={"message_id": message["id"], "type": "text", "text": text}
+        )
+
+    say("first")
+    pg.wait_replayed(primary, replica)
+    yield {"client": client, "session": session, "say": say, "tenant": session.tenant}
+    replica.start()  # a test that stopped it
+    if replica.psql("SELECT pg_is_wal_replay_paused()") == "t":
+        replica.psql("SELECT pg_wal_replay_resume()")
+    routing.mark_replica_up()
+
+
+@pytest.fixture
+def lagging(pg_pair: tuple[pg.Server, pg.Server], chat: dict[str, Any]) -> dict[str, Any]:
+    """The replica stops replaying; then a second message is written on the primary."""
+    _, replica = pg_pair
+    replica.psql("SELECT pg_wal_replay_pause()")
+    chat["say"]("second")
+    return chat
+
+
+def _texts(body: dict[str, Any]) -> list[str]:
+    return [p["text"] for m in body["results"] for p in m["parts"] if p["type"] == "text"]
+
+
+def _head(chat: dict[str, Any], alias: str) -> int:
+    from sessions.models import SessionEvent
+
+    newest = (
+        SessionEvent.objects.using(alias)
+        .filter(session=chat["session"])
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return newest or 0
+
+
+def test_a_history_page_and_an_export_read_the_replica(lagging: dict[str, Any]) -> None:
+    session, client = lagging["session"], lagging["client"]
+    replica_head, primary_head = _head(lagging, "replica"), _head(lagging, "default")
+    assert replica_head < primary_head  # the replica lags: the setup worked
+
+    page = client.get(f"/api/sessions/{session.pk}/messages/")
+    assert page.status_code == 200
+    assert _texts(page.json()) == ["first"]  # what the replica has
+    assert page.json()["head_seq"] == replica_head  # the head of what the page shows
+
+    export = client.get(f"/api/sessions/{session.pk}/export/")
+    lines = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
+    assert lines[0]["events"] == replica_head
+    assert [event["seq"] for event in lines[1:]] == list(range(1, replica_head + 1))
+
+
+def test_a_cursor_beyond_the_replica_reads_the_primary(lagging: dict[str, Any]) -> None:
+    session, client, tenant = lagging["session"], lagging["client"], lagging["tenant"]
+    replica_head, primary_head = _head(lagging, "replica"), _head(lagging, "default")
+
+    # The context as of the primary's head: the replica has not replayed it (it would
+    # answer 400, "at must be a seq from 0 to <its head>"), so the primary serves it.
+    beyond = client.get(f"/api/sessions/{session.pk}/context/?at={primary_head}")
+    assert beyond.status_code == 200, beyond.content
+    assert beyond.json()["at"] == primary_head
+
+    # A position the replica has: it serves it.
+    from sessions import selectors
+
+    def head() -> int:
+        return selectors.head_seq(tenant=tenant, session_id=session.pk)
+
+    assert routing.lagging_read(head, at_least=(tenant, session.pk, replica_head)) == replica_head
+    assert routing.lagging_read(head, at_least=(tenant, session.pk, primary_head)) == primary_head
+
+    # A client resuming after what it was told exists (the events route, the stream)
+    # reads the primary: it sees the second message although the replica lags.
+    events = client.get(f"/api/sessions/{session.pk}/events/?after={replica_head}")
+    assert [event["seq"] for event in events.json()["results"]] == list(
+        range(replica_head + 1, primary_head + 1)
+    )
+
+
+def test_reads_inside_a_write_go_to_the_primary(lagging: dict[str, Any]) -> None:
+    from django.db import transaction
+
+    from sessions import selectors
+
+    tenant, session = lagging["tenant"], lagging["session"]
+    assert routing.replica_alias() == routing.REPLICA
+    with transaction.atomic():
+        assert routing.replica_alias() == routing.PRIMARY
+        page = routing.lagging_read(
+            lambda: selectors.message_page(tenant=tenant, session_id=session.pk)
+        )
+    assert len(page.items) == 2
+
+
+def test_a_stopped_replica_falls_back_to_the_primary(
+    pg_pair: tuple[pg.Server, pg.Server], chat: dict[str, Any]
+) -> None:
+    _, replica = pg_pair
+    session, client = chat["session"], chat["client"]
+    assert client.get(f"/api/sessions/{session.pk}/messages/").status_code == 200  # connected
+    replica.stop()
+    chat["say"]("second")
+
+    page = client.get(f"/api/sessions/{session.pk}/messages/")
+    assert page.status_code == 200
+    assert _texts(page.json()) == ["first", "second"]  # from the primary
+    assert routing.replica_alias() == routing.PRIMARY  # left out for a while
+
+    export = client.get(f"/api/sessions/{session.pk}/export/")
+    assert export.status_code == 200
+    assert len(b"".join(export.streaming_content).splitlines()) == 1 + _head(chat, "default")
+
+
+def test_the_admin_list_of_sessions_reads_the_replica(lagging: dict[str, Any]) -> None:
+    from django.test import Client
+
+    from accounts.services import create_user
+    from sessions.services import create_session
+
+    n = Token.objects.count()
+    staff = create_user(
+        username=f"staff{n}", tenant_name=f"staff{n}", password="x", staff=True, validate=False
+    ).user
+    staff.is_superuser = True
+    staff.save(update_fields=["is_superuser"])
+    new = create_session(user=lagging["session"].user, title="written while the replica lags")
+    client = Client()
+    client.force_login(staff)  # the login's session row: written to the primary
+
+    listed = client.get("/admin/forge_sessions/session/")
+    assert listed.status_code == 200
+    assert lagging["session"].pk in listed.content.decode()
+    assert new.pk not in listed.content.decode()  # the replica has not replayed it
