@@ -5,7 +5,8 @@ Several processes: each daphne counts its own. Either scrape every process
 (per-process scraping, the default), or set ``PROMETHEUS_MULTIPROC_DIR`` to a
 directory shared by the processes of one machine (emptied before they start), and
 any process's ``/metrics`` serves the sum of all of them
-(``prometheus_client``'s multiprocess mode; gauges sum over live processes).
+(``prometheus_client``'s multiprocess mode; gauges sum over live processes: a process
+that exits leaves the sum, one killed with SIGKILL stays in it until the next start).
 
 Labels are bounded: agent and model names come from the operator's configuration,
 tools from the registry and the MCP servers the operator named, kinds and faces from
@@ -15,7 +16,10 @@ a turn to fail.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import atexit
+import os
+
+from prometheus_client import Counter, Gauge, Histogram, multiprocess
 
 # Latency buckets (seconds) for a first delta and a whole reply: from a cached local
 # model to a slow remote one.
@@ -81,6 +85,11 @@ APPEND_SECONDS = Histogram(
 )
 
 FACES = ("socket", "sse", "aisdk")
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # A process that exits takes its live gauges (streams open) out of the sum; one
+    # killed with SIGKILL cannot, which is why the directory is emptied at each start.
+    atexit.register(multiprocess.mark_process_dead, os.getpid())
 
 
 def model_label(model: object) -> str:
