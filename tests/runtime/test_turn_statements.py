@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import Counter
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -54,7 +55,7 @@ class Statements:
 
     def __call__(self, execute: Any, query: str, params: Any, many: bool, context: Any) -> Any:
         phase = "other"
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             code = frame.f_code
             found = next(
