@@ -79,7 +79,7 @@ async def turn(session: Any, text: str) -> None:
 # Pinned counts per stack: (prompt, steps start, step batch, finish, release).
 EXPECTED = {
     "embedded": {"prompt": 15, "steps start": 3, "step batch": 6, "finish": 12, "release": 1},
-    "server": {"prompt": 9, "steps start": 3, "step batch": 2, "finish": 5, "release": 1},
+    "server": {"prompt": 8, "steps start": 3, "step batch": 2, "finish": 5, "release": 1},
 }
 
 
