@@ -3,8 +3,10 @@
 Every function is keyword-only, typed and atomic; bad input raises a
 ``MemoryStoreError`` subclass (with its ``code``) before anything is written.
 
-* :func:`append_dialogue` — the runtime's entry: one turn's messages into the
-  dialogue window of (tenant, user, agent); creates the core on first use.
+* :func:`append_dialogue` — one turn's messages into the dialogue window of
+  (tenant, user, agent); creates the core on first use.
+* :func:`append_to_window` — the runtime's entry: the same on a core that exists, in
+  one statement (the first turn falls back to :func:`append_dialogue`).
 * :func:`update_memory_unit` — the seed's ``updateMemoryUnit(messages, summary)``:
   append messages to the unit of the core's current memory session and make a
   slice covering exactly them.
@@ -116,6 +118,33 @@ def append_dialogue(
     core.window_count += len(rows)
     core.last_interaction_at = now
     return core
+
+
+def append_to_window(
+    *, tenant_id: int, user_id: int, agent: str, messages: Sequence[Mapping[str, Any]]
+) -> bool:
+    """:func:`append_dialogue` for a turn, on a core that exists, without the ORM: the
+    membership check, the core's lock, the insert and the counters in one statement on
+    PostgreSQL (two on SQLite; ``sql.append_window``). False, with nothing written,
+    when the core is not there yet or ``user_id`` is no member of the tenant: the
+    caller then calls :func:`append_dialogue` (which creates the core, or refuses the
+    non-member). Meant to run inside the transaction that completes a reply.
+    """
+    agent = clean_agent(agent)
+    now = now_ms()
+    rows = clean_messages(messages, now=now)
+    if not rows:
+        return True
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        return sql.append_window(
+            cursor,
+            sql.Dialect(cursor),
+            tenant_id=tenant_id,
+            user_id=user_id,
+            agent=agent,
+            messages=rows,
+            now=now,
+        )
 
 
 # --- units and slices ----------------------------------------------------------------------

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sessions import selectors, services
+from django.db import connection
+
+from sessions import services, sql
 from sessions.models import Session, SessionEvent
 from sessions.projector import fold_context
 
@@ -29,7 +31,11 @@ def blocks_update(
 ) -> services.AppendEvent | None:
     """The ``context.updated`` write that logs the blocks changing what is in force, or
     None when none does (for a caller that appends it with other writes, in one batch)."""
-    current = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    with connection.cursor() as cursor:  # every prompt: plain SQL, no ORM compile
+        updates = sql.context_updates(
+            cursor, sql.Dialect(cursor), tenant_id=session.tenant_id, session_id=session.pk
+        )
+    current = fold_context(updates)
     changed: list[dict[str, Any]] = []
     for block in blocks:
         if not isinstance(block.get("kind"), str) or not block["kind"]:

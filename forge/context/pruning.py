@@ -84,6 +84,8 @@ def prune(session: Session, history: Sequence[Mapping[str, Any]]) -> list[str]:
         protect=int(settings.FORGE_PRUNE_PROTECT_TOKENS),
         minimum=int(settings.FORGE_PRUNE_MINIMUM_TOKENS),
     )
+    if not chosen:
+        return []  # before every step: no empty transaction
     now = format_time(now_ms())
     with transaction.atomic():
         for part in chosen:

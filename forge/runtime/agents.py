@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from forge.errors import UnknownAgent
 from forge.models import Agent
@@ -54,12 +55,36 @@ def _config(agent: Agent) -> AgentConfig:
     )
 
 
+_FIELDS = Agent._meta.concrete_fields
+_COLUMNS = ", ".join(f'"{f.column}"' for f in _FIELDS)  # the model's own column names
+
+
+def _read_agent(where: str, params: list[Any]) -> Agent | None:
+    """One ``Agent`` row by plain SQL (every prompt reads one: no ORM compile), its
+    values converted as the ORM converts them (JSON, booleans, per backend)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_COLUMNS} FROM {Agent._meta.db_table} {where} LIMIT 1",  # noqa: S608
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = []
+    for model_field, value in zip(_FIELDS, row, strict=True):
+        col = model_field.get_col(Agent._meta.db_table)
+        for convert in [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]:
+            value = convert(value, col, connection)
+        values.append(value)
+    return Agent.from_db(connection.alias, [f.attname for f in _FIELDS], values)
+
+
 def get_agent(name: str) -> AgentConfig:
     """The agent ``name``; ``UnknownAgent`` when there is none. A name no agent can have
     (``forge.models.AGENT_NAME``; a NUL, say, which PostgreSQL refuses even in a
     lookup) is refused without a query, in the same words."""
     possible = isinstance(name, str) and _NAME.fullmatch(name) is not None
-    agent = Agent.objects.filter(name=name).first() if possible else None
+    agent = _read_agent("WHERE name = %s", [name]) if possible else None
     if agent is None:
         known = ", ".join(Agent.objects.values_list("name", flat=True)) or "none"
         raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
@@ -67,7 +92,8 @@ def get_agent(name: str) -> AgentConfig:
 
 
 def default_agent() -> AgentConfig:
-    agent = Agent.objects.filter(is_default=True).first() or Agent.objects.order_by("name").first()
+    # The default agent, else the first by name (at most one is default: one_default_agent).
+    agent = _read_agent("ORDER BY is_default DESC, name", [])
     if agent:
         return _config(agent)
     return dataclasses.replace(FALLBACK, mcp_servers=merged(settings.FORGE_MCP_SERVERS, None))

@@ -39,12 +39,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounts.selectors import member
 from memory import selectors as memory_selectors
 from memory import services as memory_services
-from sessions import selectors, services
+from memory import sql as memory_sql
+from sessions import services
+from sessions import sql as session_sql
 from sessions.models import Session
 
 from . import accounting
@@ -66,7 +68,12 @@ def speaker_id(info: dict[str, Any], session: Session) -> Any:
 
 def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Write] = ()) -> None:
     """Write the last step's ``held`` writes and the finished reply's message update
-    (one batch), and record the exchange in the speaker's window, atomically."""
+    (one batch), and record the exchange in the speaker's window, atomically.
+
+    Plain SQL after the batch: one statement reads the exchange from the log, one
+    (two on SQLite) appends it to an existing core's window with the membership
+    check folded in (``memory_services.append_to_window``); only a speaker's first
+    turn with the agent (no core yet) takes the ORM path that creates the core."""
     session = turn.session
     with transaction.atomic():
         events = services.append_batch(
@@ -80,21 +87,25 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
         )
         if turn.depth:
             return
-        tenant = session.tenant
-        exchange = selectors.messages_by_id(
-            tenant=tenant, session=session, message_ids=[turn.user_message_id, turn.message_id]
-        )
+        with connection.cursor() as cursor:
+            exchange = session_sql.read_messages(
+                cursor,
+                session_sql.Dialect(cursor),
+                tenant_id=session.tenant_id,
+                session_id=session.pk,
+                message_ids=[turn.user_message_id, turn.message_id],
+            )
         asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
         # From the log, not from this process: the speaker the reply records.
-        speaker = member(tenant=tenant, user_id=answered["info"].get("user_id"))
-        if speaker is None:
-            return  # no speaker logged, or one gone from the tenant: no memory to write
+        speaker = answered["info"].get("user_id")
+        if isinstance(speaker, bool) or not isinstance(speaker, int):
+            return  # no speaker logged: no memory to write
         old = turn.supersedes
         recorded = (
             old is not None
             and bool(old.get("completed_at"))
             and not old.get("error")
-            and speaker_id(old, session) == speaker.pk
+            and speaker_id(old, session) == speaker
         )
         messages = [
             {
@@ -106,9 +117,16 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
             for item in ((answered,) if recorded else (asked, answered))
             if (text := _text(item))
         ]
-        if messages:
+        if not messages or memory_services.append_to_window(
+            tenant_id=session.tenant_id, user_id=speaker, agent=turn.agent.name, messages=messages
+        ):
+            return
+        # No core yet, or a speaker gone from the tenant (then no memory to write).
+        tenant = session.tenant
+        user = member(tenant=tenant, user_id=speaker)
+        if user is not None:
             memory_services.append_dialogue(
-                tenant=tenant, user=speaker, agent=turn.agent.name, messages=messages
+                tenant=tenant, user=user, agent=turn.agent.name, messages=messages
             )
 
 
@@ -131,6 +149,12 @@ def memory_blocks(
         return []
     removed = [{"kind": "dialog_history", "key": "memory", "removed": True}]
     if speaker is None:
+        return removed
+    with connection.cursor() as cursor:  # the common answer (no rolled unit): one statement
+        _, unit_id = memory_sql.history_unit(
+            cursor, tenant_id=session.tenant_id, user_id=speaker.pk, agent=agent
+        )
+    if unit_id is None:
         return removed
     tenant = session.tenant
     core = memory_selectors.find_core(tenant=tenant, user=speaker, agent=agent)

@@ -36,6 +36,24 @@ _TAKE = (
     "expires_at = excluded.expires_at"
 )
 
+# PostgreSQL: the lock, the read and the upsert in one statement (one round trip). The
+# read runs on the statement's snapshot, so after waiting for the session's lock it can
+# miss a lease that the runner it waited for committed; the upsert cannot: ON CONFLICT
+# sees the newest committed row, and its WHERE takes over only a lease that expired.
+# So the lease is ours exactly when the upsert wrote a row, whatever the read said.
+_TAKE_ONE = (
+    f"WITH s AS (SELECT id FROM {SESSION} WHERE id = %s FOR NO KEY UPDATE), "
+    f"old AS (SELECT l.owner, l.message_id, l.expires_at > %s AS live FROM s "
+    f"LEFT JOIN {LEASE} l ON l.session_id = s.id), "
+    f"up AS (INSERT INTO {LEASE} (session_id, owner, message_id, acquired_at, heartbeat_at, "
+    "expires_at) SELECT s.id, %s, %s, %s, %s, %s FROM s, old "
+    "WHERE old.owner IS NULL OR NOT old.live ON CONFLICT (session_id) DO UPDATE SET "
+    "owner = excluded.owner, message_id = excluded.message_id, "
+    "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
+    f"expires_at = excluded.expires_at WHERE {LEASE}.expires_at <= %s RETURNING 1) "
+    "SELECT old.owner, old.message_id, (SELECT count(*) FROM up) FROM old"
+)
+
 # This process's identity as a lease owner.
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -68,20 +86,30 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     """
     now = timezone.now()
     adapt = connection.ops.adapt_datetimefield_value
-    lock = " FOR NO KEY UPDATE OF s" if connection.vendor == "postgresql" else ""
+    expires = now + timedelta(seconds=lease_seconds())
+    busy = SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
     with connection.cursor() as cursor:
-        cursor.execute(
+        if connection.vendor == "postgresql":
+            at, until = adapt(now), adapt(expires)
+            cursor.execute(_TAKE_ONE, [session.pk, at, OWNER, message_id, at, at, until, at])
+            row = cursor.fetchone()
+            if row is None:  # no such session, or one row-level security does not show
+                raise NotFound(f"no session {session.pk!r}")
+            owner, held_for, taken = row
+            if not taken:
+                raise busy
+            return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
+        cursor.execute(  # SQLite: the transaction's BEGIN IMMEDIATE is the lock
             f"SELECT l.owner, l.message_id, l.expires_at > %s FROM {SESSION} s "
-            f"LEFT JOIN {LEASE} l ON l.session_id = s.id WHERE s.id = %s{lock}",
+            f"LEFT JOIN {LEASE} l ON l.session_id = s.id WHERE s.id = %s",
             [adapt(now), session.pk],
         )
         row = cursor.fetchone()
-        if row is None:  # no such session, or one row-level security does not show
+        if row is None:
             raise NotFound(f"no session {session.pk!r}")
         owner, held_for, live = row
         if owner is not None and live:
-            raise SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
-        expires = now + timedelta(seconds=lease_seconds())
+            raise busy
         cursor.execute(
             _TAKE, [session.pk, OWNER, message_id, adapt(now), adapt(now), adapt(expires)]
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from forge import tools
 from forge.context import request_for, visible_history
@@ -32,7 +32,7 @@ from forge.providers.base import Provider
 from forge.providers.events import Usage
 from forge.telemetry import metrics, tracing
 from forge.tools import ToolError
-from sessions import selectors, services
+from sessions import selectors, services, sql
 from sessions.log import format_time, now_ms
 
 from .approvals.pending import waiting
@@ -81,6 +81,7 @@ class _Loop:
     total_cost: float = 0.0
     usage: Usage | None = None
     retried_overflow: bool = False
+    request: Any = None  # the first step's request, read with the turn's start (one hop)
 
 
 def _error_info(error: Any) -> dict[str, Any]:
@@ -129,8 +130,9 @@ async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
         loop = _Loop(provider=provider)
         if resume is not None and not await _resume(turn, processor, resume, loop):
             return  # suspended again, or completed at the step limit
-        await finish_then_cancel(db(_prune)(session))
-        loop.usage = await db(_last_usage)(session)  # the last step's (this turn's, or before)
+        # One hop to the database thread: prune, the last step's usage (this turn's,
+        # or before), and the first step's request, read after the pruning.
+        loop.usage, loop.request = await finish_then_cancel(db(_start_steps)(session))
         await _steps(turn, processor, loop)
     except asyncio.CancelledError:
         # What is still in the delta window reaches clients before the reply is
@@ -187,7 +189,9 @@ async def _request(turn: Turn, loop: _Loop) -> Any:
     """The step's request, compacted first when it is over the model's limit; None
     when the reply was ended instead."""
     session = turn.session
-    _, request = await finish_then_cancel(db(request_for)(session))
+    request, loop.request = loop.request, None
+    if request is None:
+        _, request = await finish_then_cancel(db(request_for)(session))
     if over_limit(request, model=turn.model, agent=turn.agent, usage=loop.usage):
         outcome = await _compact_or_fail(turn, "the context is over the model's limit")
         if outcome is Compaction.FAILED:
@@ -347,13 +351,25 @@ def _prune(session: Any) -> None:
     prune(session, visible_history(session))
 
 
+def _start_steps(session: Any) -> tuple[Usage | None, Any]:
+    """What the steps start from, in one unit on the database thread: prune, then the
+    last step's usage and the first step's request."""
+    _prune(session)
+    return _last_usage(session), request_for(session)[1]
+
+
 def _last_usage(session: Any) -> Usage | None:
     """The last step's usage, unless the model's view changed since: a compaction, or a
     new ``dialog_history`` block (a rolling trims what the model is sent: the old usage
     would overstate it, and compact a context that no longer needs it)."""
-    tokens = selectors.last_step_tokens(
-        tenant=session.tenant, session=session, stale_after_blocks=("dialog_history",)
-    )
+    with connection.cursor() as cursor:  # before every step: one plain statement
+        tokens = sql.last_step_tokens(
+            cursor,
+            sql.Dialect(cursor),
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+            stale_after_blocks=("dialog_history",),
+        )
     if not tokens:
         return None
     return Usage(input=int(tokens.get("input", 0)), output=int(tokens.get("output", 0)))

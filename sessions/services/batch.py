@@ -145,6 +145,17 @@ def _prepare_all(
     return prepared
 
 
+def _statements(prepared: Sequence[_Prepared]) -> list[sql.Statement]:
+    """The batch's statements, in order, with the session's ``updated_at`` set once: by
+    the last write that sets it (the newest time), not once per message write."""
+    statements = [statement for one in prepared for statement in one.statements]
+    touches = [i for i, (text, _) in enumerate(statements) if text == sql.TOUCH]
+    if len(touches) < 2:
+        return statements
+    dropped = set(touches[:-1])
+    return [statement for i, statement in enumerate(statements) if i not in dropped]
+
+
 def _publish_all(session_id: str, frames: list[dict[str, Any]]) -> None:
     bus.publish_many_after_commit(session_id, frames)
 
@@ -176,9 +187,7 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
             with connection.cursor() as cursor:
                 dialect = sql.Dialect(cursor)
                 prepared = _prepare_all(cursor, dialect, session, writes)
-                statements = [sql.lock_statement(dialect, session.pk)]
-                for one in prepared:
-                    statements += one.statements
+                statements = [sql.lock_statement(dialect, session.pk), *_statements(prepared)]
                 try:
                     sql.run(cursor, dialect, statements)
                 except IntegrityError as exc:
@@ -189,6 +198,20 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
                 _advance(session, one.event)
             _publish_all(session.pk, [one.frame for one in prepared])
             return [one.event for one in prepared]
+    if connection.in_atomic_block:
+        # The caller's transaction: no savepoint of our own (two statements, two round
+        # trips on PostgreSQL). The lock and the reads write nothing, and a refusal
+        # raises before any write, so the caller's transaction is as it was; the
+        # writes run in an atomic block without a savepoint, so a failure among them
+        # dooms the caller's transaction (it can never commit half a batch).
+        with connection.cursor() as cursor:
+            dialect = sql.Dialect(cursor)
+            if not sql.lock_session(cursor, dialect, session.pk):
+                raise NotFound(f"session {session.pk!r} does not exist")
+            prepared = _prepare_all(cursor, dialect, session, writes)
+            with transaction.atomic(using=connection.alias, savepoint=False):
+                sql.run(cursor, dialect, _statements(prepared))
+        return _written(session, prepared, connection.alias)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         dialect = sql.Dialect(cursor)
         if not sql.lock_session(cursor, dialect, session.pk):
@@ -196,12 +219,16 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
         # Read after the lock: under READ COMMITTED it sees what the writer we may
         # have waited for committed.
         prepared = _prepare_all(cursor, dialect, session, writes)
-        statements = [statement for one in prepared for statement in one.statements]
-        sql.run(cursor, dialect, statements)
-        for one in prepared:
-            _advance(session, one.event)
-        transaction.on_commit(
-            partial(_publish_all, session.pk, [one.frame for one in prepared]),
-            using=connection.alias,
-        )
+        sql.run(cursor, dialect, _statements(prepared))
+        return _written(session, prepared, connection.alias)
+
+
+def _written(session: Session, prepared: list[_Prepared], alias: str) -> list[SessionEvent]:
+    """Advance the session's head past the batch and publish its frames once the
+    outermost transaction commits; the events appended."""
+    for one in prepared:
+        _advance(session, one.event)
+    transaction.on_commit(
+        partial(_publish_all, session.pk, [one.frame for one in prepared]), using=alias
+    )
     return [one.event for one in prepared]
