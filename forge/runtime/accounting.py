@@ -12,6 +12,7 @@ re-reading the log.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -35,13 +36,15 @@ def reply_completed(
     *,
     session: Session,
     info: dict[str, Any],
+    parts: Iterable[dict[str, Any]] | None = None,
     first_delta_at: float | None = None,
     started_at: float | None = None,
 ) -> None:
     """Count the reply ``info`` just completed (inside the completing transaction).
     ``started_at`` / ``first_delta_at``: this process's monotonic clock, when the turn
-    ran here (the log line's first-delta time; the histograms use the log's times)."""
-    totals = usage.record_reply(session=session, info=info)
+    ran here (the log line's first-delta time; the histograms use the log's times).
+    ``parts``: the reply's parts, when the caller has just read them (else one read)."""
+    totals = usage.record_reply(session=session, info=info, parts=parts)
     steps = totals.steps if totals is not None else 0
     agent = str(info.get("agent") or "")
     model = metrics.model_label(info.get("model"))

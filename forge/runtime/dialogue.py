@@ -79,13 +79,13 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
         events = services.append_batch(
             session=session, writes=[*held, services.UpdateMessage(info=info)]
         )
-        accounting.reply_completed(
-            session=session,
-            info=events[-1].data,
-            started_at=turn.started_at,
-            first_delta_at=turn.first_delta_at,
-        )
         if turn.depth:
+            accounting.reply_completed(
+                session=session,
+                info=events[-1].data,
+                started_at=turn.started_at,
+                first_delta_at=turn.first_delta_at,
+            )
             return
         with connection.cursor() as cursor:
             exchange = session_sql.read_messages(
@@ -96,6 +96,13 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
                 message_ids=[turn.user_message_id, turn.message_id],
             )
         asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
+        accounting.reply_completed(  # the parts just read: no read of its own
+            session=session,
+            info=answered["info"],
+            parts=answered["parts"],
+            started_at=turn.started_at,
+            first_delta_at=turn.first_delta_at,
+        )
         # From the log, not from this process: the speaker the reply records.
         speaker = answered["info"].get("user_id")
         if isinstance(speaker, bool) or not isinstance(speaker, int):

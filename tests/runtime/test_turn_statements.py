@@ -76,10 +76,12 @@ async def turn(session: Any, text: str) -> None:
     await asyncio.wait_for(started.task, timeout=30)
 
 
-# Pinned counts per stack: (prompt, steps start, step batch, finish, release).
+# Pinned counts per stack: (prompt, steps start, step batch, finish, release). The prompt
+# includes the budget check (one read, forge.usage.budgets) and the finish the usage
+# UPSERT (forge.usage: the reply's parts come from the exchange read already made).
 EXPECTED = {
-    "embedded": {"prompt": 15, "steps start": 3, "step batch": 6, "finish": 12, "release": 1},
-    "server": {"prompt": 8, "steps start": 3, "step batch": 2, "finish": 5, "release": 1},
+    "embedded": {"prompt": 16, "steps start": 3, "step batch": 6, "finish": 13, "release": 1},
+    "server": {"prompt": 9, "steps start": 3, "step batch": 2, "finish": 6, "release": 1},
 }
 
 
