@@ -50,8 +50,16 @@ __all__ = [
     "build_request",
     "derive_messages",
     "request_for",
+    "store_snapshot",
     "visible_history",
 ]
+
+
+def store_snapshot(session: Session) -> bool:
+    """Store the session's context snapshot in the caller's transaction when one is due
+    (:meth:`forge.context.incremental.ContextCache.store_snapshot`): the turn's last
+    write calls it, so a process that never served the session folds only what follows."""
+    return cache.store_snapshot(session)
 
 
 def visible_history(session: Session) -> list[dict[str, Any]]:

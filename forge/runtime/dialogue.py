@@ -42,6 +42,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from accounts.selectors import member
+from forge.context import store_snapshot
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from sessions import selectors, services
@@ -69,6 +70,7 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
     session = turn.session
     with transaction.atomic():
         services.append_batch(session=session, writes=[*held, services.UpdateMessage(info=info)])
+        store_snapshot(session)  # the derived context as of this write (forge.context.snapshot)
         if turn.depth:
             return
         tenant = session.tenant
