@@ -57,9 +57,9 @@ from sessions import selectors, snapshots
 from sessions.models import Session
 from sessions.projector import apply_context, fold_context
 
+from . import snapshot
 from .compacted import filter_compacted
 from .messages import build_request, item_messages, model_of, request_with
-from . import snapshot
 from .rolled import drop_rolled, is_generated, rolled_through
 from .superseded import drop_superseded, is_reply
 from .visible import read_history, visible_history
@@ -225,6 +225,10 @@ class Derived:
     appended: set[str] = field(default_factory=set)
     lazy: bool = False
     lengths: list[int] | None = None
+    # The renderings' memo: compressed chunks of the first ``rchunked`` kept messages'
+    # renderings (unchanged since: a change to one of them drops both memos).
+    rchunks: list[bytes] = field(default_factory=list)
+    rchunked: int = 0
     snapshot_seq: int = 0  # the newest snapshot this state knows is stored (0: none)
 
     @classmethod
@@ -324,7 +328,7 @@ class Derived:
                 for message_id, (item, size) in snapshot.unpack_items(chunk).items():
                     items[message_id] = item
                     sizes[message_id] = size
-        except Exception as exc:  # noqa: BLE001 -- whatever the bytes are: derive instead
+        except Exception as exc:
             raise Fallback("snapshot chunk unreadable") from exc
         items.update(self.items)
         sizes.update(self.sizes)
@@ -339,6 +343,11 @@ class Derived:
         self.items, self.sizes, self.rendered = items, sizes, rendered
         self.lengths = None
         self.lazy = False
+
+    def forget_chunks(self) -> None:
+        """Drop the snapshot memo (after ``unpack``): the next snapshot packs all anew."""
+        self.chunks, self.chunked, self.appended = [], 0, set()
+        self.rchunks, self.rchunked = [], 0
 
     def joined(self) -> list[dict[str, Any]]:
         """The kept messages' renderings, joined (``messages``, joined again if dirty)."""
@@ -368,7 +377,7 @@ class Derived:
         """An item changed in place: a chunk holding its old value is no memo any more."""
         if self.chunks and message_id not in self.appended:
             self.unpack()
-            self.chunks, self.chunked, self.appended = [], 0, set()
+            self.forget_chunks()
 
     def fold(self, seq: int, event_hash: str, type: str, data: Any) -> None:
         """Apply event ``seq`` (raises :class:`Fallback` when it cannot)."""
@@ -436,7 +445,7 @@ class Derived:
         if not hidden:
             return
         self.unpack()  # the renderings it drops, and their sizes
-        self.chunks, self.chunked, self.appended = [], 0, set()  # the sizes change
+        self.forget_chunks()  # the sizes and the kept messages change
         self.order = [i for i in self.order if i not in hidden]
         self.kept = [i for i in self.kept if i not in hidden]
         for message_id in hidden:

@@ -8,20 +8,22 @@ it. ``sessions.snapshots`` stores the bytes; this module encodes and checks them
 Format (:data:`VERSION` 1)::
 
     MAGIC (4 bytes: b"FCS" + version) | crc32 of the body (4 bytes, big-endian) | body
-    body = msgpack [session id, seq, hash, head, [chunk, ...]]
-    head = zlib(msgpack [start, through, last_id, order, kept, replies, lengths,
-                         messages, blocks, blocks_bytes, nbytes, items in chunks])
+    body = msgpack [session id, seq, hash, head, [rendered chunk, ...], [chunk, ...]]
+    head = zlib(msgpack [start, through, last_id, order, kept, replies, blocks,
+                         blocks_bytes, nbytes, items in chunks])
+    rendered chunk = zlib(msgpack [lengths, messages])
     chunk = zlib(msgpack {message id: [{info, parts}, sizes], ...})
 
-The head is what a request needs, decoded at load: the model's messages as
-rendered and joined (``lengths``: how many each kept message renders to), the
-blocks, the ids in order. The read history's items (every message's info and
+The head and the rendered chunks are what a request needs, decoded at load: the
+ids in order, the blocks, and the kept messages' renderings, joined (in kept
+order; ``lengths``: how many model messages each kept message renders to). The read history's items (every message's info and
 parts, and their ``sizes``) are in chunks, decoded only when the fold,
 :meth:`Derived.history` or a moved rolled cut first needs an old item: a cold
-request never decodes them, and neither does folding the next turn onto it. Chunks are also the encoder's
-memo: a state keeps the chunks it last encoded (compressed, a few % of the state) and
-the next snapshot packs only the items added since, as one more chunk, until a
-change to an old item drops them or :data:`MAX_CHUNKS` folds them into one.
+request never decodes them, and neither does folding the next turn onto it.
+Both kinds of chunk are also the encoder's memo: a state keeps the chunks it last
+encoded (compressed, a few % of the state) and the next snapshot packs only the
+items and renderings added since, as one more chunk of each, until a change to an
+old item or a moved rolled cut drops them or :data:`MAX_CHUNKS` folds them into one.
 
 msgpack keeps what JSON gives exactly (map order, str, int, float64, bool, None),
 so a decoded state renders byte for byte what the encoded one did; a state it
@@ -80,9 +82,9 @@ def encode(derived: Derived) -> bytes:
     """The snapshot of ``derived`` (raises :class:`Unencodable`). Updates the state's
     chunk memo (``chunks``, ``chunked``, ``appended``); a state decoded from a snapshot
     stays lazy (what was added since is in a chunk now, like the rest)."""
-    if len(derived.chunks) >= MAX_CHUNKS:
+    if max(len(derived.chunks), len(derived.rchunks)) >= MAX_CHUNKS:
         derived.unpack()
-        derived.chunks, derived.chunked = [], 0
+        derived.forget_chunks()
     if derived.lazy or not derived.chunks:
         new = list(derived.items)  # lazy: ``items`` holds only what was added since
     else:
@@ -95,6 +97,12 @@ def encode(derived: Derived) -> bytes:
     derived.appended = set()
     messages = derived.joined()
     lengths = derived.render_lengths()
+    if len(derived.kept) > derived.rchunked or not derived.rchunks:
+        at = sum(lengths[: derived.rchunked])
+        new_lengths = lengths[derived.rchunked :]
+        rchunk = _pack([new_lengths, messages[at : at + sum(new_lengths)]])
+        derived.rchunks = [*derived.rchunks, rchunk]
+        derived.rchunked = len(derived.kept)
     head = _pack(
         [
             derived.start,
@@ -103,8 +111,6 @@ def encode(derived: Derived) -> bytes:
             derived.order,
             derived.kept,
             derived.replies,
-            lengths,
-            messages,
             derived.blocks,
             derived.blocks_bytes,
             derived.nbytes,
@@ -115,7 +121,8 @@ def encode(derived: Derived) -> bytes:
         derived.items, derived.sizes, derived.rendered = {}, {}, {}
         derived.lengths = lengths
     body = msgpack.packb(
-        [derived.session_id, derived.seq, derived.hash, head, derived.chunks], use_bin_type=True
+        [derived.session_id, derived.seq, derived.hash, head, derived.rchunks, derived.chunks],
+        use_bin_type=True,
     )
     return _PREFIX.pack(MAGIC, zlib.crc32(body)) + body
 
@@ -133,16 +140,22 @@ def decode(
         body = memoryview(blob)[_PREFIX.size :]
         if magic != MAGIC or zlib.crc32(body) != crc:
             return None
-        owner, at, digest, head, chunks = msgpack.unpackb(body, raw=False)
+        owner, at, digest, head, rchunks, chunks = msgpack.unpackb(body, raw=False)
         if (owner, at, digest) != (session_id, seq, hash):
             return None
-        if not isinstance(chunks, list) or not all(isinstance(c, bytes) for c in chunks):
+        if not all(isinstance(c, bytes) for c in [*rchunks, *chunks]):
             return None
-        (start, through, last_id, order, kept, replies, lengths, messages, blocks,
+        (start, through, last_id, order, kept, replies, blocks,
          blocks_bytes, nbytes, chunked) = _unpack(head)  # fmt: skip
+        lengths: list[int] = []
+        messages: list[dict[str, Any]] = []
+        for rchunk in rchunks:
+            more_lengths, more = _unpack(rchunk)
+            lengths += more_lengths
+            messages += more
         if len(lengths) != len(kept) or sum(lengths) != len(messages):
             return None
-    except Exception:  # noqa: BLE001 -- whatever the bytes are, a bad snapshot is no snapshot
+    except Exception:
         logger.warning("session %s: an unreadable context snapshot was ignored", session_id)
         return None
     return {
@@ -165,6 +178,8 @@ def decode(
         "nbytes": nbytes,
         "chunks": chunks,
         "chunked": chunked,
+        "rchunks": rchunks,
+        "rchunked": len(kept),
         "lazy": True,
         "snapshot_seq": seq,
     }

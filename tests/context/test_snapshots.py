@@ -88,7 +88,8 @@ def test_a_cold_load_folds_only_the_events_after_the_snapshot(session):
     assert cache.stats["snapshot"] == 1
     assert cache.stats["folded"] == 7
     derived = cache.peek(session)
-    assert derived is not None and derived.lazy  # the old items were never decoded
+    assert derived is not None
+    assert derived.lazy
 
 
 def test_a_state_decoded_from_a_snapshot_folds_changes_to_old_items(session, settings):
@@ -101,10 +102,12 @@ def test_a_state_decoded_from_a_snapshot_folds_changes_to_old_items(session, set
     request_for(session)  # lazy state in the cache
     history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
     tool = next(p for i in history for p in i["parts"] if p["type"] == "tool")
-    state = {**tool["state"], "time": {**tool["state"]["time"], "compacted": "2026-11-30T00:00:02.000Z"}}
-    services.update_part(
-        session=session, part={"id": tool["id"], "message_id": tool["message_id"], "state": state}
-    )
+    state = {
+        **tool["state"],
+        "time": {**tool["state"]["time"], "compacted": "2026-11-30T00:00:02.000Z"},
+    }
+    pruned = {"id": tool["id"], "message_id": tool["message_id"], "state": state}
+    services.update_part(session=session, part=pruned)
     assert "was pruned" in request_bytes(request_for(session))
     turn(session, 2, parent=first)  # supersedes the first reply: falls back, correctly
     assert_equal(session)
@@ -141,7 +144,8 @@ def test_the_estimate_survives_a_snapshot(session):
     cache.clear()
     request_for(session)
     derived = cache.peek(session)
-    assert derived is not None and derived.lazy
+    assert derived is not None
+    assert derived.lazy
     assert derived.nbytes == Derived.seed(session).nbytes
     assert len(derived) == len(Derived.seed(session))
     derived.unpack()
@@ -228,7 +232,7 @@ def test_a_chunk_that_does_not_decode_is_derived_instead(session, settings, size
         turn(session, n, tool=n == 2)
     store(session)
     row = stored(session)
-    chunk = msgpack.unpackb(row.state[8:])[4][0]
+    chunk = msgpack.unpackb(row.state[8:])[5][0]
     _replace(session, state=_with_crc(_flip(row.state, row.state.index(chunk) + len(chunk) // 2)))
     settings.FORGE_CONTEXT_CACHE_SIZE = size
     cache.clear()

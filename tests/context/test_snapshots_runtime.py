@@ -7,8 +7,6 @@ load with the full derivation."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import override_settings
 from hypothesis import HealthCheck, given
