@@ -174,8 +174,7 @@ def write_turn(session: Any, n: int) -> None:
                 append_batch(session=session, writes=writes)
                 continue
             with transaction.atomic():
-                append_batch(session=session, writes=writes)
-                store_snapshot(session)
+                store_snapshot(session, append_batch(session=session, writes=writes))
         return
     single = {
         "message": lambda info: services.update_message(session=session, info=info),

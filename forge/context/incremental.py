@@ -680,18 +680,30 @@ class ContextCache:
         self.stats["snapshot"] += 1
         return derived
 
-    def store_snapshot(self, session: Session) -> bool:
+    def store_snapshot(self, session: Session, head: int | None = None) -> bool:
         """Store the session's snapshot as of the log's end, in the caller's transaction
         (the turn's last write), when ``FORGE_CONTEXT_SNAPSHOT_EVENTS`` or more events
-        came since the newest one stored; True if it did. What the state caught up with
-        goes back into the cache (its next request folds nothing)."""
+        came since the newest one stored; True if it did. ``head``: the log's head seq,
+        when the caller knows it (what it just appended).
+
+        Not due, it costs nothing when the session's state is cached here (it knows the
+        seq of the newest snapshot it stored or loaded), else one small read (the
+        stored seq). Due, the state catches up with the log (one read), is encoded, and
+        is stored (one upsert); it goes back into the cache (its next request folds
+        nothing new)."""
         if not settings.FORGE_CONTEXT_SNAPSHOTS:
             return False
         every = max(1, int(settings.FORGE_CONTEXT_SNAPSHOT_EVENTS))
         cached = int(settings.FORGE_CONTEXT_CACHE_SIZE) > 0
-        if not cached:  # nothing in this process knows the stored seq: two small reads
+        known = self.peek(session) if cached else None
+        if known is not None and head is not None:
+            if head - known.snapshot_seq < every:
+                return False
+        elif known is None:
             stored = snapshots.read_seq(tenant_id=session.tenant_id, session_id=session.pk)
-            if selectors.head_seq(tenant=session.tenant, session_id=session.pk) - stored < every:
+            if head is None:
+                head = selectors.log_head(tenant=session.tenant, session=session)[0]
+            if head - stored < every:
                 return False
         derived = self._current(session)
         try:

@@ -16,8 +16,9 @@ Format (:data:`VERSION` 1)::
 
 The head and the rendered chunks are what a request needs, decoded at load: the
 ids in order, the blocks, and the kept messages' renderings, joined (in kept
-order; ``lengths``: how many model messages each kept message renders to). The read history's items (every message's info and
-parts, and their ``sizes``) are in chunks, decoded only when the fold,
+order; ``lengths``: how many model messages each kept message renders to). The
+read history's items (every message's info and parts, and their ``sizes``) are in
+chunks, decoded only when the fold,
 :meth:`Derived.history` or a moved rolled cut first needs an old item: a cold
 request never decodes them, and neither does folding the next turn onto it.
 Both kinds of chunk are also the encoder's memo: a state keeps the chunks it last

@@ -69,8 +69,8 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
     (one batch), and record the exchange in the speaker's window, atomically."""
     session = turn.session
     with transaction.atomic():
-        services.append_batch(session=session, writes=[*held, services.UpdateMessage(info=info)])
-        store_snapshot(session)  # the derived context as of this write (forge.context.snapshot)
+        writes = [*held, services.UpdateMessage(info=info)]
+        store_snapshot(session, services.append_batch(session=session, writes=writes))
         if turn.depth:
             return
         tenant = session.tenant

@@ -14,7 +14,8 @@ from typing import Any
 import msgpack
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -328,6 +329,24 @@ def test_snapshots_off_and_the_interval(session, settings):
         assert not store(session)
         turn(session, 4 + size)
         assert store(session)
+
+
+def test_a_snapshot_not_due_costs_no_query_when_the_state_is_cached(session, settings):
+    """The turn's last write passes what it appended: the cached state knows the seq of
+    the snapshot it stored, so a turn that is not due reads nothing."""
+    settings.FORGE_CONTEXT_SNAPSHOT_EVENTS = 10
+    turn(session, 0)
+    turn(session, 1)
+    assert store(session)  # 15 events
+    with transaction.atomic():
+        appended = [services.update_message(session=session, info={"role": "user"})]
+        with CaptureQueriesContext(connection) as queries:
+            assert not store_snapshot(session, appended)
+    assert len(queries) == 0
+    cache.clear()  # not cached: one read of the stored seq
+    with CaptureQueriesContext(connection) as queries:
+        assert not store_snapshot(session, appended)
+    assert len(queries) == 1
 
 
 # --- property: random logs, snapshots at random points, cold loads == full -----------------
