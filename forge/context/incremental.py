@@ -278,6 +278,7 @@ class Derived:
 
     def _total(self) -> int:
         """The estimate summed from ``sizes`` (at a seed; the fold keeps it after)."""
+        self.unpack()  # a decoded state's sizes are in its chunks
         return (
             STATE_OVERHEAD
             + self.blocks_bytes
