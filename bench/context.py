@@ -16,7 +16,13 @@ characters each side), without and with a compaction boundary behind (10
 turns after it). *full* derives from the log (``incremental.full_request``,
 what every step did before the cache); *incremental* is ``request_for`` with
 the per-session cache seeded at the previous step and one new turn (7 events)
-to fold, as the run loop finds it.
+to fold, as the run loop finds it; *cold* is ``request_for`` in a process that
+never served the session (the cache emptied) after a turn that ended as the
+runtime's do (``forge.context.store_snapshot`` in its last write's transaction:
+a snapshot every ``FORGE_CONTEXT_SNAPSHOT_EVENTS`` events), so it loads the
+newest snapshot and folds the events after it (``FORGE_CONTEXT_SNAPSHOTS=0``:
+no snapshot, the cold load derives in full). *snapshot store* is that call's
+mean cost per turn, and *snapshot KiB* the stored row's bytes.
 
 Sessions are loaded through ``sessions.services.import_log`` (a verified log,
 bulk-inserted), on a fresh database per engine, each in its own process.
@@ -173,11 +179,14 @@ def write_turn(session: Any) -> None:
 
 def next_turn_rows(user: Any, turns_list: list[int]) -> list[dict[str, Any]]:
     """Full vs incremental load of the next turn's input (see the module's docstring)."""
-    from forge.context import request_for
+    from django.db import transaction
+
+    from forge.context import request_for, store_snapshot
     from forge.context.boundary import record_compaction
     from forge.context.incremental import cache, full_request, request_bytes
     from sessions import services
     from sessions.ids import new_session_id
+    from sessions.models import ContextSnapshot
 
     rows = []
     for turns in turns_list:
@@ -208,12 +217,33 @@ def next_turn_rows(user: Any, turns_list: list[int]) -> list[dict[str, Any]]:
             assert request_bytes(request_for(session)) == request_bytes(full_request(session))
             assert cache.stats["hit"] == RUNS + 1, cache.stats
             assert cache.stats["folded"] == RUNS * 7, cache.stats
+            # Cold: a process that never served the session. Each turn ends as the runtime's
+            # does (``store_snapshot`` in its last write's transaction, which stores one every
+            # FORGE_CONTEXT_SNAPSHOT_EVENTS events), then the cache is emptied.
+            cold, store = [], []
+            for _ in range(RUNS):
+                with transaction.atomic():
+                    write_turn(session)
+                    t0 = time.perf_counter()
+                    store_snapshot(session)
+                    store.append(time.perf_counter() - t0)
+                cache.clear()
+                t0 = time.perf_counter()
+                request_for(session)
+                cold.append(time.perf_counter() - t0)
+            snapshot_bytes = ContextSnapshot.objects.filter(session=session).values_list(
+                "state", flat=True
+            )
+            size = len(bytes(snapshot_bytes[0])) if snapshot_bytes else 0
             rows.append(
                 {
                     "turns": turns,
                     "boundary": boundary,
                     "full_ms": statistics.median(full) * 1000,
                     "incremental_ms": statistics.median(incremental) * 1000,
+                    "cold_ms": statistics.median(cold) * 1000,
+                    "store_ms": statistics.mean(store) * 1000,
+                    "snapshot_bytes": size,
                 }
             )
     return rows
@@ -358,6 +388,9 @@ def print_next_turn_table(results: list[dict[str, Any]]) -> None:
                     f"{row['incremental_ms']:.2f}",
                     f"{row['full_ms'] / row['incremental_ms']:.0f}x",
                     f"{row['incremental_ms'] / base:.2f}x",
+                    f"{row['cold_ms']:.2f}",
+                    f"{row['store_ms']:.2f}",
+                    f"{row['snapshot_bytes'] / 1024:.0f}",
                 ]
             )
     print_table(
@@ -369,6 +402,9 @@ def print_next_turn_table(results: list[dict[str, Any]]) -> None:
             "incremental ms",
             "full / incremental",
             "incremental vs full at the fewest turns",
+            "cold ms",
+            "snapshot store ms/turn",
+            "snapshot KiB",
         ],
         table,
     )

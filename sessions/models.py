@@ -254,3 +254,29 @@ class Part(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.id}"
+
+
+class ContextSnapshot(models.Model):
+    """A cache, not a record: the model input a session's log derives to as of ``seq``
+    (``hash``: that event's), encoded by ``forge.context.snapshot`` (``version``:
+    its format). One row per session, the newest written (``sessions.snapshots``).
+
+    Never trusted: a reader uses it only while ``(seq, hash)`` is still in the log
+    (the hash chain makes the pair name the whole log up to ``seq``) and its version
+    and checksum are the reader's, else derives from the log as if it did not exist.
+    Nothing else reads it: export, import and fork do not carry it, deleting the
+    session deletes it, ``rebuild_projections`` drops it."""
+
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    seq = models.PositiveBigIntegerField()
+    hash = HexDigestField()
+    version = models.PositiveSmallIntegerField()
+    state = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"{self.session_id}@{self.seq} v{self.version}"

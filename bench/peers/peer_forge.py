@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,16 @@ def write_turn(session: Any, n: int) -> None:
             "message": lambda info: services.UpdateMessage(info=info),  # type: ignore[attr-defined,unused-ignore]
             "part": lambda part: services.UpdatePart(part=part),  # type: ignore[attr-defined,unused-ignore]
         }
-        for unit in BATCHED_UNITS:
+        # The last unit commits with the turn's context snapshot, as the runtime's
+        # ``complete_reply`` does (``forge.context.store_snapshot``, where there is one).
+        store_snapshot = getattr(import_module("forge.context"), "store_snapshot", None)
+        for index, unit in enumerate(BATCHED_UNITS):
             writes = [as_write[kind](data) for g in unit for kind, data in groups[g]]
-            append_batch(session=session, writes=writes)
+            if store_snapshot is None or index < len(BATCHED_UNITS) - 1:
+                append_batch(session=session, writes=writes)
+                continue
+            with transaction.atomic():
+                store_snapshot(session, append_batch(session=session, writes=writes))
         return
     single = {
         "message": lambda info: services.update_message(session=session, info=info),

@@ -32,12 +32,13 @@ also hides the session's messages up to that id (:mod:`forge.context.rolled`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from forge.providers.base import ModelRequest
 from sessions import selectors
 from sessions.exceptions import InvalidCursor
-from sessions.models import Session
+from sessions.models import Session, SessionEvent
 from sessions.projector import fold_context
 
 from .compacted import filter_compacted
@@ -50,8 +51,18 @@ __all__ = [
     "build_request",
     "derive_messages",
     "request_for",
+    "store_snapshot",
     "visible_history",
 ]
+
+
+def store_snapshot(session: Session, appended: Sequence[SessionEvent] = ()) -> bool:
+    """Store the session's context snapshot in the caller's transaction when one is due
+    (:meth:`forge.context.incremental.ContextCache.store_snapshot`; ``appended``: the
+    events the caller just appended, whose last is the log's head). The turn's last
+    write calls it, so a process that never served the session folds only what follows."""
+    head = appended[-1].seq if appended else None
+    return cache.store_snapshot(session, head)
 
 
 def visible_history(session: Session) -> list[dict[str, Any]]:

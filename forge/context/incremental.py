@@ -53,10 +53,11 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from forge.providers.base import ModelRequest
-from sessions import selectors
+from sessions import selectors, snapshots
 from sessions.models import Session
 from sessions.projector import apply_context, fold_context
 
+from . import snapshot
 from .compacted import filter_compacted
 from .messages import build_request, item_messages, model_of, request_with
 from .rolled import drop_rolled, is_generated, rolled_through
@@ -214,6 +215,21 @@ class Derived:
     sizes: dict[str, list[int]] = field(default_factory=dict)
     blocks_bytes: int = 0
     nbytes: int = STATE_OVERHEAD  # the estimate: what ``sizes`` and ``blocks_bytes`` sum to
+    # The snapshot memo (forge.context.snapshot): compressed chunks of items and their
+    # sizes, holding the ``chunked`` items added before ``appended`` (the ids added
+    # since). ``lazy`` (a state decoded from a snapshot, until ``unpack``): the chunks'
+    # items and sizes are not in ``items`` and ``sizes``, and the renderings of the first
+    # ``len(lengths)`` kept messages are only in ``messages`` (``lengths[i]`` each).
+    chunks: list[bytes] = field(default_factory=list)
+    chunked: int = 0
+    appended: set[str] = field(default_factory=set)
+    lazy: bool = False
+    lengths: list[int] | None = None
+    # The renderings' memo: compressed chunks of the first ``rchunked`` kept messages'
+    # renderings (unchanged since: a change to one of them drops both memos).
+    rchunks: list[bytes] = field(default_factory=list)
+    rchunked: int = 0
+    snapshot_seq: int = 0  # the newest snapshot this state knows is stored (0: none)
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -262,6 +278,7 @@ class Derived:
 
     def _total(self) -> int:
         """The estimate summed from ``sizes`` (at a seed; the fold keeps it after)."""
+        self.unpack()  # a decoded state's sizes are in its chunks
         return (
             STATE_OVERHEAD
             + self.blocks_bytes
@@ -298,7 +315,70 @@ class Derived:
         return derived
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.items) + (self.chunked if self.lazy else 0)
+
+    def unpack(self) -> None:
+        """Decode what a snapshot left in chunks, and split the joined renderings per
+        message: the first need of an old item (its fold, ``history``, a moved cut)."""
+        if not self.lazy:
+            return
+        items: dict[str, dict[str, Any]] = {}
+        sizes: dict[str, list[int]] = {}
+        try:
+            for chunk in self.chunks:
+                for message_id, (item, size) in snapshot.unpack_items(chunk).items():
+                    items[message_id] = item
+                    sizes[message_id] = size
+        except Exception as exc:
+            raise Fallback("snapshot chunk unreadable") from exc
+        items.update(self.items)
+        sizes.update(self.sizes)
+        rendered: dict[str, list[dict[str, Any]]] = {}
+        at = 0
+        # Only new messages were added to ``kept`` and ``messages`` since: the old ones are
+        # still their prefixes (anything else unpacks first).
+        for message_id, length in zip(self.kept, self.lengths or (), strict=False):
+            rendered[message_id] = self.messages[at : at + length]
+            at += length
+        rendered.update(self.rendered)
+        self.items, self.sizes, self.rendered = items, sizes, rendered
+        self.lengths = None
+        self.lazy = False
+
+    def forget_chunks(self) -> None:
+        """Drop the snapshot memo (after ``unpack``): the next snapshot packs all anew."""
+        self.chunks, self.chunked, self.appended = [], 0, set()
+        self.rchunks, self.rchunked = [], 0
+
+    def joined(self) -> list[dict[str, Any]]:
+        """The kept messages' renderings, joined (``messages``, joined again if dirty)."""
+        if self.dirty:
+            self.messages = []
+            for message_id in self.kept:
+                self.tail_start = len(self.messages)
+                self.messages.extend(self.rendered[message_id])
+            self.dirty = False
+        return self.messages
+
+    def render_lengths(self) -> list[int]:
+        """How many model messages each kept message renders to, in ``kept``'s order."""
+        old = self.lengths or []
+        return [*old, *(len(self.rendered[i]) for i in self.kept[len(old) :])]
+
+    def _item(self, message_id: str) -> dict[str, Any] | None:
+        """The read item ``message_id``, or None; decodes the chunks only for an id that
+        may be in them (not one newer than every item)."""
+        item = self.items.get(message_id)
+        if item is None and self.lazy and not _ordered(self.last_id, message_id):
+            self.unpack()
+            item = self.items.get(message_id)
+        return item
+
+    def _changed(self, message_id: str) -> None:
+        """An item changed in place: a chunk holding its old value is no memo any more."""
+        if self.chunks and message_id not in self.appended:
+            self.unpack()
+            self.forget_chunks()
 
     def fold(self, seq: int, event_hash: str, type: str, data: Any) -> None:
         """Apply event ``seq`` (raises :class:`Fallback` when it cannot)."""
@@ -321,12 +401,13 @@ class Derived:
             raise Fallback("summary")  # a boundary begins, changes or closes
         info, info_size = _held_info(data, self.session_id)
         message_id = str(info["id"])
-        item = self.items.get(message_id)
+        item = self._item(message_id)
         if item is not None:
             old = item["info"]
             for key in ("role", "parent_id", "summary"):
                 if old.get(key) != info.get(key):
                     raise Fallback(f"message {key}")
+            self._changed(message_id)
             item["info"] = info
             self._resize(message_id, 0, info_size)
             self._render(message_id)
@@ -341,6 +422,7 @@ class Derived:
                     raise Fallback("superseded")
                 self.replies[parent] = message_id
             self.items[message_id] = {"info": info, "parts": []}
+            self.appended.add(message_id)
             self.last_id = message_id
             self.order.append(message_id)
             self.kept.append(message_id)
@@ -363,6 +445,8 @@ class Derived:
         self.through = through
         if not hidden:
             return
+        self.unpack()  # the renderings it drops, and their sizes
+        self.forget_chunks()  # the sizes and the kept messages change
         self.order = [i for i in self.order if i not in hidden]
         self.kept = [i for i in self.kept if i not in hidden]
         for message_id in hidden:
@@ -375,13 +459,14 @@ class Derived:
         if data.get("type") == "compaction":
             raise Fallback("compaction part")
         message_id = str(data["message_id"])
-        item = self.items.get(message_id)
+        item = self._item(message_id)
         if item is None:
             if self.start is not None and _ordered(message_id, self.start):
                 return  # a message older than the read range
             raise Fallback("part of an unknown message")
         part, part_size = _held_part(data, self.session_id, item["info"]["id"])
         part_id = str(part["id"])
+        self._changed(message_id)
         parts = item["parts"]
         for index in range(len(parts) - 1, -1, -1):
             if parts[index]["id"] == part_id:
@@ -411,21 +496,17 @@ class Derived:
     def history(self) -> list[dict[str, Any]]:
         """The visible history, oldest first: new item dicts and part lists (the info
         and part dicts are shared, and never changed in place by the fold)."""
+        self.unpack()
         items = self.items
         return [{"info": items[i]["info"], "parts": list(items[i]["parts"])} for i in self.order]
 
     def request(self) -> tuple[str, ModelRequest]:
-        if self.dirty:
-            self.messages = []
-            for message_id in self.kept:
-                self.tail_start = len(self.messages)
-                self.messages.extend(self.rendered[message_id])
-            self.dirty = False
+        messages = self.joined()
         model = model_of(self.blocks)
         _, _, name = model.partition("/")
         # A copy of the list: the caller may add to it. The message dicts are shared
         # with the cache and are never changed in place (a new rendering replaces them).
-        return model, request_with(blocks=self.blocks, messages=list(self.messages), model=name)
+        return model, request_with(blocks=self.blocks, messages=list(messages), model=name)
 
 
 class ContextCache:
@@ -522,10 +603,24 @@ class ContextCache:
         ``full(session)`` when the cache is off; compared with it under
         ``FORGE_CONTEXT_VERIFY`` (``encode`` gives the bytes compared)."""
         if int(settings.FORGE_CONTEXT_CACHE_SIZE) <= 0:
-            return full(session)
-        derived = self._current(session)
-        result = read(derived)
-        self._put(derived)
+            # No cache: the stored snapshot caught up with the log, else the log in full.
+            derived = self._from_snapshot(session)
+            if derived is None:
+                return full(session)
+            try:
+                result = read(derived)
+            except Fallback as exc:  # a snapshot's chunk that does not decode
+                self.stats[f"snapshot:{exc}"] += 1
+                return full(session)
+        else:
+            derived = self._current(session)
+            try:
+                result = read(derived)
+            except Fallback as exc:
+                self.stats[f"snapshot:{exc}"] += 1
+                derived = Derived.seed(session)
+                result = read(derived)
+            self._put(derived)
         if settings.FORGE_CONTEXT_VERIFY:
             verify(session, derived.seq, encode(result), lambda: full(session), encode)
         return result
@@ -543,6 +638,9 @@ class ContextCache:
                 self.stats[f"fallback:{exc}"] += 1
         else:
             self.stats["miss"] += 1
+            derived = self._from_snapshot(session)
+            if derived is not None:
+                return derived
         # A short log (a new chat's first turns) is folded from the start: one read of
         # its events instead of the full derivation's several. A long one, or one the
         # fold cannot apply (a compaction boundary ...), is derived in full.
@@ -554,6 +652,87 @@ class ContextCache:
         except Fallback as exc:
             self.stats[f"full:{exc}"] += 1
         return Derived.seed(session)
+
+    def _from_snapshot(self, session: Session) -> Derived | None:
+        """The session's stored snapshot caught up with the log, or None (no snapshot, one
+        of another format, unreadable, or no longer a prefix of the log, or a tail the
+        fold cannot apply): then it is as if there were none."""
+        if not settings.FORGE_CONTEXT_SNAPSHOTS:
+            return None
+        stored = snapshots.read(tenant_id=session.tenant_id, session_id=session.pk)
+        if stored is None:
+            return None
+        fields = snapshot.decode(
+            stored.state,
+            session_id=session.pk,
+            seq=stored.seq,
+            hash=stored.hash,
+            version=stored.version,
+        )
+        if fields is None:
+            self.stats["snapshot:unreadable"] += 1
+            return None
+        derived = Derived(tenant_id=session.tenant_id, session_id=session.pk, **fields)
+        try:
+            self._catch_up(session, derived)
+        except Fallback as exc:
+            self.stats[f"snapshot:{exc}"] += 1
+            return None
+        self.stats["snapshot"] += 1
+        return derived
+
+    def store_snapshot(self, session: Session, head: int | None = None) -> bool:
+        """Store the session's snapshot as of the log's end, in the caller's transaction
+        (the turn's last write), when ``FORGE_CONTEXT_SNAPSHOT_EVENTS`` or more events
+        came since the newest one stored; True if it did. ``head``: the log's head seq,
+        when the caller knows it (what it just appended).
+
+        Not due, it costs nothing when the session's state is cached here (it knows the
+        seq of the newest snapshot it stored or loaded), else one small read (the
+        stored seq). Due, the state catches up with the log (one read), is encoded, and
+        is stored (one upsert); it goes back into the cache (its next request folds
+        nothing new)."""
+        if not settings.FORGE_CONTEXT_SNAPSHOTS:
+            return False
+        every = max(1, int(settings.FORGE_CONTEXT_SNAPSHOT_EVENTS))
+        cached = int(settings.FORGE_CONTEXT_CACHE_SIZE) > 0
+        known = self.peek(session) if cached else None
+        if known is not None and head is not None:
+            if head - known.snapshot_seq < every:
+                return False
+        elif known is None:
+            stored = snapshots.read_seq(tenant_id=session.tenant_id, session_id=session.pk)
+            if head is None:
+                head = selectors.log_head(tenant=session.tenant, session=session)[0]
+            if head - stored < every:
+                return False
+        derived = self._current(session)
+        try:
+            if derived.seq - derived.snapshot_seq < every:
+                return False
+            try:
+                blob = snapshot.encode(derived)
+            except snapshot.Unencodable as exc:
+                self.stats[f"snapshot unencodable: {exc}"[:80]] += 1
+                return False
+            except Fallback as exc:  # a chunk it was decoded from does not decode
+                self.stats[f"snapshot:{exc}"] += 1
+                cached = False  # not put back: the next request derives anew
+                return False
+            snapshots.write(
+                tenant_id=session.tenant_id,
+                session_id=session.pk,
+                seq=derived.seq,
+                hash=derived.hash,
+                version=snapshot.VERSION,
+                state=blob,
+            )
+            derived.snapshot_seq = derived.seq
+            self.stats["snapshot stored"] += 1
+            return True
+        finally:
+            if cached:
+                self._put(derived)
 
     def _catch_up(self, session: Session, derived: Derived, limit: int | None = None) -> None:
         rows = selectors.log_from(

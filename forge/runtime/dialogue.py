@@ -42,6 +42,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 
 from accounts.selectors import member
+from forge.context import store_snapshot
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
@@ -79,6 +80,7 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
         events = services.append_batch(
             session=session, writes=[*held, services.UpdateMessage(info=info)]
         )
+        store_snapshot(session, events)
         if turn.depth:
             accounting.reply_completed(
                 session=session,

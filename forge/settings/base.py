@@ -408,6 +408,12 @@ FORGE_CONTEXT_CACHE_SIZE = env_int("FORGE_CONTEXT_CACHE_SIZE", 256)
 FORGE_CONTEXT_CACHE_MESSAGES = env_int("FORGE_CONTEXT_CACHE_MESSAGES", 100_000)
 FORGE_CONTEXT_CACHE_BYTES = env_int("FORGE_CONTEXT_CACHE_BYTES", 64 * 1024 * 1024)
 FORGE_CONTEXT_VERIFY = env_bool("FORGE_CONTEXT_VERIFY", False)
+# Context snapshots (forge.context.snapshot): the turn's last write stores the session's
+# derived model input once FORGE_CONTEXT_SNAPSHOT_EVENTS events came since the last
+# one; a process without the session cached loads it and folds only the events after.
+# A cache, never trusted (checked against the log); off: every cold load derives in full.
+FORGE_CONTEXT_SNAPSHOTS = env_bool("FORGE_CONTEXT_SNAPSHOTS", True)
+FORGE_CONTEXT_SNAPSHOT_EVENTS = env_int("FORGE_CONTEXT_SNAPSHOT_EVENTS", 64)
 
 # Price per million tokens, by "provider/model", for step and message cost.
 FORGE_MODEL_PRICES: dict[str, dict[str, float]] = {

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from accounts.exceptions import ForgeError, NoTenant
 from accounts.selectors import tenant_for_user
 
-from .. import selectors, sql
+from .. import selectors, snapshots, sql
 from ..exceptions import LogIntegrityError, NotFound, SessionMismatch
 from ..ids import is_valid_id, new_message_id, new_part_id
 from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
@@ -31,7 +31,8 @@ from .session import TITLE_MAX, clean_agent, clean_title, create_session, update
 
 @transaction.atomic
 def rebuild_projection(*, session: Session) -> Projection:
-    """Replace the session's messages and parts with what its log projects to."""
+    """Replace the session's messages and parts with what its log projects to, and drop
+    its context snapshot (``sessions.snapshots``, rebuilt by the next turn)."""
     if not _lock_session(session) or not Session.objects.filter(pk=session.pk).exists():
         raise NotFound(f"session {session.pk!r} does not exist")
     state = fold(
@@ -39,6 +40,7 @@ def rebuild_projection(*, session: Session) -> Projection:
     )
     Part.objects.filter(session=session).delete()
     Message.objects.filter(session=session).delete()
+    snapshots.drop(session_id=session.pk)  # a cache of the log: the next turn stores it anew
     # A row's data is the event's at its seq (no column): the fold's ``data`` is not written.
     Message.objects.bulk_create(
         [Message(id=message_id, **_columns(row)) for message_id, row in state.messages.items()],

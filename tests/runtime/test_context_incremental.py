@@ -100,11 +100,14 @@ def test_a_short_log_is_folded_from_its_start_in_one_query(session):
     assert cache.stats["miss"] == 1
     assert cache.stats["seeded from start"] == 1
     assert len([q for q in queries if "sessionevent" in q["sql"]]) >= 1
-    # The request itself was one read (the rest are the full derivation compared here).
+    # The request itself was the snapshot lookup (none is stored: no turn ended through the
+    # runtime) and one read of the log (the rest are the full derivation compared here).
     cache.clear()
     with CaptureQueriesContext(connection) as queries:
         request_for(session)
-    assert len(queries) == 1 + (len(full_queries(session)) if settings.FORGE_CONTEXT_VERIFY else 0)
+    verified = len(full_queries(session)) if settings.FORGE_CONTEXT_VERIFY else 0
+    assert len(queries) == 2 + verified
+    assert "contextsnapshot" in queries[0]["sql"]
 
 
 def test_a_long_log_is_derived_in_full(session, monkeypatch):
