@@ -263,42 +263,56 @@ def take_snapshot(
     return replace(snapshot, increment=increment, trimmed=trimmed)
 
 
+_LOCK = object()  # _write's default: lock the core itself
+
+
 def commit(
-    snapshot: Snapshot, summary: str, *, options: RollingOptions, grouped: bool = False
+    snapshot: Snapshot,
+    summary: str,
+    *,
+    options: RollingOptions,
+    grouped: bool = False,
+    locked: Any = _LOCK,
 ) -> RollOutcome:
     """Step 4: write the rolling if the core is still as snapshotted; else skip it.
 
     In a transaction of its own; ``grouped``: in a savepoint of the caller's transaction
-    (a sweep's group), so that a failure undoes this core's writes alone."""
+    (a sweep's group), so that a failure undoes this core's writes alone. ``locked`` is
+    the core's row as the caller locked it in that transaction (``None``: it could not).
+    """
     if not grouped:
         with transaction.atomic():
-            return _write(snapshot, summary, options=options, savepoint=False)
+            return _write(snapshot, summary, options=options)
     with connection.cursor() as cursor:
         batch = sql.Dialect(cursor).batch
     if not batch:  # Django's savepoint: two more statements, local on SQLite
         with transaction.atomic():
-            return _write(snapshot, summary, options=options, savepoint=False)
-    return _write(snapshot, summary, options=options, savepoint=True)
+            return _write(snapshot, summary, options=options, locked=locked)
+    return _write(snapshot, summary, options=options, locked=locked, savepoint=True)
 
 
 def _write(
-    snapshot: Snapshot, summary: str, *, options: RollingOptions, savepoint: bool
+    snapshot: Snapshot,
+    summary: str,
+    *,
+    options: RollingOptions,
+    locked: Any = _LOCK,
+    savepoint: bool = False,
 ) -> RollOutcome:
-    """The writes, in the caller's transaction. With ``savepoint`` (PostgreSQL), a
-    savepoint is set with the lock and released with the writes, in their round trips,
-    and rolled back to if anything fails in between."""
+    """The writes, in the caller's transaction. With ``savepoint`` (PostgreSQL), they are
+    sent between a savepoint and its release, in their one round trip, and the
+    savepoint is rolled back to if they fail."""
     with connection.cursor() as cursor:
         dialect = sql.Dialect(cursor)
+        if locked is _LOCK:
+            locked = sql.lock_core(cursor, dialect, snapshot.core_id, skip_locked=True)
+        outcome, statements = _plan(snapshot, summary, locked, options, dialect)
+        if savepoint and statements:
+            statements = [sql.savepoint(), *statements, sql.release_savepoint()]
         try:
-            locked = sql.lock_core(
-                cursor, dialect, snapshot.core_id, skip_locked=True, savepoint=savepoint
-            )
-            outcome, statements = _plan(snapshot, summary, locked, options, dialect)
-            if savepoint:
-                statements.append(sql.release_savepoint())
             sql.run(cursor, dialect, statements)
         except BaseException:
-            if savepoint:
+            if savepoint and statements:
                 try:
                     sql.rollback_savepoint(cursor)
                 except Exception:
@@ -560,8 +574,10 @@ def _emit(
 class _Group:
     """A sweep's cores prepared (claimed, snapshotted, summarized) and not yet committed.
 
-    :meth:`commit` writes them in one transaction, each core's rolling in a savepoint
-    of its own (:func:`commit` nested), so a core that fails rolls back alone and the
+    :meth:`commit` writes them in one transaction: the cores' rows locked together
+    (PostgreSQL, one statement), then each core's rolling in a savepoint of its own
+    (:func:`commit` grouped: on PostgreSQL the savepoint, the writes and its release
+    are one round trip), so a core that fails rolls back alone and the
     others are written; the transaction's ``COMMIT`` (its WAL flush) is shared. If that
     ``COMMIT`` itself fails (a deferred check, the connection), nothing of the group was
     written, and each core is committed again alone, in its own transaction, from the
@@ -621,10 +637,14 @@ class _Group:
         elif work:
             try:
                 with transaction.atomic():
+                    locks = self._lock([item[0].core_id for item in work])
                     for item in work:
                         try:
                             written[item[0].core_id] = commit(
-                                *item, options=self.options, grouped=True
+                                *item,
+                                options=self.options,
+                                grouped=True,
+                                locked=locks.get(item[0].core_id, _LOCK),
                             )
                         except Exception as exc:  # rolled back to its savepoint
                             written[item[0].core_id] = _failed(item[0].core_id, exc)
@@ -634,6 +654,17 @@ class _Group:
                 )
                 written = {item[0].core_id: self._alone(item) for item in work}
         return [w if isinstance(w, RollOutcome) else written[core_id] for core_id, w in entries]
+
+    def _lock(self, core_ids: list[str]) -> dict[str, sql.Locked | None]:
+        """PostgreSQL: every core of the group locked in one statement (a core absent
+        from the answer is missing or another's: ``None``). SQLite: nothing (each
+        core's commit reads its row; the transaction holds the database's lock)."""
+        with connection.cursor() as cursor:
+            if not sql.Dialect(cursor).postgres:
+                return {}
+            locks: dict[str, sql.Locked | None] = dict.fromkeys(core_ids)
+            locks.update(sql.lock_cores(cursor, core_ids))
+            return locks
 
     def _alone(self, item: Work) -> RollOutcome:
         try:

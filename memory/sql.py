@@ -199,35 +199,20 @@ SAVEPOINT = "memory_rolling"
 
 
 def lock_core(
-    cursor: CursorWrapper,
-    dialect: Dialect,
-    core_id: str,
-    *,
-    skip_locked: bool = False,
-    savepoint: bool = False,
+    cursor: CursorWrapper, dialect: Dialect, core_id: str, *, skip_locked: bool = False
 ) -> Locked | None:
     """Lock the core for this transaction; None if it is missing (or, with
-    ``skip_locked`` on PostgreSQL, locked by another transaction).
-
-    With ``savepoint`` (PostgreSQL with client-side binding only: :attr:`Dialect.batch`)
-    the savepoint :data:`SAVEPOINT` is set first, in the same round trip; the caller
-    releases it (:func:`release_savepoint`) or rolls back to it
-    (:func:`rollback_savepoint`)."""
+    ``skip_locked`` on PostgreSQL, locked by another transaction)."""
     lock = ""
     if dialect.postgres:
         lock = " FOR NO KEY UPDATE OF c" + (" SKIP LOCKED" if skip_locked else "")
-    query = (
+    cursor.execute(
         "SELECT c.tenant_id, c.rolled_seq, c.memory_session_id, c.window_next_seq, "
         f"c.window_count, u.id, u.message_count FROM {CORE} c LEFT JOIN {UNIT} u "
         "ON u.core_id = c.id AND u.memory_session_id = c.memory_session_id "
-        f"WHERE c.id = %s{lock}"
+        f"WHERE c.id = %s{lock}",
+        [core_id],
     )
-    if savepoint:
-        assert dialect.batch
-        cursor.execute(f"SAVEPOINT {SAVEPOINT}; {query}", [core_id])
-        cursor.nextset()  # the SELECT's rows
-    else:
-        cursor.execute(query, [core_id])
     row = cursor.fetchone()
     if row is None:
         return None
@@ -240,6 +225,30 @@ def lock_core(
         unit_id=row[5],
         unit_message_count=row[6] or 0,
     )
+
+
+def lock_cores(cursor: CursorWrapper, core_ids: Sequence[str]) -> dict[str, Locked]:
+    """PostgreSQL: :func:`lock_core` of several cores in one statement (``SKIP LOCKED``):
+    the ones locked, by id; a core missing or locked by another transaction is absent."""
+    cursor.execute(
+        "SELECT c.id, c.tenant_id, c.rolled_seq, c.memory_session_id, c.window_next_seq, "
+        f"c.window_count, u.id, u.message_count FROM {CORE} c LEFT JOIN {UNIT} u "
+        "ON u.core_id = c.id AND u.memory_session_id = c.memory_session_id "
+        "WHERE c.id = ANY(%s) ORDER BY c.id FOR NO KEY UPDATE OF c SKIP LOCKED",
+        [list(core_ids)],
+    )
+    return {
+        row[0]: Locked(
+            tenant_id=row[1],
+            rolled_seq=row[2],
+            memory_session_id=row[3],
+            window_next_seq=row[4],
+            window_count=row[5],
+            unit_id=row[6],
+            unit_message_count=row[7] or 0,
+        )
+        for row in cursor.fetchall()
+    }
 
 
 def append_to_unit(
@@ -347,12 +356,18 @@ def advance_window(
     ]
 
 
+def savepoint() -> Statement:
+    """The savepoint a grouped rolling's writes are sent within, as statements of their
+    round trip (:func:`release_savepoint` closes it)."""
+    return (f"SAVEPOINT {SAVEPOINT}", [])
+
+
 def release_savepoint() -> Statement:
     return (f"RELEASE SAVEPOINT {SAVEPOINT}", [])
 
 
 def rollback_savepoint(cursor: CursorWrapper) -> None:
-    """Undo what was written since :func:`lock_core`'s savepoint, and drop it."""
+    """Undo what was written since :func:`savepoint`, and drop it."""
     cursor.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}")
 
 
