@@ -81,9 +81,7 @@ def commits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-def test_a_sweep_commits_its_cores_in_groups_and_rolls_each_fully(
-    tenant, user, settings, commits
-):
+def test_a_sweep_commits_its_cores_in_groups_and_rolls_each_fully(tenant, user, settings, commits):
     settings.FORGE_MEMORY_ROLL_GROUP = 3
     cores = due_cores(tenant, user, 7)
     report = rolling.sweep(options=options())
