@@ -41,7 +41,8 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "forge_bench_rolling"
+# The scratch database; FORGE_BENCH_DB names another one (two runs side by side).
+BENCH_DB = os.environ.get("FORGE_BENCH_DB", "forge_bench_rolling")
 TEXT = "Message {i} of the dialogue: the user asks about deployments and the assistant answers."
 
 
@@ -167,9 +168,18 @@ def worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         candidates = candidate_core_ids(options=options, now=now_ms())
         query_ms = (time.perf_counter() - t0) * 1000
         assert set(core_ids) <= set(candidates)
+        profiler = None
+        if args.profile and len(core_ids) > args.sample:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         started = time.perf_counter()
         report = sweep(options=options)
         elapsed = time.perf_counter() - started
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{args.profile}.{engine}")
         rolled = report.count("rolled")
         assert rolled == len(core_ids), report.wire()["counts"]
         return {
@@ -208,6 +218,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=20, help="messages per window (threshold)")
     parser.add_argument("--history", type=int, default=5000, help="messages already in a unit")
     parser.add_argument("--sample", type=int, default=200, help="cores per history workload")
+    parser.add_argument(
+        "--profile", help="cProfile the N-cores sweep into PROFILE.<engine> (pstats format)"
+    )
     engine_arguments(parser)
     args = parser.parse_args()
     if args.worker:

@@ -154,10 +154,42 @@ class MemoryUnit(models.Model):
 
 
 class MemoryMessage(_Message):
-    """Message ``index`` of a unit's ``conversation_messages`` (0-based, no gaps)."""
+    """Message ``index`` of a unit's ``conversation_messages`` (0-based, no gaps).
 
+    Its ``tenant`` and ``unit`` are foreign keys the database does not check
+    (``db_constraint=False``, migration 0007): a rolling writes ~16 of these rows,
+    and their two deferred checks each were half of its PostgreSQL ``COMMIT``
+    (docs/memory.md). Both are implied by what the one write path guarantees:
+
+    * rows are inserted only with their unit, in the transaction that holds the
+      core's row lock and inserts the unit or read it, under that lock, by a join
+      on the core (``memory.sql.append_to_unit``; ``restore_unit`` creates the unit
+      in the same transaction), so the unit exists when they commit;
+    * ``tenant_id`` is the locked core's, whose own foreign key to the tenant is
+      checked, as are the unit's and the slice's; a tenant is ``PROTECT``;
+    * units go only with their core (``delete_core``), which takes the core's row
+      lock (a rolling's lock conflicts with it) and deletes the messages first, and
+      the ORM's cascade (``on_delete`` is the ORM's in Django, not the database's)
+      still deletes a unit's messages with it.
+
+    Tenant isolation does not rest on these: row-level security's ``WITH CHECK
+    (forge_visible(tenant_id))`` checks every row written, and every read filters by
+    the tenant.
+    """
+
+    tenant = models.ForeignKey(
+        "accounts.Tenant",
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
     unit = models.ForeignKey(
-        MemoryUnit, on_delete=models.CASCADE, related_name="messages", db_index=False
+        MemoryUnit,
+        on_delete=models.CASCADE,
+        related_name="messages",
+        db_index=False,
+        db_constraint=False,
     )
     index = models.PositiveIntegerField()
 

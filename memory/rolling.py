@@ -66,7 +66,7 @@ from .ids import new_memory_session_id, new_slice_id, new_unit_id
 from .models import MemoryCore
 from .normalize import Msg, clean_summary
 from .results import RollingResult, Trigger
-from .summarizers import Summarizer, summarize
+from .summarizers import Summarizer, extractive, get_summarizer, summarize
 from .times import now_ms
 from .wire import message_wire, slice_fields
 
@@ -215,10 +215,13 @@ def take_snapshot(
     now: datetime,
     force: bool = False,
     core: sql.CoreRow | None = None,
+    window: list[tuple[int, Msg]] | None = None,
 ) -> Snapshot | RollOutcome:
     """The core's window as it is, and what a rolling would do (no transaction, no lock).
 
-    ``core`` is the core's row when the caller read it already.
+    ``core`` is the core's row when the caller read it already, and ``window`` its
+    window's messages from ``rolled_seq`` on, with their seq
+    (:func:`memory.sql.claim_and_read_window`).
     """
     with connection.cursor() as cursor:
         if core is None:
@@ -253,89 +256,152 @@ def take_snapshot(
         # holds nothing unrolled (kept by a rolling of before the invariant) and renew.
         if cutoff <= snapshot.rolled_seq and not (trigger == "idle" and trimmed):
             return RollOutcome(core_id, "not_due", trigger=trigger)
-        increment = sql.read_window(cursor, core_id, core.rolled_seq, cutoff)
+        if window is None:
+            increment = sql.read_window(cursor, core_id, core.rolled_seq, cutoff)
+        else:
+            increment = [m for seq, m in window if core.rolled_seq <= seq < cutoff]
     return replace(snapshot, increment=increment, trimmed=trimmed)
 
 
-def commit(snapshot: Snapshot, summary: str, *, options: RollingOptions) -> RollOutcome:
-    """Step 4: write the rolling if the core is still as snapshotted; else skip it."""
-    core_id = snapshot.core_id
-    now = now_ms()
-    with transaction.atomic(), connection.cursor() as cursor:
+_LOCK = object()  # _write's default: lock the core itself
+
+
+def commit(
+    snapshot: Snapshot,
+    summary: str,
+    *,
+    options: RollingOptions,
+    grouped: bool = False,
+    locked: Any = _LOCK,
+) -> RollOutcome:
+    """Step 4: write the rolling if the core is still as snapshotted; else skip it.
+
+    In a transaction of its own; ``grouped``: in a savepoint of the caller's transaction
+    (a sweep's group), so that a failure undoes this core's writes alone. ``locked`` is
+    the core's row as the caller locked it in that transaction (``None``: it could not).
+    """
+    if not grouped:
+        with transaction.atomic():
+            return _write(snapshot, summary, options=options)
+    with connection.cursor() as cursor:
+        batch = sql.Dialect(cursor).batch
+    if not batch:  # Django's savepoint: two more statements, local on SQLite
+        with transaction.atomic():
+            return _write(snapshot, summary, options=options, locked=locked)
+    return _write(snapshot, summary, options=options, locked=locked, savepoint=True)
+
+
+def _write(
+    snapshot: Snapshot,
+    summary: str,
+    *,
+    options: RollingOptions,
+    locked: Any = _LOCK,
+    savepoint: bool = False,
+) -> RollOutcome:
+    """The writes, in the caller's transaction. With ``savepoint`` (PostgreSQL), they are
+    sent between a savepoint and its release, in their one round trip, and the
+    savepoint is rolled back to if they fail."""
+    with connection.cursor() as cursor:
         dialect = sql.Dialect(cursor)
-        locked = sql.lock_core(cursor, dialect, core_id, skip_locked=True)
-        if locked is None:
-            gone = not MemoryCore.objects.filter(pk=core_id).exists()
-            return RollOutcome(core_id, "missing" if gone else "busy")
-        if (
-            locked.rolled_seq != snapshot.rolled_seq
-            or locked.memory_session_id != snapshot.memory_session_id
-            or (snapshot.trigger == "idle" and locked.window_next_seq != snapshot.next_seq)
-        ):
-            return RollOutcome(core_id, "changed", trigger=snapshot.trigger)
-        statements: list[sql.Statement] = []
-        unit_id = locked.unit_id or new_unit_id()
-        slice_id = new_slice_id()
-        start = locked.unit_message_count
-        if snapshot.increment:
-            statements += sql.append_to_unit(
-                dialect,
-                core_id=core_id,
-                locked=locked,
-                unit_id=unit_id,
-                slice_id=slice_id,
-                messages=snapshot.increment,
-                summary=summary,
-                now=now,
-            )
-        # The window is the run of seqs [next - count, next): what the cutoff removes is
-        # known. The cutoff is the snapshot's: messages that arrived since stay unrolled.
-        cutoff = snapshot.cutoff(options.keep)
-        trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
-        session_id = (
-            new_memory_session_id() if snapshot.trigger == "idle" else locked.memory_session_id
-        )
-        statements += sql.advance_window(
-            dialect,
-            core_id=core_id,
-            rolled_seq=cutoff,
-            trimmed=trimmed,
-            memory_session_id=session_id,
-            now=now,
-        )
-        sql.run(cursor, dialect, statements)
-        outcome = RollOutcome(
-            core_id,
-            "rolled",
-            trigger=snapshot.trigger,
-            messages=len(snapshot.increment),
-            trimmed=trimmed,
-            memory_session_id=session_id,
-        )
-        if not snapshot.increment:
-            return outcome
-        outcome.unit_id, outcome.slice_id = unit_id, slice_id
-        outcome.result = RollingResult(
-            tenant_id=snapshot.tenant_id,
-            core_id=core_id,
-            user_id=snapshot.user_id,
-            agent=snapshot.agent,
-            trigger=snapshot.trigger,
-            unit_id=unit_id,
-            memory_session_id=locked.memory_session_id,
-            next_memory_session_id=session_id,
-            slice=slice_fields(
-                slice_id=slice_id,
-                start_index=start,
-                end_index=start + len(snapshot.increment),
-                summary=summary,
-                created_at=now,
-            ),
-            messages=tuple(message_wire(m) for m in snapshot.increment),
-            trimmed=trimmed,
-        )
+        if locked is _LOCK:
+            locked = sql.lock_core(cursor, dialect, snapshot.core_id, skip_locked=True)
+        outcome, statements = _plan(snapshot, summary, locked, options, dialect)
+        if savepoint and statements:
+            statements = [sql.savepoint(), *statements, sql.release_savepoint()]
+        try:
+            sql.run(cursor, dialect, statements)
+        except BaseException:
+            if savepoint and statements:
+                try:
+                    sql.rollback_savepoint(cursor)
+                except Exception:
+                    logger.exception("rolling core %s: no savepoint to undo", snapshot.core_id)
+            raise
+    if outcome.result is not None:
         transaction.on_commit(partial(after_rolling.trigger, outcome.result))
     return outcome
+
+
+def _plan(
+    snapshot: Snapshot,
+    summary: str,
+    locked: sql.Locked | None,
+    options: RollingOptions,
+    dialect: sql.Dialect,
+) -> tuple[RollOutcome, list[sql.Statement]]:
+    """The outcome of committing ``snapshot`` on the core as ``locked``, and the
+    statements that write it (none when the core is skipped)."""
+    core_id = snapshot.core_id
+    now = now_ms()
+    if locked is None:
+        gone = not MemoryCore.objects.filter(pk=core_id).exists()
+        return RollOutcome(core_id, "missing" if gone else "busy"), []
+    if (
+        locked.rolled_seq != snapshot.rolled_seq
+        or locked.memory_session_id != snapshot.memory_session_id
+        or (snapshot.trigger == "idle" and locked.window_next_seq != snapshot.next_seq)
+    ):
+        return RollOutcome(core_id, "changed", trigger=snapshot.trigger), []
+    statements: list[sql.Statement] = []
+    unit_id = locked.unit_id or new_unit_id()
+    slice_id = new_slice_id()
+    start = locked.unit_message_count
+    if snapshot.increment:
+        statements += sql.append_to_unit(
+            dialect,
+            core_id=core_id,
+            locked=locked,
+            unit_id=unit_id,
+            slice_id=slice_id,
+            messages=snapshot.increment,
+            summary=summary,
+            now=now,
+        )
+    # The window is the run of seqs [next - count, next): what the cutoff removes is
+    # known. The cutoff is the snapshot's: messages that arrived since stay unrolled.
+    cutoff = snapshot.cutoff(options.keep)
+    trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
+    session_id = new_memory_session_id() if snapshot.trigger == "idle" else locked.memory_session_id
+    statements += sql.advance_window(
+        dialect,
+        core_id=core_id,
+        rolled_seq=cutoff,
+        trimmed=trimmed,
+        memory_session_id=session_id,
+        now=now,
+    )
+    outcome = RollOutcome(
+        core_id,
+        "rolled",
+        trigger=snapshot.trigger,
+        messages=len(snapshot.increment),
+        trimmed=trimmed,
+        memory_session_id=session_id,
+    )
+    if not snapshot.increment:
+        return outcome, statements
+    outcome.unit_id, outcome.slice_id = unit_id, slice_id
+    outcome.result = RollingResult(
+        tenant_id=snapshot.tenant_id,
+        core_id=core_id,
+        user_id=snapshot.user_id,
+        agent=snapshot.agent,
+        trigger=snapshot.trigger,
+        unit_id=unit_id,
+        memory_session_id=locked.memory_session_id,
+        next_memory_session_id=session_id,
+        slice=slice_fields(
+            slice_id=slice_id,
+            start_index=start,
+            end_index=start + len(snapshot.increment),
+            summary=summary,
+            created_at=now,
+        ),
+        messages=tuple(message_wire(m) for m in snapshot.increment),
+        trimmed=trimmed,
+    )
+    return outcome, statements
 
 
 def roll(
@@ -368,34 +434,70 @@ def roll(
             trimmed=snapshot.trimmed,
             memory_session_id=snapshot.memory_session_id,
         )
-    with connection.cursor() as cursor:
-        dialect = sql.Dialect(cursor)
-        held, core = sql.claim_and_read(cursor, dialect, core_id)
+    held, work = prepare(core_id, options=options, now=now, force=force, summarizer=summarizer)
     try:
-        if not held:
-            return RollOutcome(core_id, "busy")
-        snapshot = take_snapshot(core_id, options=options, now=now, force=force, core=core)
+        if isinstance(work, RollOutcome):
+            return work
+        return commit(*work, options=options)
+    finally:
+        if held:
+            release([core_id])
+
+
+Work = tuple[Snapshot, str]  # a snapshot and its summary, ready to commit
+
+
+def prepare(
+    core_id: str,
+    *,
+    options: RollingOptions,
+    now: datetime,
+    force: bool = False,
+    summarizer: Summarizer | None = None,
+) -> tuple[bool, RollOutcome | Work]:
+    """Steps 1-3 (claim, snapshot, summarize), no transaction open: whether the claim is
+    held (the caller releases it, :func:`release`), and the outcome if the core is done
+    with here, else the work to commit."""
+    with connection.cursor() as cursor:
+        held, core, window = sql.claim_and_read_window(cursor, sql.Dialect(cursor), core_id)
+    if not held:
+        return False, RollOutcome(core_id, "busy")
+    try:
+        snapshot = take_snapshot(
+            core_id, options=options, now=now, force=force, core=core, window=window
+        )
         if isinstance(snapshot, RollOutcome):
-            return snapshot
+            return True, snapshot
         summary = ""
         if snapshot.increment:
             cap = int(getattr(settings, "FORGE_MEMORY_TOOL_OUTPUT_CHARS", TOOL_OUTPUT_CHARS))
             compressed = compress(snapshot.increment, tool_output_chars=cap)
             try:
-                summary = _clean(summarize(compressed, summarizer=summarizer))
+                chosen = summarizer or get_summarizer()
+                # The built-in extractive summarizer runs inline: it is local and its work
+                # is bounded by the increment, so it has nothing to time out, and the hop
+                # to the worker thread was ~2 ms a core on a loaded machine.
+                timeout = 0.0 if chosen is extractive else None
+                summary = _clean(summarize(compressed, summarizer=chosen, timeout=timeout))
             except MemoryStoreError as exc:
-                return RollOutcome(
+                return True, RollOutcome(
                     core_id,
                     "failed",
                     trigger=snapshot.trigger,
                     messages=len(snapshot.increment),
                     error={"code": exc.code, "message": str(exc)},
                 )
-        return commit(snapshot, summary, options=options)
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                sql.release(cursor, dialect, core_id)
+    except BaseException:
+        release([core_id])
+        raise
+    return True, (snapshot, summary)
+
+
+def release(core_ids: list[str]) -> None:
+    """Release the claims :func:`prepare` took, in one statement."""
+    if core_ids:
+        with connection.cursor() as cursor:
+            sql.release_many(cursor, sql.Dialect(cursor), core_ids)
 
 
 def _clean(summary: str) -> str:
@@ -445,6 +547,132 @@ class SweepReport:
         }
 
 
+GROUP_CORES = 16
+GROUP_SECONDS = 0.25
+
+
+def group_size() -> int:
+    """Cores whose rollings a sweep commits in one transaction (``FORGE_MEMORY_ROLL_GROUP``)."""
+    return max(1, int(getattr(settings, "FORGE_MEMORY_ROLL_GROUP", GROUP_CORES)))
+
+
+def _failed(core_id: str, exc: BaseException) -> RollOutcome:
+    logger.exception("rolling core %s failed", core_id, exc_info=exc)
+    return RollOutcome(
+        core_id, "failed", error={"code": "error", "message": f"{type(exc).__name__}: {exc}"}
+    )
+
+
+def _emit(
+    report: SweepReport, on_outcome: Callable[[RollOutcome], Any] | None, outcome: RollOutcome
+) -> None:
+    report.outcomes.append(outcome)
+    if on_outcome is not None:
+        on_outcome(outcome)
+
+
+class _Group:
+    """A sweep's cores prepared (claimed, snapshotted, summarized) and not yet committed.
+
+    :meth:`commit` writes them in one transaction: the cores' rows locked together
+    (PostgreSQL, one statement), then each core's rolling in a savepoint of its own
+    (:func:`commit` grouped: on PostgreSQL the savepoint, the writes and its release
+    are one round trip), so a core that fails rolls back alone and the
+    others are written; the transaction's ``COMMIT`` (its WAL flush) is shared. If that
+    ``COMMIT`` itself fails (a deferred check, the connection), nothing of the group was
+    written, and each core is committed again alone, in its own transaction, from the
+    same snapshot and summary (which re-checks the core), so one core's failure never
+    costs another its rolling. Every claim is released after, whatever happened.
+
+    A group holds at most ``size`` cores to commit, and no core waits for it more than
+    :data:`GROUP_SECONDS` after its summary (a slow summarizer makes groups of one).
+    Summaries are never made inside the transaction, and the core rows stay locked
+    only for the group's writes. Outcomes are reported in the order of the cores.
+    """
+
+    def __init__(self, *, options: RollingOptions, size: int) -> None:
+        self.options = options
+        self.size = size
+        self.entries: list[tuple[str, RollOutcome | Work]] = []
+        self.claims: list[str] = []
+        self.work = 0
+        self.since = 0.0
+
+    def add(self, core_id: str, held: bool, work: RollOutcome | Work) -> None:
+        if held:
+            self.claims.append(core_id)
+        if not isinstance(work, RollOutcome):
+            if not self.work:
+                self.since = time.monotonic()
+            self.work += 1
+        self.entries.append((core_id, work))
+
+    def done(self, outcome: RollOutcome) -> None:
+        self.entries.append((outcome.core_id, outcome))
+
+    def full(self) -> bool:
+        if self.work >= self.size:
+            return True
+        if self.work and time.monotonic() - self.since >= GROUP_SECONDS:
+            return True
+        return not self.work and len(self.entries) >= self.size
+
+    def commit(self, emit: Callable[[RollOutcome], Any]) -> None:
+        entries, claims = self.entries, self.claims
+        self.entries, self.claims, self.work = [], [], 0
+        if not entries:
+            return
+        try:
+            outcomes = self._write(entries)
+        finally:
+            release(claims)
+        for outcome in outcomes:
+            emit(outcome)
+
+    def _write(self, entries: list[tuple[str, RollOutcome | Work]]) -> list[RollOutcome]:
+        work = [w for _, w in entries if not isinstance(w, RollOutcome)]
+        written: dict[str, RollOutcome] = {}
+        if len(work) == 1:
+            written[work[0][0].core_id] = self._alone(work[0])
+        elif work:
+            try:
+                with transaction.atomic():
+                    locks = self._lock([item[0].core_id for item in work])
+                    for item in work:
+                        try:
+                            written[item[0].core_id] = commit(
+                                *item,
+                                options=self.options,
+                                grouped=True,
+                                locked=locks.get(item[0].core_id, _LOCK),
+                            )
+                        except Exception as exc:  # rolled back to its savepoint
+                            written[item[0].core_id] = _failed(item[0].core_id, exc)
+            except Exception:
+                logger.exception(
+                    "a group of %d rollings failed to commit; committing each alone", len(work)
+                )
+                written = {item[0].core_id: self._alone(item) for item in work}
+        return [w if isinstance(w, RollOutcome) else written[core_id] for core_id, w in entries]
+
+    def _lock(self, core_ids: list[str]) -> dict[str, sql.Locked | None]:
+        """PostgreSQL: every core of the group locked in one statement (a core absent
+        from the answer is missing or another's: ``None``). SQLite: nothing (each
+        core's commit reads its row; the transaction holds the database's lock)."""
+        with connection.cursor() as cursor:
+            if not sql.Dialect(cursor).postgres:
+                return {}
+            locks: dict[str, sql.Locked | None] = dict.fromkeys(core_ids)
+            locks.update(sql.lock_cores(cursor, core_ids))
+            return locks
+
+    def _alone(self, item: Work) -> RollOutcome:
+        try:
+            return commit(*item, options=self.options)
+        except Exception as exc:
+            return _failed(item[0].core_id, exc)
+
+
 def sweep(
     *,
     options: RollingOptions,
@@ -457,7 +685,8 @@ def sweep(
     on_outcome: Callable[[RollOutcome], Any] | None = None,
     on_candidates: Callable[[int], Any] | None = None,
 ) -> SweepReport:
-    """Roll every due core (or the ``core_ids`` given), one at a time.
+    """Roll every due core (or the ``core_ids`` given), one at a time, committing the
+    rollings of up to :func:`group_size` cores in one transaction (:class:`_Group`).
 
     Catches up the search index first, and indexes the new slices in batches
     (``memory.indexing.batched``): all of them are indexed when it returns. A
@@ -475,29 +704,29 @@ def sweep(
         on_candidates(len(ids))
     # The search index consumer indexes the sweep's new slices in batches (memory.indexing);
     # what is left is indexed when the block exits, before the report.
+    emit = partial(_emit, report, on_outcome)
+    group = _Group(options=options, size=1 if dry_run else group_size())
     with indexing.batched():
-        for core_id in ids:
-            if should_stop():
-                report.stopped = True
-                break
-            try:
-                outcome = roll(
-                    core_id,
-                    options=options,
-                    now=now,
-                    force=force,
-                    dry_run=dry_run,
-                    summarizer=summarizer,
-                )
-            except Exception as exc:  # a bug or the database: report the core, go on
-                logger.exception("rolling core %s failed", core_id)
-                outcome = RollOutcome(
-                    core_id,
-                    "failed",
-                    error={"code": "error", "message": f"{type(exc).__name__}: {exc}"},
-                )
-            report.outcomes.append(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
+        try:
+            for core_id in ids:
+                if should_stop():
+                    report.stopped = True
+                    break
+                try:
+                    if dry_run:
+                        group.done(
+                            roll(core_id, options=options, now=now, force=force, dry_run=True)
+                        )
+                    else:
+                        held, work = prepare(
+                            core_id, options=options, now=now, force=force, summarizer=summarizer
+                        )
+                        group.add(core_id, held, work)
+                except Exception as exc:  # a bug or the database: report the core, go on
+                    group.done(_failed(core_id, exc))
+                if group.full():
+                    group.commit(emit)
+        finally:
+            group.commit(emit)
     report.elapsed = time.monotonic() - started
     return report

@@ -111,9 +111,60 @@ def claim_and_read(
     return bool(held), None if row[0] is None else _core_row(row)
 
 
+def claim_and_read_window(
+    cursor: CursorWrapper, dialect: Dialect, core_id: str
+) -> tuple[bool, CoreRow | None, list[tuple[int, Msg]] | None]:
+    """:func:`claim_and_read`, and on PostgreSQL the window's messages not rolled yet
+    (``seq >= rolled_seq``, oldest first, with their seq) in the same round trip: the
+    caller keeps those below its cutoff. ``None`` for the window on SQLite (read it with
+    :func:`read_window`: no round trip to save there).
+
+    The two statements are two snapshots: the window may hold messages appended after
+    the core row was read (their seq is at or past its ``window_next_seq``, which a
+    cutoff never reaches), or fewer if another rolling trimmed it meanwhile (it could
+    not claim the core, so only before the claim; the commit's re-check of
+    ``rolled_seq`` skips such a core)."""
+    if not dialect.batch:
+        held, core = claim_and_read(cursor, dialect, core_id)
+        return held, core, None
+    cursor.execute(
+        f"SELECT pg_try_advisory_lock(%s, hashtext(%s)), {_CORE_COLUMNS} "
+        f"FROM (SELECT 1) x LEFT JOIN {CORE} c ON c.id = %s; "
+        f"SELECT seq, role, text, at, session_id, message_id FROM {WINDOW} "
+        f"WHERE core_id = %s AND seq >= (SELECT rolled_seq FROM {CORE} WHERE id = %s) "
+        "ORDER BY seq",
+        [ADVISORY_CLASS, core_id, core_id, core_id, core_id],
+    )
+    held, *row = cursor.fetchone()
+    cursor.nextset()
+    window = [
+        (
+            int(seq),
+            Msg(
+                role=role,
+                text=text,
+                at=_aware(at) or datetime.now(UTC),
+                session_id=sid,
+                message_id=mid,
+            ),
+        )
+        for seq, role, text, at, sid, mid in cursor.fetchall()
+    ]
+    return bool(held), None if row[0] is None else _core_row(row), window
+
+
 def release(cursor: CursorWrapper, dialect: Dialect, core_id: str) -> None:
     if dialect.postgres:
         cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_CLASS, core_id])
+
+
+def release_many(cursor: CursorWrapper, dialect: Dialect, core_ids: Sequence[str]) -> None:
+    """:func:`release` of several claims in one round trip (a sweep's group)."""
+    if dialect.postgres and core_ids:
+        cursor.execute(
+            "SELECT count(pg_advisory_unlock(%s, hashtext(c))) FROM unnest(%s::text[]) c",
+            [ADVISORY_CLASS, list(core_ids)],
+        )
 
 
 def read_window(cursor: CursorWrapper, core_id: str, start: int, end: int) -> list[Msg]:
@@ -144,6 +195,9 @@ class Locked:
     unit_message_count: int
 
 
+SAVEPOINT = "memory_rolling"
+
+
 def lock_core(
     cursor: CursorWrapper, dialect: Dialect, core_id: str, *, skip_locked: bool = False
 ) -> Locked | None:
@@ -171,6 +225,30 @@ def lock_core(
         unit_id=row[5],
         unit_message_count=row[6] or 0,
     )
+
+
+def lock_cores(cursor: CursorWrapper, core_ids: Sequence[str]) -> dict[str, Locked]:
+    """PostgreSQL: :func:`lock_core` of several cores in one statement (``SKIP LOCKED``):
+    the ones locked, by id; a core missing or locked by another transaction is absent."""
+    cursor.execute(
+        "SELECT c.id, c.tenant_id, c.rolled_seq, c.memory_session_id, c.window_next_seq, "
+        f"c.window_count, u.id, u.message_count FROM {CORE} c LEFT JOIN {UNIT} u "
+        "ON u.core_id = c.id AND u.memory_session_id = c.memory_session_id "
+        "WHERE c.id = ANY(%s) ORDER BY c.id FOR NO KEY UPDATE OF c SKIP LOCKED",
+        [list(core_ids)],
+    )
+    return {
+        row[0]: Locked(
+            tenant_id=row[1],
+            rolled_seq=row[2],
+            memory_session_id=row[3],
+            window_next_seq=row[4],
+            window_count=row[5],
+            unit_id=row[6],
+            unit_message_count=row[7] or 0,
+        )
+        for row in cursor.fetchall()
+    }
 
 
 def append_to_unit(
@@ -208,7 +286,29 @@ def append_to_unit(
                 [count, at, unit_id],
             )
         ]
-    for offset in range(0, count, ROWS_PER_INSERT):
+    if dialect.postgres:
+        # One statement of a fixed text and ~10 parameters whatever the count: psycopg
+        # caches the parsing of a query only up to 50 parameters (a VALUES row per
+        # message was re-parsed for every rolling).
+        statements.append(
+            (
+                f'INSERT INTO {MESSAGE} (tenant_id, unit_id, "index", role, text, at, '
+                "session_id, message_id) SELECT %s, %s, %s + m.n - 1, m.role, m.text, m.at, "
+                "m.sid, m.mid FROM unnest(%s::text[], %s::text[], %s::timestamptz[], "
+                "%s::text[], %s::text[]) WITH ORDINALITY AS m(role, text, at, sid, mid, n)",
+                [
+                    locked.tenant_id,
+                    unit_id,
+                    start,
+                    [m.role for m in messages],
+                    [m.text for m in messages],
+                    [m.at for m in messages],
+                    [m.session_id for m in messages],
+                    [m.message_id for m in messages],
+                ],
+            )
+        )
+    for offset in range(0, 0 if dialect.postgres else count, ROWS_PER_INSERT):
         chunk = messages[offset : offset + ROWS_PER_INSERT]
         params: list[Any] = []
         for i, m in enumerate(chunk, start=start + offset):
@@ -254,6 +354,21 @@ def advance_window(
             [rolled_seq, trimmed, dialect.time(now), memory_session_id, core_id],
         ),
     ]
+
+
+def savepoint() -> Statement:
+    """The savepoint a grouped rolling's writes are sent within, as statements of their
+    round trip (:func:`release_savepoint` closes it)."""
+    return (f"SAVEPOINT {SAVEPOINT}", [])
+
+
+def release_savepoint() -> Statement:
+    return (f"RELEASE SAVEPOINT {SAVEPOINT}", [])
+
+
+def rollback_savepoint(cursor: CursorWrapper) -> None:
+    """Undo what was written since :func:`savepoint`, and drop it."""
+    cursor.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}")
 
 
 def run(cursor: CursorWrapper, dialect: Dialect, statements: list[Statement]) -> None:
