@@ -83,12 +83,12 @@ def users_managed_by(editor: User) -> QuerySet[User]:
     held = permission_ids_of(editor)
     not_held = Permission.objects.exclude(pk__in=held)
     elsewhere = Membership.objects.exclude(tenant_id__in=tenants).values("user_id")
-    stronger_direct = User.user_permissions.through.objects.filter(permission__in=not_held).values(
-        "user_id"
-    )
-    stronger_grouped = User.groups.through.objects.filter(group__permissions__in=not_held).values(
-        "user_id"
-    )
+    # The m2m tables' models (typed loosely: the stubs' view of ``through`` depends on
+    # which other models mypy has seen).
+    direct: Any = User.user_permissions.through
+    grouped: Any = User.groups.through
+    stronger_direct = direct.objects.filter(permission__in=not_held).values("user_id")
+    stronger_grouped = grouped.objects.filter(group__permissions__in=not_held).values("user_id")
     return (
         members_of(tenants)
         .filter(is_superuser=False)

@@ -30,6 +30,12 @@ class ForgeConfig(AppConfig):
 
         session_imported.connect(on_session_imported, dispatch_uid="forge.usage-import")
 
+        # Rolling's metrics: the memory store says what its sweeps did.
+        from forge.telemetry.metrics import rollings_done
+        from memory.signals import rollings_done as rollings_signal
+
+        rollings_signal.connect(rollings_done, dispatch_uid="forge.rolling-metrics")
+
         # Traces, when an OTLP endpoint is set (forge.telemetry.tracing).
         from forge.telemetry import tracing
 

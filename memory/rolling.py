@@ -66,6 +66,7 @@ from .ids import new_memory_session_id, new_slice_id, new_unit_id
 from .models import MemoryCore
 from .normalize import Msg, clean_summary
 from .results import RollingResult, Trigger
+from .signals import send_rollings_done
 from .summarizers import Summarizer, extractive, get_summarizer, summarize
 from .times import now_ms
 from .wire import message_wire, slice_fields
@@ -729,4 +730,6 @@ def sweep(
         finally:
             group.commit(emit)
     report.elapsed = time.monotonic() - started
+    if not dry_run:
+        send_rollings_done(report.outcomes, report.elapsed)
     return report

@@ -18,6 +18,7 @@ Every function is keyword-only, typed and atomic; bad input raises a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import partial
@@ -276,10 +277,14 @@ def roll_core(
     a unit is rolled even under the threshold (an idle core rolls as idle); without it,
     only when due. See ``memory.rolling.roll`` for the steps and the outcome."""
     from .rolling import RollingOptions, roll
+    from .signals import send_rollings_done
 
     _check_core(tenant, core)
     options = RollingOptions.build(threshold=threshold, keep=keep, idle_after=idle_after)
-    return roll(core.pk, options=options, force=force, summarizer=summarizer)
+    started = time.monotonic()
+    outcome = roll(core.pk, options=options, force=force, summarizer=summarizer)
+    send_rollings_done([outcome], time.monotonic() - started)
+    return outcome
 
 
 @transaction.atomic

@@ -76,7 +76,9 @@ TOOL_ERRORS = Counter("forge_tool_errors", "Tool calls that ended in an error, b
 ROLLING_RUNS = Counter("forge_rolling_runs", "Dialog rollings done (a slice written).")
 ROLLING_FAILURES = Counter("forge_rolling_failures", "Dialog rollings that failed.")
 ROLLING_SECONDS = Histogram(
-    "forge_rolling_seconds", "How long one dialog rolling took.", buckets=_ROLLING_BUCKETS
+    "forge_rolling_seconds",
+    "How long one rolling sweep (roll_dialogs) or one core's rolling took.",
+    buckets=_ROLLING_BUCKETS,
 )
 APPEND_SECONDS = Histogram(
     "forge_append_seconds",
@@ -117,3 +119,12 @@ def frames_sent(face: str, *, frames: int, deltas: int = 0) -> None:
     FRAMES_SENT.labels(face=face).inc(frames)
     if deltas:
         DELTAS_SENT.labels(face=face).inc(deltas)
+
+
+def rollings_done(sender: object, outcomes: list[object], seconds: float, **kwargs: object) -> None:
+    """``memory.signals.rollings_done``: a sweep's (or one core's) rollings and failures,
+    and how long it took."""
+    statuses = [getattr(outcome, "status", None) for outcome in outcomes]
+    ROLLING_RUNS.inc(statuses.count("rolled"))
+    ROLLING_FAILURES.inc(statuses.count("failed"))
+    ROLLING_SECONDS.observe(seconds)
