@@ -54,7 +54,7 @@ from django.conf import settings
 from forge import hooks, tools
 from forge.db.worker import db
 from forge.providers import events as ev
-from forge.telemetry import metrics
+from forge.telemetry import metrics, tracing
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
@@ -151,6 +151,8 @@ class Processor(ToolCalls):
         self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
         self.mcp_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
+        # The texts the current step finished, kept only while traces capture content.
+        self.step_texts: list[str] = []
 
     # --- writes -------------------------------------------------------------------
 
@@ -338,6 +340,8 @@ class Processor(ToolCalls):
         # Its buffer (and mirror keys) go once the write is in (:meth:`write`); a write
         # that fails leaves them for finalizing.
         self.finished.append(block.part_id)
+        if block.kind == "text" and tracing.capturing_content():
+            self.step_texts.append(text)  # the completion, for the model call's span
         part = {
             "id": block.part_id,
             "text": text,

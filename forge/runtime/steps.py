@@ -212,6 +212,7 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
         tracing.span(f"step {loop.step}", forge__step=loop.step),
         tracing.model_call(provider=provider, model=model, messages=request.messages) as call,
     ):
+        processor.step_texts.clear()
         result = await processor.run_step(loop.provider.stream(request))
         tracing.model_result(
             call,
@@ -219,6 +220,7 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
             output_tokens=result.usage.output,
             finish_reason=result.finish_reason,
             error=result.error.name if result.error is not None else None,
+            output="\n".join(processor.step_texts) if processor.step_texts else None,
         )
     loop.total_cost += result.cost
     if result.error is not None:

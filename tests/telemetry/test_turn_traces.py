@@ -103,3 +103,44 @@ def test_a_turn_finalized_after_a_takeover_ends_in_its_trace(session, spans):
     assert recovered.parent.span_id == root_id
     assert recovered.attributes["forge.resumed"] is True
     assert recovered.attributes["error.type"] == "Interrupted"
+
+
+async def test_content_capture_records_the_prompt_and_the_completion(session, agents, settings):
+    settings.FORGE_MODEL = "offline/echo"
+    exporter = InMemorySpanExporter()
+    tracing.install(SimpleSpanProcessor(exporter), capture_content=True)
+    try:
+        await run(session, "echo me back")
+    finally:
+        tracing.uninstall()
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert "echo me back" in str(chat.attributes["gen_ai.input.messages"])
+    assert chat.attributes["gen_ai.output.messages"] == "echo me back"
+
+
+async def test_a_collector_that_is_down_does_not_fail_the_turn(session, agents, settings):
+    """The real exporter behind the real batch processor, aimed at a port nothing
+    listens on: the turn finishes as ever; export fails on the SDK's own thread."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from sessions import selectors
+
+    settings.FORGE_MODEL = "offline/echo"
+    exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces", timeout=1)
+    tracing.install(
+        BatchSpanProcessor(
+            exporter, max_queue_size=4, max_export_batch_size=4, schedule_delay_millis=50
+        )
+    )
+    try:
+        for i in range(3):
+            await run(session, f"still here {i}")
+    finally:
+        tracing.uninstall()
+    history = await database_sync_to_async(
+        lambda: list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    )()
+    replies = [item for item in history if item["info"]["role"] == "assistant"]
+    assert len(replies) == 3
+    assert all(r["info"]["completed_at"] and not r["info"]["error"] for r in replies)
