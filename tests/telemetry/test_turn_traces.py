@@ -114,8 +114,9 @@ async def test_content_capture_records_the_prompt_and_the_completion(session, ag
     finally:
         tracing.uninstall()
     (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
-    assert "echo me back" in str(chat.attributes["gen_ai.input.messages"])
-    assert chat.attributes["gen_ai.output.messages"] == "echo me back"
+    attributes = dict(chat.attributes or {})
+    assert "echo me back" in str(attributes["gen_ai.input.messages"])
+    assert attributes["gen_ai.output.messages"] == "echo me back"
 
 
 async def test_a_collector_that_is_down_does_not_fail_the_turn(session, agents, settings):
