@@ -156,6 +156,29 @@ def expansion(query: str, words: Sequence[str]) -> dict[str, float]:
     return out
 
 
+LOW_IDF_SHARE = 0.25  # a Latin term weighing less than this share of the query's most is dropped
+
+
+def salient(idf: dict[str, float], boosts: dict[str, float] | None = None) -> dict[str, float]:
+    """The query's terms that rank: ``idf`` without the Latin-script terms whose own idf
+    (an expansion term's before its boost) is under :data:`LOW_IDF_SHARE` of the
+    largest (a word most of the searched slices hold,
+    "new", "recently", "favorite", says nothing of which one holds the answer, yet in
+    a slice's BM25 and a message's sum it adds up, and picks the slice that says
+    everyday words most often). CJK tokens are kept: their unigrams weigh little one by
+    one and are there to match together (a paraphrase sharing characters).
+
+    Applied after the window (the :data:`RERANK` slices by every term's weight) is
+    chosen, to the BM25 that orders it, the best-message ranking and the hits' messages.
+    """
+    if not idf:
+        return idf
+    boosts = boosts or {}
+    own = {t: w / boosts.get(t, 1.0) for t, w in idf.items()}  # an expansion term: its idf
+    floor = LOW_IDF_SHARE * max(own.values())
+    return {t: w for t, w in idf.items() if own[t] >= floor or text.has_cjk(t)}
+
+
 def weight(total: int, holding: int) -> float:
     """How much matching a token counts: BM25's inverse document frequency, over the
     searched memory alone (``total`` slices, ``holding`` of which hold the token)."""
@@ -640,12 +663,14 @@ def lexical(
         out.idf = {
             w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, held, strict=True) if n
         }
+        out.idf = salient(out.idf, boosts)  # the window was chosen by every word's weight
         key_column = "s.id" if connection.vendor == "postgresql" else "s.search_rowid"
         clause, values = _in(key_column, head)
         by_key = dict(_candidates(cursor, clause, values)) if head else {}
     # The window by the full BM25, from their token lines; ties as the first order.
     place = {key: i for i, key in enumerate(head)}
     scored = [(key, _bm25(by_key[key], out.idf, average)) for key in head if key in by_key]
+    scored = [item for item in scored if item[1] > 0]  # a match of dropped terms alone
     scored.sort(key=lambda item: (-item[1], place[item[0]]))
     out.order = [by_key[key].slice_id for key, _ in scored]
     out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
@@ -710,6 +735,7 @@ def held_lexical(
         head.sort(key=lambda item: -item[0])
         del head[window:]
     # The window by the full BM25 (as :func:`_bm25`, term frequencies from the postings).
+    out.idf = salient(out.idf, boosts)
     bm25 = [0.0] * len(head)
     for c, h in enumerate(held):
         mine = [i for i, item in enumerate(head) if item[2] == c]
@@ -727,7 +753,7 @@ def held_lexical(
             score += value * freq * (K1 + 1) / (freq + norm)
         for i, value in zip(mine, score.tolist(), strict=True):
             bm25[i] = value
-    ranked = sorted(range(len(head)), key=lambda i: (-bm25[i], i))
+    ranked = sorted((i for i in range(len(head)) if bm25[i] > 0), key=lambda i: (-bm25[i], i))
     out.order = [held[head[i][2]].slice_ids[head[i][3]] for i in ranked]
     return out
 

@@ -124,8 +124,10 @@ def test_the_held_ranking_weighs_expansion_terms_as_the_database(tenant, user, m
             assert held.order == asked.order, (scope, query)
             assert held.idf == pytest.approx(asked.idf)
             unboosted = search.lexical(scope, terms, window=100)
-            for term, idf in unboosted.idf.items():
-                assert held.idf[term] == pytest.approx(idf * boosts.get(term, 1.0))
+            both = held.idf.keys() & unboosted.idf.keys()  # (each drops its light terms)
+            assert both & boosts.keys(), query
+            for term in both:
+                assert held.idf[term] == pytest.approx(unboosted.idf[term] * boosts.get(term, 1.0))
 
 
 def test_words_said_in_adjacent_messages_outrank_the_same_words_far_apart():
@@ -148,3 +150,18 @@ def test_words_said_in_adjacent_messages_outrank_the_same_words_far_apart():
     found_["together"] = together
     ranked = search.best_message_matches(["apart", "adjacent", "together"], found_, idf)
     assert ranked == ["together", "adjacent", "apart"]
+
+
+def test_low_weight_latin_terms_are_dropped_and_cjk_kept():
+    idf = {"lisbon": 2.0, "sister": 1.0, "new": 0.4, "咖": 0.1, "咖啡": 1.5}
+    assert search.salient(idf) == {"lisbon": 2.0, "sister": 1.0, "咖": 0.1, "咖啡": 1.5}
+    assert search.salient({}) == {}
+
+
+def test_a_slice_matching_only_everyday_words_is_not_a_full_text_hit(tenant, user):
+    """Every slice says "weekend"; only one names the city: the others are not ranked
+    for matching the everyday word alone."""
+    city = remember(tenant, user, [*FILLER, "My sister and I spent five days in Lisbon."])
+    for _ in range(5):
+        remember(tenant, user, [*FILLER, "The weekend was long."])
+    assert found(tenant, user, "Which weekend city did they visit, Lisbon?") == [city.pk]
