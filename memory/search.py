@@ -19,19 +19,24 @@ Dense vectors (``memory.vectors``) are stored per slice and per message.
 index is shared by every tenant, and an engine's own statistics, such as FTS5's
 bm25, would let another tenant's rows move the order):
 
+0. *Expansion* (:func:`expansion`): the query's English words that are whole words
+   of the offline model bring their nearest words (``memory.embeddings.neighbours``)
+   as extra terms, each weighing ``FORGE_MEMORY_EXPANSION_WEIGHT`` x cosine of its idf.
 1. *Full text*: BM25 (``k1`` 1.2, ``b`` 0.75) over the searched slices, with
    ``N`` (slices searched), each token's ``n`` (how many of them hold it) and
    the average length counted in the searched memory;
    ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``. Every slice holding a query
    token is ranked by the sum of the idf of the tokens it holds, and the best
-   :data:`RERANK` of them (at least ``limit``) by the full BM25 score. For a
+   :data:`RERANK` of them (at least ``limit``) by the full BM25 score of the
+   :func:`salient` terms (Latin terms of little weight dropped). For a
    scope of up to :data:`TERMS_CORES_MAX` cores, from the postings this process
    holds per core (``memory.postings``, :func:`held_lexical`); for a wider one,
    by asking the database (term frequencies read from the window's token lines).
 2. *Best message* (:func:`best_message_matches`): the first :data:`PASSAGES` of that
    order (at least ``limit``) by their best
    single message, scored by the sum of the idf of the distinct query tokens it
-   holds (the answer is usually one message; a slice's BM25 sums all of them).
+   holds, plus :data:`NEIGHBOUR_SHARE` of those only its neighbours hold (the answer
+   is usually one message, or two turns; a slice's BM25 sums all of them).
 3. *Dense*: the query's vector against the searched cores' vectors; a slice
    scores the mean of its summary's cosine and its best message's
    (``vectors.slice_similarity``), above ``FORGE_MEMORY_DENSE_MIN_SIMILARITY``.
