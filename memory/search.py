@@ -912,18 +912,36 @@ def _lines_holding(body: str, idf: dict[str, float]) -> dict[int, set[str]]:
     first; only lines holding one). Each
     token's occurrences are found in the whole body at C speed and placed on their
     lines by the newline offsets."""
-    spaced = " " + body.replace(" ", "  ").replace("\n", " \n ") + " "
-    newlines = [i for i, c in enumerate(spaced) if c == "\n"]
     holding: dict[int, set[str]] = defaultdict(set)
+    for line, t, _tf in _occurrences(body, idf):
+        holding[line].add(t)
+    return holding
+
+
+def _occurrences(body: str, idf: dict[str, float]) -> list[tuple[int, str, int]]:
+    """``(line, token, count)`` of each ``idf`` token on each message line of a body that
+    holds it (line 0, the summary, left out): each token's occurrences found in the
+    whole body at C speed and placed on their lines by the newline offsets (found
+    once, and only when a token is there)."""
+    spaced = " " + body.replace(" ", "  ").replace("\n", " \n ") + " "
+    newlines: list[int] | None = None
+    out: list[tuple[int, str, int]] = []
     for t in idf:
         needle = f" {t} "
         at = spaced.find(needle)
+        if at < 0:
+            continue
+        if newlines is None:
+            newlines = [m.start() for m in _NEWLINE.finditer(spaced)]
+        counts: dict[int, int] = defaultdict(int)
         while at >= 0:
-            line = bisect.bisect(newlines, at)
-            if line:  # line 0 is the summary
-                holding[line].add(t)
+            counts[bisect.bisect(newlines, at)] += 1
             at = spaced.find(needle, at + 1)
-    return holding
+        out += [(line, t, n) for line, n in counts.items() if line]
+    return out
+
+
+_NEWLINE = re.compile("\n")
 
 
 def _best_line(holding: dict[int, set[str]], idf: dict[str, float]) -> float:
@@ -1027,19 +1045,14 @@ def best_messages(
 ) -> tuple[int, ...]:
     """The indexes of the slice's best-matching messages, best first (at most
     :data:`MESSAGES_PER_HIT`): fused ranks of their full-text and dense scores."""
-    lines = candidate.body.split("\n")[1:]  # line 0 is the summary
-    scored: dict[str, float] = {}
-    for j, line in enumerate(lines):
-        if not line:
-            continue
-        spaced = _spaced(line)
-        score = 0.0
-        for t, w in idf.items():
-            tf = spaced.count(f" {t} ")
-            if tf:
-                score += w * tf / (tf + K1)
-        if score:
-            scored[str(candidate.start_index + j)] = score
+    per_line: dict[int, float] = defaultdict(float)
+    for line, t, tf in _occurrences(candidate.body, idf):
+        per_line[line] += idf[t] * tf / (tf + K1)  # in the query's order, as before
+    scored = {
+        str(candidate.start_index + line - 1): score  # line 0 is the summary
+        for line, score in sorted(per_line.items())
+        if score
+    }
     by_words = sorted(scored, key=lambda i: (-scored[i], int(i)))
     by_meaning: list[str] = []
     if query_vector is not None and embedder is not None:
