@@ -19,19 +19,24 @@ Dense vectors (``memory.vectors``) are stored per slice and per message.
 index is shared by every tenant, and an engine's own statistics, such as FTS5's
 bm25, would let another tenant's rows move the order):
 
+0. *Expansion* (:func:`expansion`): the query's English words that are whole words
+   of the offline model bring their nearest words (``memory.embeddings.neighbours``)
+   as extra terms, each weighing ``FORGE_MEMORY_EXPANSION_WEIGHT`` x cosine of its idf.
 1. *Full text*: BM25 (``k1`` 1.2, ``b`` 0.75) over the searched slices, with
    ``N`` (slices searched), each token's ``n`` (how many of them hold it) and
    the average length counted in the searched memory;
    ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``. Every slice holding a query
    token is ranked by the sum of the idf of the tokens it holds, and the best
-   :data:`RERANK` of them (at least ``limit``) by the full BM25 score. For a
+   :data:`RERANK` of them (at least ``limit``) by the full BM25 score of the
+   :func:`salient` terms (Latin terms of little weight dropped). For a
    scope of up to :data:`TERMS_CORES_MAX` cores, from the postings this process
    holds per core (``memory.postings``, :func:`held_lexical`); for a wider one,
    by asking the database (term frequencies read from the window's token lines).
 2. *Best message* (:func:`best_message_matches`): the first :data:`PASSAGES` of that
    order (at least ``limit``) by their best
    single message, scored by the sum of the idf of the distinct query tokens it
-   holds (the answer is usually one message; a slice's BM25 sums all of them).
+   holds, plus :data:`NEIGHBOUR_SHARE` of those only its neighbours hold (the answer
+   is usually one message, or two turns; a slice's BM25 sums all of them).
 3. *Dense*: the query's vector against the searched cores' vectors; a slice
    scores the mean of its summary's cosine and its best message's
    (``vectors.slice_similarity``), above ``FORGE_MEMORY_DENSE_MIN_SIMILARITY``.
@@ -78,7 +83,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from . import postings, text, vectors
-from .embeddings import Embedder, EmbeddingError, embed_texts, get_embedder
+from .embeddings import Embedder, EmbeddingError, embed_texts, get_embedder, neighbours
 from .exceptions import InvalidQuery
 from .models import MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .results import RollingResult
@@ -101,6 +106,7 @@ INDEX_BATCH = 500
 DISTINCT_MAX = 50_000  # distinct tokens of one PostgreSQL document (a tsvector is < 1 MB)
 RERANK = 100  # full-text candidates scored by the full BM25
 PASSAGES = 20  # the best of those whose messages are scored one by one (best message)
+NEIGHBOUR_SHARE = 0.5  # of the idf of query tokens held by a message's neighbours only
 RRF_K = 60
 K1 = 1.2
 B = 0.75
@@ -122,6 +128,62 @@ def terms(query: Any) -> list[str]:
     return list(dict.fromkeys(text.query_tokens(query)))[:TERMS_MAX]
 
 
+EXPANSION_MAX = 16  # expansion terms added to one query
+EXPANSION_PER_WORD = 3  # of each query word's nearest words
+
+
+def expansion(query: str, words: Sequence[str]) -> dict[str, float]:
+    """Extra terms for ``query`` (whose tokens are ``words``): the nearest words of each
+    of its English words in the offline model (``memory.embeddings.neighbours``), as
+    tokens, each with its boost, ``FORGE_MEMORY_EXPANSION_WEIGHT`` times the cosine
+    (the largest, for a token near several words): a matched expansion term counts that
+    share of its idf. Tokens of the query itself, stop words and CJK are never added;
+    at most :data:`EXPANSION_MAX`, in the query's order."""
+    share = expansion_weight()
+    if share <= 0:
+        return {}
+    have = set(words)
+    out: dict[str, float] = {}
+    for word, _token in text.query_words(query):
+        taken = 0
+        for near, cosine in neighbours.of(word):
+            token = text.word_token(near)
+            if token is None or token in have:
+                continue  # a stop word, or a form of a query word ("yards" for "yard")
+            taken += 1
+            if taken > EXPANSION_PER_WORD:
+                break
+            boost = share * cosine
+            if boost > out.get(token, 0.0):
+                if token not in out and len(out) >= EXPANSION_MAX:
+                    continue
+                out[token] = boost
+    return out
+
+
+LOW_IDF_SHARE = 0.25  # a Latin term weighing less than this share of the query's most is dropped
+
+
+def salient(idf: dict[str, float], boosts: dict[str, float] | None = None) -> dict[str, float]:
+    """The query's terms that rank: ``idf`` without the Latin-script terms whose own idf
+    (an expansion term's before its boost) is under :data:`LOW_IDF_SHARE` of the
+    largest (a word most of the searched slices hold,
+    "new", "recently", "favorite", says nothing of which one holds the answer, yet in
+    a slice's BM25 and a message's sum it adds up, and picks the slice that says
+    everyday words most often). CJK tokens are kept: their unigrams weigh little one by
+    one and are there to match together (a paraphrase sharing characters).
+
+    Applied after the window (the :data:`RERANK` slices by every term's weight) is
+    chosen, to the BM25 that orders it, the best-message ranking and the hits' messages.
+    """
+    if not idf:
+        return idf
+    boosts = boosts or {}
+    own = {t: w / boosts.get(t, 1.0) for t, w in idf.items()}  # an expansion term: its idf
+    floor = LOW_IDF_SHARE * max(own.values())
+    return {t: w for t, w in idf.items() if own[t] >= floor or text.has_cjk(t)}
+
+
 def weight(total: int, holding: int) -> float:
     """How much matching a token counts: BM25's inverse document frequency, over the
     searched memory alone (``total`` slices, ``holding`` of which hold the token)."""
@@ -138,6 +200,10 @@ def dense_weight() -> float:
 
 def passage_weight() -> float:
     return float(getattr(settings, "FORGE_MEMORY_PASSAGE_WEIGHT", 0.4))
+
+
+def expansion_weight() -> float:
+    return float(getattr(settings, "FORGE_MEMORY_EXPANSION_WEIGHT", 0.5))
 
 
 def dense_minimum() -> float:
@@ -568,7 +634,13 @@ def _matching(scope: Scope, words: Sequence[str]) -> tuple[str, list[list[Any]]]
     return sql, [[f'body : "{w}" AND {fts_scope}', *extra] for w in words]
 
 
-def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
+def lexical(
+    scope: Scope,
+    words: Sequence[str],
+    *,
+    window: int,
+    boosts: dict[str, float] | None = None,
+) -> Lexical:
     """The full-text ranking of the scope's slices for ``words``: its best ``window``
     (the module's docstring, step 1).
 
@@ -580,32 +652,43 @@ def lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
     out = Lexical()
     if not words:
         return out
+    boosts = boosts or {}
     if len(scope.core_ids) <= TERMS_CORES_MAX:
-        return held_lexical(scope, words, window=window)
+        return held_lexical(scope, words, window=window, boosts=boosts)
     scope = with_units(scope)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            stats = _head_postgres(cursor, scope, words, window)
+            stats = _head_postgres(cursor, scope, words, window, boosts)
         else:
-            stats = _head_sqlite(cursor, scope, words, window)
+            stats = _head_sqlite(cursor, scope, words, window, boosts)
         if stats is None:
             return out
         total, length, held, head = stats
         average = max(float(length) / total, 1.0)
-        out.idf = {w: weight(total, n) for w, n in zip(words, held, strict=True) if n}
+        out.idf = {
+            w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, held, strict=True) if n
+        }
+        out.idf = salient(out.idf, boosts)  # the window was chosen by every word's weight
         key_column = "s.id" if connection.vendor == "postgresql" else "s.search_rowid"
         clause, values = _in(key_column, head)
         by_key = dict(_candidates(cursor, clause, values)) if head else {}
     # The window by the full BM25, from their token lines; ties as the first order.
     place = {key: i for i, key in enumerate(head)}
     scored = [(key, _bm25(by_key[key], out.idf, average)) for key in head if key in by_key]
+    scored = [item for item in scored if item[1] > 0]  # a match of dropped terms alone
     scored.sort(key=lambda item: (-item[1], place[item[0]]))
     out.order = [by_key[key].slice_id for key, _ in scored]
     out.found = {by_key[key].slice_id: by_key[key] for key, _ in scored}
     return out
 
 
-def held_lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
+def held_lexical(
+    scope: Scope,
+    words: Sequence[str],
+    *,
+    window: int,
+    boosts: dict[str, float] | None = None,
+) -> Lexical:
     """:func:`lexical` from the postings this process holds (``memory.postings``): the
     same ranking (N, each word's n and the average length of the scope's indexed
     slices; the ``window`` of the largest sum of idf, ties to the larger full-text key;
@@ -639,7 +722,10 @@ def held_lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
         return out
     total = max(total, *holding)
     average = max(float(sum(h.length for h in held)) / total, 1.0)
-    out.idf = {w: weight(total, n) for w, n in zip(words, holding, strict=True) if n}
+    boosts = boosts or {}
+    out.idf = {
+        w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, holding, strict=True) if n
+    }
     # The window by the sum of idf of the words a slice holds, ties: the larger key.
     head: list[tuple[float, Any, int, int]] = []  # score, key, which core, position
     for c, h in enumerate(held):
@@ -654,6 +740,7 @@ def held_lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
         head.sort(key=lambda item: -item[0])
         del head[window:]
     # The window by the full BM25 (as :func:`_bm25`, term frequencies from the postings).
+    out.idf = salient(out.idf, boosts)
     bm25 = [0.0] * len(head)
     for c, h in enumerate(held):
         mine = [i for i, item in enumerate(head) if item[2] == c]
@@ -671,7 +758,7 @@ def held_lexical(scope: Scope, words: Sequence[str], *, window: int) -> Lexical:
             score += value * freq * (K1 + 1) / (freq + norm)
         for i, value in zip(mine, score.tolist(), strict=True):
             bm25[i] = value
-    ranked = sorted(range(len(head)), key=lambda i: (-bm25[i], i))
+    ranked = sorted((i for i in range(len(head)) if bm25[i] > 0), key=lambda i: (-bm25[i], i))
     out.order = [held[head[i][2]].slice_ids[head[i][3]] for i in ranked]
     return out
 
@@ -692,7 +779,9 @@ class _Held:
 Head = tuple[int, float, list[int], list[Any]]  # N, total length, each word's n, the window
 
 
-def _head_sqlite(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+def _head_sqlite(
+    cursor: Any, scope: Scope, words: Sequence[str], window: int, boosts: dict[str, float]
+) -> Head | None:
     where, params = _slice_scope(scope)
     matching, word_params = _matching(scope, words)
     cursor.execute(
@@ -707,7 +796,11 @@ def _head_sqlite(cursor: Any, scope: Scope, words: Sequence[str], window: int) -
     if not total or not any(held):
         return None
     total = max(int(total), *held)
-    kept = [(weight(total, n), values) for n, values in zip(held, word_params, strict=True) if n]
+    kept = [
+        (weight(total, n) * boosts.get(w, 1.0), values)
+        for w, n, values in zip(words, held, word_params, strict=True)
+        if n
+    ]
     cursor.execute(
         "SELECT key, sum(w) AS score FROM ("
         + " UNION ALL ".join(
@@ -719,9 +812,11 @@ def _head_sqlite(cursor: Any, scope: Scope, words: Sequence[str], window: int) -
     return total, float(length), held, [row[0] for row in cursor.fetchall()]
 
 
-def _head_postgres(cursor: Any, scope: Scope, words: Sequence[str], window: int) -> Head | None:
+def _head_postgres(
+    cursor: Any, scope: Scope, words: Sequence[str], window: int, boosts: dict[str, float]
+) -> Head | None:
     """One statement: each word's matches read once (materialized), counted, weighted
-    (the idf of :func:`weight`, in SQL) and summed per slice."""
+    (the idf of :func:`weight`, in SQL, times the word's boost) and summed per slice."""
     where, params = _slice_scope(scope)
     matching, word_params = _matching(scope, words)
     cursor.execute(
@@ -734,13 +829,18 @@ def _head_postgres(cursor: Any, scope: Scope, words: Sequence[str], window: int)
         )
         + "), df AS (SELECT t, count(*)::float8 AS n FROM m GROUP BY t), "
         "w AS (SELECT df.t, df.n, ln(1 + (greatest(size.total, df.n) - df.n + 0.5) "
-        "/ (df.n + 0.5)) AS w FROM df, size), "
+        "/ (df.n + 0.5)) * (%s::float8[])[df.t + 1] AS w FROM df, size), "
         "top AS (SELECT m.key, sum(w.w) AS score FROM m JOIN w USING (t) GROUP BY m.key "
         "ORDER BY score DESC, m.key DESC LIMIT %s) "
         "SELECT 'k', key, score FROM top "
         "UNION ALL SELECT 'n', t::text, n FROM w "
         "UNION ALL SELECT 'size', total::text, length FROM size",
-        [*params, *(v for values in word_params for v in values), window],
+        [
+            *params,
+            *(v for values in word_params for v in values),
+            [boosts.get(w, 1.0) for w in words],
+            window,
+        ],
     )
     held = [0] * len(words)
     head: list[tuple[str, float]] = []
@@ -781,50 +881,79 @@ def best_message_matches(
 ) -> list[str]:
     """The passage ranking: the slices of ``order`` by their best single message, where a
     message scores the sum of the idf of the distinct query tokens it holds (each
-    token once, however often it is said); ties keep ``order``'s order, and a slice
-    whose messages hold no query token (a match in its summary alone) is left out.
+    token once, however often it is said), plus :data:`NEIGHBOUR_SHARE` of the idf of
+    those only the message before or after it holds (:func:`_best_line`); ties keep
+    ``order``'s order, and a slice whose messages hold no query token (a match in its
+    summary alone) is left out.
 
     Why: the answer to a question is usually one message, while a slice's BM25 sums
     every message of its range, so a slice that repeats one of the query's words
     across its messages can outrank the one where a single message says them all.
     This ranking rewards query words said *together*; fused with the slice's BM25 it
-    breaks such ties toward the message that holds the whole question. Line 0 of a
-    body is the summary and is not a message.
+    breaks such ties toward the message that holds the whole question. The
+    neighbours' share: an answer often spans a question and its reply, or two turns
+    of one speaker ("we got a puppy" … "we called her Olive"). Line 0 of a body is the
+    summary and is not a message.
     """
     scored: dict[str, float] = {}
     for slice_id in order:
         candidate = found.get(slice_id)
         if candidate is None:
             continue
-        best = _best_line(candidate.body, idf)
+        best = _best_line(_lines_holding(candidate.body, idf), idf)
         if best > 0:
             scored[slice_id] = best
     place = {slice_id: i for i, slice_id in enumerate(order)}
     return sorted(scored, key=lambda s: (-scored[s], place[s]))
 
 
-def _best_line(body: str, idf: dict[str, float]) -> float:
-    """The largest sum of idf of distinct ``idf`` tokens held by one message line of a
-    body (lines after the first). Each token's occurrences are found in the whole
-    body at C speed and placed on their lines by the newline offsets."""
+def _lines_holding(body: str, idf: dict[str, float]) -> dict[int, set[str]]:
+    """Which of the ``idf`` tokens each message line of a body holds (lines after the
+    first; only lines holding one). Each
+    token's occurrences are found in the whole body at C speed and placed on their
+    lines by the newline offsets."""
+    holding: dict[int, set[str]] = defaultdict(set)
+    for line, t, _tf in _occurrences(body, idf):
+        holding[line].add(t)
+    return holding
+
+
+def _occurrences(body: str, idf: dict[str, float]) -> list[tuple[int, str, int]]:
+    """``(line, token, count)`` of each ``idf`` token on each message line of a body that
+    holds it (line 0, the summary, left out): each token's occurrences found in the
+    whole body at C speed and placed on their lines by the newline offsets (found
+    once, and only when a token is there)."""
     spaced = " " + body.replace(" ", "  ").replace("\n", " \n ") + " "
     newlines: list[int] | None = None
-    per_line: dict[int, float] = defaultdict(float)
-    for t, w in idf.items():
+    out: list[tuple[int, str, int]] = []
+    for t in idf:
         needle = f" {t} "
         at = spaced.find(needle)
         if at < 0:
             continue
         if newlines is None:
-            newlines = [i for i, c in enumerate(spaced) if c == "\n"]
-        lines: set[int] = set()
+            newlines = [m.start() for m in _NEWLINE.finditer(spaced)]
+        counts: dict[int, int] = defaultdict(int)
         while at >= 0:
-            lines.add(bisect.bisect(newlines, at))
+            counts[bisect.bisect(newlines, at)] += 1
             at = spaced.find(needle, at + 1)
-        for line in lines:
-            if line:  # line 0 is the summary
-                per_line[line] += w
-    return max(per_line.values(), default=0.0)
+        out += [(line, t, n) for line, n in counts.items() if line]
+    return out
+
+
+_NEWLINE = re.compile("\n")
+
+
+def _best_line(holding: dict[int, set[str]], idf: dict[str, float]) -> float:
+    """The largest score of one message line: the sum of idf of the distinct tokens it
+    holds, plus :data:`NEIGHBOUR_SHARE` of those its neighbours hold and it does not."""
+    best = 0.0
+    for line, own in holding.items():
+        score = sum(idf[t] for t in own)
+        near = set().union(holding.get(line - 1, ()), holding.get(line + 1, ())) - own
+        score += NEIGHBOUR_SHARE * sum(idf[t] for t in near)
+        best = max(best, score)
+    return best
 
 
 def _query_vector(query: str, embedder: Embedder) -> np.ndarray | None:
@@ -869,7 +998,8 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     if not words or not scope.core_ids:
         return []
     window = max(RERANK, limit)
-    full = lexical(scope, words, window=window)
+    boosts = expansion(query, words)
+    full = lexical(scope, [*words, *boosts], window=window, boosts=boosts)
     # The token lines of the BM25 order's head, for the best-message ranking (and the
     # hits' messages); with the whole window p50 at 10,000 slices was 55 ms, with 20 35 ms.
     head = full.order[: max(PASSAGES, limit)]
@@ -915,19 +1045,14 @@ def best_messages(
 ) -> tuple[int, ...]:
     """The indexes of the slice's best-matching messages, best first (at most
     :data:`MESSAGES_PER_HIT`): fused ranks of their full-text and dense scores."""
-    lines = candidate.body.split("\n")[1:]  # line 0 is the summary
-    scored: dict[str, float] = {}
-    for j, line in enumerate(lines):
-        if not line:
-            continue
-        spaced = _spaced(line)
-        score = 0.0
-        for t, w in idf.items():
-            tf = spaced.count(f" {t} ")
-            if tf:
-                score += w * tf / (tf + K1)
-        if score:
-            scored[str(candidate.start_index + j)] = score
+    per_line: dict[int, float] = defaultdict(float)
+    for line, t, tf in _occurrences(candidate.body, idf):
+        per_line[line] += idf[t] * tf / (tf + K1)  # in the query's order, as before
+    scored = {
+        str(candidate.start_index + line - 1): score  # line 0 is the summary
+        for line, score in sorted(per_line.items())
+        if score
+    }
     by_words = sorted(scored, key=lambda i: (-scored[i], int(i)))
     by_meaning: list[str] = []
     if query_vector is not None and embedder is not None:

@@ -174,6 +174,24 @@ def query_tokens(text: str) -> list[str]:
     return out
 
 
+def query_words(text: str) -> list[tuple[str, str]]:
+    """The words of a query that are not CJK nor stop words, in order, each as
+    ``(folded word, its token)``: what query expansion looks up (by the word as
+    written, before stemming)."""
+    out: list[tuple[str, str]] = []
+    for cjk, run, _start in _runs(fold(text)):
+        if not cjk:
+            word = _word(run)
+            if word is not None:
+                out.append((run, word))
+    return out
+
+
+def word_token(word: str) -> str | None:
+    """The token of one folded word (stemmed), or None for a stop word."""
+    return _word(word)
+
+
 @lru_cache(maxsize=65_536)
 def _fold_char(char: str) -> str:
     return fold(char)

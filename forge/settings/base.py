@@ -475,6 +475,9 @@ FORGE_MEMORY_VECTORS = env_bool("FORGE_MEMORY_VECTORS", True)
 FORGE_MEMORY_DENSE_MIN_SIMILARITY = env_float("FORGE_MEMORY_DENSE_MIN_SIMILARITY", 0.0)
 FORGE_MEMORY_DENSE_WEIGHT = env_float("FORGE_MEMORY_DENSE_WEIGHT", 0.3)
 FORGE_MEMORY_PASSAGE_WEIGHT = env_float("FORGE_MEMORY_PASSAGE_WEIGHT", 0.4)
+# English query words also match their nearest words in the offline model, at this share
+# of their idf times the cosine (memory.search.expansion; 0: no expansion).
+FORGE_MEMORY_EXPANSION_WEIGHT = env_float("FORGE_MEMORY_EXPANSION_WEIGHT", 0.5)
 FORGE_MEMORY_VECTOR_CACHE_MB = env_int("FORGE_MEMORY_VECTOR_CACHE_MB", 1024)
 FORGE_MEMORY_TERMS_CACHE_MB = env_int("FORGE_MEMORY_TERMS_CACHE_MB", 256)
 # Dense vectors for memory search (memory/embeddings, docs/memory.md "Embeddings"):
