@@ -129,4 +129,4 @@ def test_after_collectstatic_production_serves_the_pages_and_the_admin(
         assert "Content-Security-Policy" in chat.headers
         admin = browser.get("/admin/")
         assert admin.status_code == 200
-        assert "Site administration" in admin.text
+        assert "Forge administration" in admin.text

@@ -88,13 +88,18 @@ def test_memory_search_answers_the_same_bytes_whatever_another_tenant_writes(
 def test_memory_search_order_is_the_tenants_own(api: APIClient, tenant, user, apples, settings):
     """Within the searched memory the word statistics do count: a slice matching a word
     few of its slices hold ranks above one matching a common word (the full-text
-    ranking, seen alone with vectors off; cosines have no corpus statistics)."""
+    ranking, seen alone with vectors off; cosines have no corpus statistics). Here
+    "banana" is in five of six slices: under a quarter of "apple"'s weight, it is not a
+    salient term of the query (memory.search.salient), so slices holding only it are
+    no hit at all, by this memory's own statistics too."""
     settings.FORGE_MEMORY_VECTORS = False
     for n in range(4):
         summarized(tenant, user, f"Banana note {n}.")
     hits = api.get(f"/api/memory/search/?q={QUERY}").json()["results"]
     assert hits[0]["slice"]["id"] == apples["apple"].pk  # apple: rarer in this memory
-    assert [hit["rank"] for hit in hits] == list(range(1, 7))
+    assert [hit["rank"] for hit in hits] == list(range(1, len(hits) + 1))
+    # Only the apple slice: the banana-only ones hold no salient term of the query.
+    assert [hit["slice"]["id"] for hit in hits] == [apples["apple"].pk]
 
 
 async def test_memory_search_tool_answers_the_same_whatever_another_tenant_writes(
