@@ -165,12 +165,15 @@ def dashboard(
     failures = []
     replies = _scoped(Message.objects.filter(role="assistant"), tenant_ids, "tenant_id")
     for message_id, session_id, data in (
-        replies.filter(data__error__isnull=False)
+        replies.exclude(data__error=None)
         .order_by("-id")
         .values_list("id", "session_id", "data")[:50]
     ):
         error = data.get("error") or {}
-        if error.get("name") == "MessageAbortedError" or parse_time(data["created_at"]) < since:
+        # A reply without an error stores "error": null (a key that is there): never one.
+        if not error or error.get("name") == "MessageAbortedError":
+            continue
+        if parse_time(data["created_at"]) < since:
             continue
         failures.append(
             {

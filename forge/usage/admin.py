@@ -85,9 +85,14 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def _use(self, obj: Budget) -> tuple[int, Any]:
-        return selectors.month_use(
-            tenant=obj.tenant, user_id=obj.user_id, now=dt.datetime.now(dt.UTC)
-        )
+        """The month's use, read once per row (both columns show it)."""
+        use = getattr(obj, "_month_use", None)
+        if use is None:
+            use = selectors.month_use(
+                tenant=obj.tenant, user_id=obj.user_id, now=dt.datetime.now(dt.UTC)
+            )
+            obj._month_use = use  # type: ignore[attr-defined]
+        return use
 
     @admin.display(description="tokens used this month")
     def tokens_used(self, obj: Budget) -> int:

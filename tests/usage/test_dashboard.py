@@ -59,6 +59,7 @@ def test_the_index_is_the_dashboard(admin_client, busy):
     assert "<td>alice</td><td>2</td><td>1.0000</td>" in text
     assert "<td>build</td><td>2</td><td>1.0000</td>" in text
     assert "<code>ProviderError</code> upstream &lt;b&gt;503&lt;/b&gt;" in text  # escaped
+    assert len(page.context["dashboard"].recent_failures) == 1  # the finished reply is none
     assert "daphne-2:4242" in text
     assert "<strong>1</strong> streaming now" in text
     assert "<td>55</td>" in text  # the overdue core's window
