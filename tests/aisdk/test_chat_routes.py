@@ -273,6 +273,8 @@ def test_a_busy_chat_is_409_and_nothing_is_written(server: LiveServer, session, 
         busy = client.post(
             f"{server.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
         )
+        # Once (CI, 2026-12-03) this answer was not JSON: say what it was, next time.
+        assert busy.status_code == 409, (busy.status_code, busy.headers, busy.text[:500])
         assert (busy.status_code, busy.json()["error"]["code"]) == (409, "busy")
         assert SessionEvent.objects.filter(session=session).count() >= before
         assert (
