@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -44,11 +45,13 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "forge_bench_storage"
+# The scratch database; FORGE_BENCH_DB names another one (two runs side by side).
+BENCH_DB = os.environ.get("FORGE_BENCH_DB", "forge_bench_storage")
 TABLES = {
     "forge_sessions_sessionevent": "events",
     "forge_sessions_message": "message",
     "forge_sessions_part": "part",
+    "forge_sessions_contextsnapshot": "snapshot",
 }
 _WORDS = [
     "the",
@@ -287,7 +290,8 @@ def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> di
         import psycopg
 
         with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+            # FORCE: the settings' connection pool still holds connections to it.
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
     return {"engine": engine, "rows": rows, "columns": {k: v / done for k, v in columns.items()}}
 
 
