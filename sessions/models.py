@@ -106,49 +106,6 @@ def digest_hex(value: Any) -> str | None:
     return bytes(value).hex()
 
 
-# The event types whose data is a message or a part of the event's own session: their
-# stored data leaves out ``session_id`` (the row's column holds it) and reads it back.
-OWN_SESSION_TYPES = ("message.updated", "part.updated")
-OWN_SESSION_KEY = "session_id"
-
-
-class EventDataField(models.JSONField):
-    """The event's ``data``: its wire form in Python, stored without what the row holds.
-
-    The data of a ``message.updated`` or ``part.updated`` event is a message or part of
-    the event's session, whose ``session_id`` is the row's own column: it is stored
-    without that key (``sessions.sql.stored_data_json``; 46 bytes an event) and every
-    read puts it back in SQL, so the wire form, which the hash chain covers, is what
-    any reader sees (model instances, ``values()``, a projection's ``data``
-    annotation, export). Rows stored with the key (before this) read the same.
-
-    Only the selected column is rebuilt: a lookup (``data__session_id``) sees the
-    stored form, so none is made on that key; raw SQL that reads ``data`` whole
-    puts the key back itself (``sessions.sql``)."""
-
-    def pre_save(self, model_instance: Any, add: bool) -> Any:
-        """The stored form: without the session's id when the row holds it (every insert
-        passes here, ``bulk_create`` too; the hand-written append strips it itself)."""
-        value = super().pre_save(model_instance, add)
-        if getattr(model_instance, "type", None) in OWN_SESSION_TYPES and isinstance(value, dict):
-            return {k: v for k, v in value.items() if k != OWN_SESSION_KEY}
-        return value
-
-    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
-        sql, params = super().select_format(compiler, sql, params)
-        column = f'"{self.column}"'
-        if not sql.endswith(column):  # not the plain column: leave it
-            return sql, params
-        table = sql[: -len(column)]
-        types = ", ".join(f"'{t}'" for t in OWN_SESSION_TYPES)
-        session = f'{table}"session_id"'
-        if compiler.connection.vendor == "postgresql":
-            rebuilt = f"jsonb_set({sql}, '{{{OWN_SESSION_KEY}}}', to_jsonb({session}))"
-        else:
-            rebuilt = f"json_set({sql}, '$.{OWN_SESSION_KEY}', {session})"
-        return f'(CASE WHEN {table}"type" IN ({types}) THEN {rebuilt} ELSE {sql} END)', params
-
-
 class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("session events are append-only and cannot be updated")
@@ -179,7 +136,7 @@ class SessionEvent(models.Model):
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=32)
     at = models.DateTimeField()
-    data = EventDataField()
+    data = models.JSONField()
     # sha256(previous event's hash + canonical JSON of this event's wire body), raw bytes;
     # hex in Python.
     hash = HexDigestField()

@@ -30,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .log import GENESIS_HASH
-from .models import OWN_SESSION_KEY, Message, Part, Session, SessionEvent, digest_hex
+from .models import Message, Part, Session, SessionEvent, digest_hex
 
 EVENT = SessionEvent._meta.db_table
 SESSION = Session._meta.db_table
@@ -146,7 +146,8 @@ def read_head(
     owner = data = parent_owner = None
     if table is not None:
         owner, data, *rest = rest
-        data = wire_data(data, owner)
+        if isinstance(data, str):
+            data = json.loads(data)
     if parent_message_id is not None:
         parent_owner = rest[0]
     return Head(
@@ -214,19 +215,7 @@ def read_batch_head(
 def _stored(rows: Any) -> dict[str, Stored]:
     if isinstance(rows, str):
         rows = json.loads(rows)
-    return {row_id: Stored(owner, wire_data(data, owner)) for row_id, owner, data in rows or ()}
-
-
-def wire_data(data: Any, session_id: str | None) -> Any:
-    """A projection row's event data, read whole in raw SQL, as its wire form: the stored
-    form leaves out the session's id, the row's own column
-    (:class:`sessions.models.EventDataField`); this puts it back. ``data`` may be JSON
-    text (SQLite) or None (no row)."""
-    if isinstance(data, str):
-        data = json.loads(data)
-    if isinstance(data, dict) and session_id is not None:
-        data[OWN_SESSION_KEY] = session_id
-    return data
+    return {row_id: Stored(owner, data) for row_id, owner, data in rows or ()}
 
 
 def insert_event(
@@ -363,7 +352,8 @@ def read_messages(
     )
     found: dict[str, dict[str, Any]] = {}
     for kind, message_id, _, data in cursor.fetchall():
-        data = wire_data(data, session_id)
+        if isinstance(data, str):
+            data = json.loads(data)
         if kind == 0:
             found[message_id] = {"info": data, "parts": []}
         elif message_id in found:
