@@ -25,12 +25,14 @@ growth over the empty, migrated database, divided by N:
     python bench/storage.py [--turns 100,400,1600] [--engines sqlite,postgres]
                             [--postgres-url postgres://postgres@127.0.0.1:5432/postgres]
                             [--detail]   # one row per index too
+                            [--explain]  # the plan of one query per index
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -44,11 +46,13 @@ from table import (  # bench/ comes first on sys.path: python bench/<name>.py
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "forge_bench_storage"
+# The scratch database; FORGE_BENCH_DB names another one (two runs side by side).
+BENCH_DB = os.environ.get("FORGE_BENCH_DB", "forge_bench_storage")
 TABLES = {
     "forge_sessions_sessionevent": "events",
     "forge_sessions_message": "message",
     "forge_sessions_part": "part",
+    "forge_sessions_contextsnapshot": "snapshot",
 }
 _WORDS = [
     "the",
@@ -200,7 +204,9 @@ def prose(rng: random.Random, length: int) -> str:
     return " ".join(words)[:length].rstrip() + "."
 
 
-def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> dict[str, Any]:
+def worker(
+    engine: str, turns: list[int], postgres_url: str, vacuum: bool, explain_plans: bool = False
+) -> dict[str, Any]:
     """Runs in a child process: a fresh database, N turns, sizes at each N."""
     start_django(engine, postgres_url, BENCH_DB)
 
@@ -282,13 +288,85 @@ def worker(engine: str, turns: list[int], postgres_url: str, vacuum: bool) -> di
         grown = {k: v - baseline.get(k, 0) for k, v in measured.items()}
         rows.append({"turns": n, "raw_per_turn": raw / n, "bytes": grown})
     columns = event_columns(connection)
+    plans = explain(connection, session.pk) if explain_plans else {}
     if engine == "postgres":
         connection.close()
         import psycopg
 
         with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-    return {"engine": engine, "rows": rows, "columns": {k: v / done for k, v in columns.items()}}
+            # FORCE: the settings' connection pool still holds connections to it.
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    return {
+        "engine": engine,
+        "rows": rows,
+        "columns": {k: v / done for k, v in columns.items()},
+        "plans": plans,
+    }
+
+
+def explain(connection: Any, session_id: str) -> dict[str, str]:
+    """The plan of one query per index of the store (the reads of ``sessions.sql``,
+    ``selectors`` and ``snapshots`` that the index serves), on the grown database."""
+    from sessions import sql
+    from sessions.models import Message, Part
+
+    message_id = Message.objects.filter(session_id=session_id).order_by("-id")[0].pk
+    part_id = Part.objects.filter(session_id=session_id).order_by("-id")[0].pk
+    e, m, p = sql.EVENT, sql.MESSAGE, sql.PART
+    postgres = connection.vendor == "postgresql"
+    newest = f"SELECT seq, hash FROM {e} WHERE session_id = %s ORDER BY seq DESC LIMIT 1"
+    queries = {
+        "the log's head (read_head): events (session, seq)": (newest, [session_id]),
+        "a row's data (the projection's join): events (session, seq)": (
+            f"SELECT e.data FROM {p} o JOIN {e} e ON e.session_id = o.session_id "
+            "AND e.seq = o.seq WHERE o.id = %s",
+            [part_id],
+        ),
+        "the context events (context_updates): sessionevent_context": (
+            f"SELECT c.data FROM {e} c WHERE c.session_id = %s AND c.tenant_id = 1 "
+            "AND c.type IN ('context.updated', 'session.compacted') "
+            "AND c.type = 'context.updated' ORDER BY c.seq",
+            [session_id],
+        ),
+        "a message by id (read_head): message pkey": (
+            f"SELECT session_id, seq FROM {m} WHERE id = %s",
+            [message_id],
+        ),
+        "a history page (message_page): message_session_id": (
+            f"SELECT id, seq FROM {m} WHERE session_id = %s AND tenant_id = 1 "
+            "ORDER BY id DESC LIMIT 51",
+            [session_id],
+        ),
+        "a part by id (read_head): part pkey": (
+            f"SELECT session_id, seq FROM {p} WHERE id = %s",
+            [part_id],
+        ),
+        "a message's parts (read_messages, with_parts): part_message_id": (
+            f"SELECT id, seq FROM {p} WHERE tenant_id = 1 AND message_id IN (%s) "
+            "ORDER BY message_id, id",
+            [message_id],
+        ),
+        "the newest step-finish (last_step_tokens): part_session_id": (
+            f"SELECT seq FROM {p} WHERE tenant_id = 1 AND session_id = %s "
+            "AND type = 'step-finish' ORDER BY id DESC LIMIT 1",
+            [session_id],
+        ),
+        "a snapshot (snapshots.read): contextsnapshot pkey": (
+            "SELECT seq FROM forge_sessions_contextsnapshot WHERE session_id = %s "
+            "AND tenant_id = 1",
+            [session_id],
+        ),
+    }
+    prefix = "EXPLAIN (COSTS OFF) " if postgres else "EXPLAIN QUERY PLAN "
+    plans: dict[str, str] = {}
+    with connection.cursor() as cursor:
+        if postgres:
+            cursor.execute("ANALYZE")
+        for name, (query, params) in queries.items():
+            cursor.execute(prefix + query, params)
+            rows = cursor.fetchall()
+            plans[name] = " / ".join(str(r[0] if postgres else r[-1]).strip() for r in rows)
+    return plans
 
 
 def event_columns(connection: Any) -> dict[str, int]:
@@ -356,11 +434,15 @@ def main() -> None:
     parser.add_argument(
         "--vacuum", action="store_true", help="VACUUM before each measurement (steady state)"
     )
+    parser.add_argument(
+        "--explain", action="store_true", help="the plan of one query per index, at the end"
+    )
     engine_arguments(parser)
     args = parser.parse_args()
     turns = [int(n) for n in args.turns.split(",")]
     if args.worker:
-        print(json.dumps(worker(args.worker, turns, args.postgres_url, args.vacuum)))
+        result = worker(args.worker, turns, args.postgres_url, args.vacuum, args.explain)
+        print(json.dumps(result))
         return
     results = per_engine(__file__, args.engines, sys.argv[1:])
     print(
@@ -407,6 +489,16 @@ def main() -> None:
             ["engine", *names],
             [[r["engine"], *(f"{r['columns'][n]:.0f}" for n in names)] for r in results],
         )
+    if args.explain:
+        _print_plans(results)
+
+
+def _print_plans(results: list[dict[str, Any]]) -> None:
+    print("\nwhich read each index serves (EXPLAIN at the largest N)")
+    print_table(
+        ["engine", "query: index", "plan"],
+        [[r["engine"], q, plan] for r in results for q, plan in r.get("plans", {}).items()],
+    )
 
 
 def _sum(sizes: dict[str, int], prefix: str) -> int:
