@@ -33,6 +33,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -457,7 +458,10 @@ def status(config: Config) -> None:
 
 def main(argv: list[str]) -> None:
     commands = {"up": up, "down": down, "status": status}
-    restarts = {"restart-daphne": restart_daphne, "restart-redis": restart_redis_shard}
+    restarts: dict[str, Callable[[Config, int], object]] = {
+        "restart-daphne": restart_daphne,
+        "restart-redis": restart_redis_shard,
+    }
     if len(argv) == 3 and argv[1] in restarts and argv[2].isdigit():
         config = Config.from_env()
         count = config.daphnes if argv[1] == "restart-daphne" else config.redis_shards
