@@ -21,6 +21,12 @@ delta, and how many replies were whole.
     python bench/concurrency.py [--sessions 25,50,100,200] [--deltas 100] [--rate 50]
         [--app-dir PATH] [--window-ms 40] [--layer pubsub|core]
         [--redis-url redis://127.0.0.1:6379/0] [--postgres-url postgres://…/postgres]
+        [--cluster [--daphnes 3]]
+
+``--cluster`` runs the same clients against a cluster of its own (cluster/cluster.py:
+nginx in front of ``--daphnes`` daphnes, two Redis shards, a PostgreSQL primary and
+replica, in a temporary directory on free ports), every client through nginx's one
+entry, so the table compares N daphnes behind nginx with two daphnes direct.
 
 ``--app-dir`` runs the daphne processes (and migrations) from another checkout,
 e.g. ``git worktree add /work/before <commit>`` to measure the code before a
@@ -238,12 +244,13 @@ async def run_size(
     try:
         ids = []
         for n in range(sessions):
-            response = await https[n % 2].post("/api/sessions/", json={"title": f"bench {n}"})
+            http = https[n % len(https)]
+            response = await http.post("/api/sessions/", json={"title": f"bench {n}"})
             response.raise_for_status()
             ids.append(response.json()["id"])
         clients = [
             Client(
-                url=bases[n % 2].replace("http", "ws") + f"/ws/sessions/{sid}/?after=0",
+                url=bases[n % len(bases)].replace("http", "ws") + f"/ws/sessions/{sid}/?after=0",
                 session_id=sid,
                 deltas=deltas,
             )
@@ -253,7 +260,9 @@ async def run_size(
         go = asyncio.Event()
         tasks = [
             asyncio.create_task(
-                run_client(c, {**headers, "Origin": bases[n % 2]}, ready, go, f"{deltas} {rate}")
+                run_client(
+                    c, {**headers, "Origin": bases[n % len(bases)]}, ready, go, f"{deltas} {rate}"
+                )
             )
             for n, c in enumerate(clients)
         ]
@@ -294,8 +303,9 @@ async def run_size(
         client_cpu = time.process_time() - client_cpu
         for spy_process in spies:
             spy_process.wait(60)
+        await asyncio.sleep(1.0)  # a cluster's history pages read its replica: let it replay
         stored = await asyncio.gather(
-            *(stored_text(https[n % 2], c.session_id) for n, c in enumerate(clients))
+            *(stored_text(https[n % len(https)], c.session_id) for n, c in enumerate(clients))
         )
     finally:
         for http in https:
@@ -347,37 +357,10 @@ def start_daphne(app_dir: Path, env: dict[str, str], port: int, log: Path) -> su
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sessions", default="25,50,100,200")
-    parser.add_argument("--deltas", type=int, default=100)
-    parser.add_argument("--rate", type=int, default=50)
-    parser.add_argument("--app-dir", type=Path, default=ROOT)
-    parser.add_argument("--window-ms", type=int, default=None)
-    parser.add_argument("--layer", choices=["pubsub", "core"], default=None)
-    parser.add_argument(
-        "--server-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting for the servers, e.g. FORGE_DB_POOL=8 (repeatable)",
-    )
-    parser.add_argument(
-        "--py-spy", help="the py-spy executable: record each server while replies stream"
-    )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
-    args = parser.parse_args()
-    app_dir = args.app_dir.resolve()
+def run_direct(
+    args: argparse.Namespace, app_dir: Path
+) -> tuple[list[dict[str, Any]], dict[str, str], Path]:
+    """Two daphnes on the machine's PostgreSQL and Redis, each client straight to one."""
     db_url = fresh_database(args.postgres_url)
     env = server_env(args, db_url, app_dir)
     manage(app_dir, env, "migrate", "--noinput", "--verbosity", "0")
@@ -413,6 +396,106 @@ def main() -> None:
             os.killpg(server.pid, signal.SIGTERM)
         for server in servers:
             server.wait(10)
+    return rows, env, logs
+
+
+def run_on_cluster(
+    args: argparse.Namespace, app_dir: Path
+) -> tuple[list[dict[str, Any]], dict[str, str], Path, str]:
+    """A cluster of its own (cluster/cluster.py), every client through its nginx."""
+    sys.path.insert(0, str(app_dir))
+    directory = Path(tempfile.mkdtemp(prefix="forge-concurrency-cluster-"))
+    directory.chmod(0o755)  # nginx's workers and PostgreSQL's user reach inside
+    ports = [free_port() for _ in range(args.daphnes + 4)]
+    env = server_env(args, "", app_dir)
+    for key in ("DATABASE_URL", "REDIS_URL"):
+        env.pop(key)  # the cluster's own
+    os.environ.update(env)
+    os.environ.update(
+        CLUSTER_DIR=str(directory),
+        CLUSTER_PORT=str(ports[0]),
+        CLUSTER_DAPHNES=str(args.daphnes),
+        CLUSTER_DAPHNE_PORT=str(_free_run(args.daphnes)),
+        CLUSTER_REDIS_PORT=str(_free_run(2)),
+        CLUSTER_PG_PORT=str(_free_run(2)),
+    )
+    from cluster import cluster  # reads CLUSTER_DIR when imported
+
+    config = cluster.Config.from_env()
+    rows = []
+    try:
+        cluster.up(config)
+        out = cluster.manage(config, "create_user", "bench", "--tenant", "bench", "--token")
+        token = out.strip().splitlines()[-1]
+        pids = [cluster.running(name) for name in cluster.daphne_names(config)]
+        assert all(pids), pids
+        base = config.url.rstrip("/")
+        for size in [int(s) for s in args.sessions.split(",")]:
+            daphnes = [int(p) for p in pids if p]
+            rows.append(asyncio.run(run_size([base], daphnes, token, size, args.deltas, args.rate)))
+            time.sleep(1.0)
+    finally:
+        cluster.down(config)
+    label = f"nginx → {args.daphnes} daphnes (cluster: 2 Redis shards, PostgreSQL + replica)"
+    return rows, env, directory / "logs", label
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports."""
+    for _ in range(50):
+        first = free_port()
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError("no run of free ports")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", default="25,50,100,200")
+    parser.add_argument("--deltas", type=int, default=100)
+    parser.add_argument("--rate", type=int, default=50)
+    parser.add_argument("--app-dir", type=Path, default=ROOT)
+    parser.add_argument("--window-ms", type=int, default=None)
+    parser.add_argument("--layer", choices=["pubsub", "core"], default=None)
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the servers, e.g. FORGE_DB_POOL=8 (repeatable)",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="through a cluster's nginx (cluster/cluster.py)"
+    )
+    parser.add_argument("--daphnes", type=int, default=3, help="the cluster's daphnes")
+    parser.add_argument(
+        "--py-spy", help="the py-spy executable: record each server while replies stream"
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(
+            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    args = parser.parse_args()
+    app_dir = args.app_dir.resolve()
+    if args.cluster:
+        rows, env, logs, servers_label = run_on_cluster(args, app_dir)
+    else:
+        rows, env, logs = run_direct(args, app_dir)
+        servers_label = "2 daphne processes, PostgreSQL + Redis"
     ideal = args.deltas / args.rate
     label = subprocess.run(
         ["git", "-C", str(app_dir), "log", "-1", "--format=%h %s"],
@@ -421,7 +504,7 @@ def main() -> None:
         check=False,
     ).stdout.strip()
     print(
-        f"concurrent streams: 2 daphne processes, PostgreSQL + Redis, {args.deltas} deltas at "
+        f"concurrent streams: {servers_label}, {args.deltas} deltas at "
         f"{args.rate}/s per reply (ideal {ideal:.1f} s); app: {app_dir} ({label}); "
         f"window {env.get('FORGE_DELTA_WINDOW_MS', 'default')} ms, "
         f"layer {env.get('FORGE_CHANNEL_LAYER', 'default')}"

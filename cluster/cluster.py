@@ -1,6 +1,7 @@
 """``make cluster`` / ``make cluster-stop``: Forge on 127.0.0.1 the way it scales out.
 
     python cluster/cluster.py up | down | status
+    python cluster/cluster.py restart-daphne N | restart-redis N   (0-based; faults)
 
 What runs (every port configurable by the environment; see docs/deploy.md):
 
@@ -26,11 +27,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +124,21 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (a child of this process that has exited, e.g. when
+    the soak started the cluster) is reaped and counts as gone."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return bool(_cmdline(pid))  # a zombie has no command line
+
+
 def running(name: str) -> int | None:
     """The pid of ``name`` when its pid file names a live process running what we started."""
     try:
@@ -130,11 +148,7 @@ def running(name: str) -> int | None:
         return None
     if marker.strip() and marker.strip() not in _cmdline(pid):
         return None  # the pid was reused by something else: never signal it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    return pid
+    return pid if _alive(pid) else None
 
 
 def spawn(name: str, argv: list[str], *, marker: str, env: dict[str, str] | None = None) -> int:
@@ -165,9 +179,7 @@ def terminate(name: str, *, timeout: float = 15.0) -> bool:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             break
         time.sleep(0.1)
     else:
@@ -219,31 +231,61 @@ def start_postgres(config: Config) -> None:
 
 
 def start_redis(config: Config) -> None:
+    for index in range(config.redis_shards):
+        start_redis_shard(config, index)
+
+
+def start_redis_shard(config: Config, index: int) -> None:
+    """Start shard ``index`` (0-based) of the Redis shards on its port; empty: the
+    shards keep nothing on disk (channel groups and the in-flight mirror are transient)."""
     redis_server = shutil.which("redis-server")
     if redis_server is None:
         raise SystemExit("redis-server not found: apt-get install redis-server")
-    for name, port in zip(redis_names(config), config.redis_ports, strict=True):
-        data = VAR / name
-        data.mkdir(parents=True, exist_ok=True)
-        spawn(
-            name,
-            [
-                redis_server,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dir",
-                str(data),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-            marker=f"127.0.0.1:{port}",  # redis-server's process title
-        )
+    name, port = redis_names(config)[index], config.redis_ports[index]
+    data = VAR / name
+    data.mkdir(parents=True, exist_ok=True)
+    spawn(
+        name,
+        [
+            redis_server,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ],
+        marker=f"127.0.0.1:{port}",  # redis-server's process title
+    )
+
+
+def wait_redis(port: int, *, timeout: float = 20.0) -> None:
+    """Return once the Redis on ``port`` answers PING."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"Redis on {port} did not answer within {timeout:.0f} s")
+
+
+def restart_redis_shard(config: Config, index: int) -> None:
+    """Stop shard ``index`` (SIGTERM: what it held is gone, as in a real restart) and
+    start it again, empty, on the same port. The soak's fault (bench/soak.py)."""
+    terminate(redis_names(config)[index])
+    start_redis_shard(config, index)
+    wait_redis(config.redis_ports[index])
 
 
 def manage(config: Config, *args: str) -> str:
@@ -262,16 +304,49 @@ def manage(config: Config, *args: str) -> str:
 
 
 def start_daphnes(config: Config) -> None:
-    env = config.app_env()
-    for name, port in zip(daphne_names(config), config.daphne_ports, strict=True):
-        spawn(
-            name,
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "forge.asgi:application"],
-            marker=f"{port} forge.asgi:application",
-            env=env,
-        )
+    for index in range(config.daphnes):
+        start_daphne(config, index, wait=False)
     for name, port in zip(daphne_names(config), config.daphne_ports, strict=True):
         wait_http(f"http://127.0.0.1:{port}/login/", name=name)
+
+
+def start_daphne(config: Config, index: int, *, wait: bool = True) -> int:
+    """Start daphne ``index`` (0-based) on its port; its pid. ``wait``: return once it
+    answers HTTP."""
+    name, port = daphne_names(config)[index], config.daphne_ports[index]
+    pid = spawn(
+        name,
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "forge.asgi:application"],
+        marker=f"{port} forge.asgi:application",
+        env=config.app_env(),
+    )
+    if wait:
+        wait_http(f"http://127.0.0.1:{port}/login/", name=name)
+    return pid
+
+
+def kill_daphne(config: Config, index: int, *, timeout: float = 10.0) -> bool:
+    """``kill -9`` daphne ``index`` (only the pid its pid file names and that still runs
+    what we started) and wait until it is gone; True when it was running. Whatever it
+    was streaming is left for another process's lease janitor to finalize."""
+    name = daphne_names(config)[index]
+    pid = running(name)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    _pidfile(name).unlink(missing_ok=True)
+    return True
+
+
+def restart_daphne(config: Config, index: int, *, down_for: float = 0.0) -> int:
+    """``kill -9`` daphne ``index``, wait ``down_for`` seconds, start it again; its new
+    pid. The soak's fault (bench/soak.py)."""
+    kill_daphne(config, index)
+    time.sleep(down_for)
+    return start_daphne(config, index)
 
 
 def nginx_conf(config: Config) -> Path:
@@ -383,8 +458,19 @@ def status(config: Config) -> None:
 
 def main(argv: list[str]) -> None:
     commands = {"up": up, "down": down, "status": status}
+    restarts: dict[str, Callable[[Config, int], object]] = {
+        "restart-daphne": restart_daphne,
+        "restart-redis": restart_redis_shard,
+    }
+    if len(argv) == 3 and argv[1] in restarts and argv[2].isdigit():
+        config = Config.from_env()
+        count = config.daphnes if argv[1] == "restart-daphne" else config.redis_shards
+        if int(argv[2]) >= count:
+            raise SystemExit(f"{argv[1]}: index {argv[2]} out of range (0..{count - 1})")
+        restarts[argv[1]](config, int(argv[2]))
+        return
     if len(argv) != 2 or argv[1] not in commands:
-        raise SystemExit(f"usage: {argv[0]} up|down|status")
+        raise SystemExit(f"usage: {argv[0]} up|down|status | restart-daphne N | restart-redis N")
     commands[argv[1]](Config.from_env())
 
 

@@ -16,9 +16,11 @@ PostgreSQL refuses to run as root: run as root, every server command runs as the
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -123,6 +125,41 @@ class Server:
         if self.pid() is None:
             return
         _run(bindir() / "pg_ctl", "stop", "-w", "-t", "60", "-m", mode, "-D", self.datadir)
+
+    def processes(self) -> list[int]:
+        """The postmaster and every process it forked (backends, WAL writer, walsender…),
+        found by parent pid in /proc: this server's processes and no other's."""
+        postmaster = self.pid()
+        if postmaster is None:
+            return []
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def pause(self, seconds: float) -> int:
+        """SIGSTOP the server and all its processes for ``seconds``, then SIGCONT them
+        (always, even when interrupted): a stalled primary, as a soak's fault. Returns
+        how many processes were paused."""
+        stopped: list[int] = []
+        try:
+            for pid in self.processes():
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(seconds)
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        return len(stopped)
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:
         """Run ``sql`` as the superuser and return its unaligned output."""
