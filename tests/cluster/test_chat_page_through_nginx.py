@@ -6,6 +6,7 @@ that nginx upgrades to one of the daphnes."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -49,5 +50,11 @@ def test_chat_page_streams_a_reply_through_nginx(cluster: Cluster, browser: Any)
         assert errors == []
     finally:
         context.close()
-    log = (cluster.directory / "nginx" / "access.log").read_text()
-    assert re.search(r'"GET /ws/sessions/[^ ]+ HTTP/1.1" 101 ', log), log[-2000:]
+    # nginx logs a WebSocket request when its connection ends, which the page's close
+    # starts but does not wait for: look for the upgrade's line for a few seconds.
+    upgraded = re.compile(r'"GET /ws/sessions/[^ ]+ HTTP/1.1" 101 ')
+    access_log = cluster.directory / "nginx" / "access.log"
+    deadline = time.monotonic() + 10
+    while not upgraded.search(log := access_log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert upgraded.search(log), log[-2000:]
