@@ -42,7 +42,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,18 +53,13 @@ from typing import Any
 
 import httpx
 import websockets
+from serving import free_port, free_run, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 BENCH_DB = "forge_bench_concurrency"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fresh_database(postgres: str) -> str:
@@ -362,8 +356,9 @@ def run_direct(
 ) -> tuple[list[dict[str, Any]], dict[str, str], Path]:
     """Two daphnes on the machine's PostgreSQL and Redis, each client straight to one."""
     db_url = fresh_database(args.postgres_url)
-    env = server_env(args, db_url, app_dir)
+    env = static_root(server_env(args, db_url, app_dir))
     manage(app_dir, env, "migrate", "--noinput", "--verbosity", "0")
+    manage(app_dir, env, "collectstatic", "--noinput", "--verbosity", "0")
     token = (
         manage(app_dir, env, "create_user", "bench", "--tenant", "bench", "--token")
         .strip()
@@ -377,13 +372,8 @@ def run_direct(
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     rows = []
     try:
-        for base in bases:
-            for _ in range(600):
-                try:
-                    httpx.get(base + "/login/", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+        for n, (base, server) in enumerate(zip(bases, servers, strict=True)):
+            wait_until_up(base, server, logs / f"daphne-{n}.log")
         pids = [s.pid for s in servers]
         for size in [int(s) for s in args.sessions.split(",")]:
             profile = (args.py_spy, logs) if args.py_spy else None
@@ -408,16 +398,17 @@ def run_on_cluster(
     directory.chmod(0o755)  # nginx's workers and PostgreSQL's user reach inside
     ports = [free_port() for _ in range(args.daphnes + 4)]
     env = server_env(args, "", app_dir)
-    for key in ("DATABASE_URL", "REDIS_URL"):
-        env.pop(key)  # the cluster's own
+    # The cluster's own database, Redis and DEBUG (its demo login needs DEBUG on).
+    for key in ("DATABASE_URL", "REDIS_URL", "FORGE_DEBUG"):
+        env.pop(key)
     os.environ.update(env)
     os.environ.update(
         CLUSTER_DIR=str(directory),
         CLUSTER_PORT=str(ports[0]),
         CLUSTER_DAPHNES=str(args.daphnes),
-        CLUSTER_DAPHNE_PORT=str(_free_run(args.daphnes)),
-        CLUSTER_REDIS_PORT=str(_free_run(2)),
-        CLUSTER_PG_PORT=str(_free_run(2)),
+        CLUSTER_DAPHNE_PORT=str(free_run(args.daphnes)),
+        CLUSTER_REDIS_PORT=str(free_run(2)),
+        CLUSTER_PG_PORT=str(free_run(2)),
     )
     from cluster import cluster  # reads CLUSTER_DIR when imported
 
@@ -438,22 +429,6 @@ def run_on_cluster(
         cluster.down(config)
     label = f"nginx → {args.daphnes} daphnes (cluster: 2 Redis shards, PostgreSQL + replica)"
     return rows, env, directory / "logs", label
-
-
-def _free_run(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports."""
-    for _ in range(50):
-        first = free_port()
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no run of free ports")
 
 
 def main() -> None:

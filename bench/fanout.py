@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,16 +34,11 @@ from typing import Any
 
 import httpx
 import websockets
+from serving import free_port, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "forge_bench_fanout"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def database_url(postgres: str) -> str:
@@ -205,8 +199,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     db_url = database_url(args.postgres_url)
-    env = server_env(db_url, args.redis_url)
+    env = static_root(server_env(db_url, args.redis_url))
     manage(env, "migrate", "--noinput", "--verbosity", "0")
+    manage(env, "collectstatic", "--noinput", "--verbosity", "0")
     token = (
         manage(env, "create_user", "bench", "--tenant", "bench", "--token").strip().splitlines()[-1]
     )
@@ -231,12 +226,7 @@ def main() -> None:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                httpx.get(base + "/login/", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_until_up(base, server, log)
         session = httpx.post(
             base + "/api/sessions/",
             json={"title": "fanout"},

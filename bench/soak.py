@@ -45,7 +45,6 @@ import collections
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,7 @@ from typing import Any
 
 import httpx
 import websockets
+from serving import free_run
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
@@ -64,35 +64,17 @@ SHORT_SECONDS = 90
 MARGIN = 10.0  # seconds past the lease a dead turn may take to be finalized
 
 
-def _free_run(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no run of free ports")
-
-
 def own_cluster_env(daphnes: int, lease: float) -> dict[str, str]:
     """The ``CLUSTER_*`` variables of a cluster of the soak's own: a temp dir, free ports."""
     directory = Path(tempfile.mkdtemp(prefix="forge-soak-"))
     directory.chmod(0o755)  # nginx's workers and PostgreSQL's user must reach inside
     return {
         "CLUSTER_DIR": str(directory),
-        "CLUSTER_PORT": str(_free_run(1)),
+        "CLUSTER_PORT": str(free_run(1)),
         "CLUSTER_DAPHNES": str(daphnes),
-        "CLUSTER_DAPHNE_PORT": str(_free_run(daphnes)),
-        "CLUSTER_REDIS_PORT": str(_free_run(2)),
-        "CLUSTER_PG_PORT": str(_free_run(2)),
+        "CLUSTER_DAPHNE_PORT": str(free_run(daphnes)),
+        "CLUSTER_REDIS_PORT": str(free_run(2)),
+        "CLUSTER_PG_PORT": str(free_run(2)),
         "FORGE_LEASE_SECONDS": str(lease),
         "DJANGO_SETTINGS_MODULE": "forge.settings.dev",
     }
