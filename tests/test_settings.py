@@ -88,7 +88,7 @@ def test_postgresql_gets_a_connection_pool_per_process(monkeypatch):
 def test_redis_url_switches_the_channel_layer():
     assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     pubsub = channel_layers("redis://127.0.0.1:6379/0", layer="pubsub")["default"]
-    assert pubsub["BACKEND"] == "channels_redis.pubsub.RedisPubSubChannelLayer"
+    assert pubsub["BACKEND"] == "forge.pubsub.PubSubChannelLayer"
     assert pubsub["CONFIG"]["hosts"][0]["address"] == "redis://127.0.0.1:6379/0"
     redis = channel_layers("redis://127.0.0.1:6379/0", layer="core")["default"]
     assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
@@ -117,7 +117,7 @@ def test_the_server_stack_really_is_postgresql_and_redis():
     assert (
         settings.CHANNEL_LAYERS["default"]["BACKEND"]
         == {
-            "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "pubsub": "forge.pubsub.PubSubChannelLayer",
             "core": "channels_redis.core.RedisChannelLayer",
         }[settings.FORGE_CHANNEL_LAYER]
     )

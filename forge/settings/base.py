@@ -219,7 +219,7 @@ def channel_layers(
     if layer == "pubsub":
         return {
             "default": {
-                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                "BACKEND": "forge.pubsub.PubSubChannelLayer",
                 "CONFIG": {"hosts": hosts, "prefix": prefix},
             }
         }
@@ -236,7 +236,7 @@ def caches(redis_url: str, *, prefix: str = "forge") -> dict[str, Any]:
         return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     return {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "forge.cache.RedisCache",
             "LOCATION": redis_url,
             "KEY_PREFIX": prefix,
             # The cache holds throttle history only, and throttles fail open

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from channels_redis.pubsub import RedisPubSubChannelLayer
 
+from forge.pubsub import PubSubChannelLayer
 from forge.settings.base import caches, channel_layers
 from tests.faults.own_redis import OwnRedis
 
@@ -35,7 +35,7 @@ async def test_groups_spread_over_every_shard_and_each_gets_its_frames(
     assert [host["address"] for host in config["hosts"]] == urls
     assert caches(urls[0])["default"]["LOCATION"] == urls[0]
 
-    layer = RedisPubSubChannelLayer(**config)
+    layer = PubSubChannelLayer(**config)
     groups = [f"session-{n}" for n in range(16)]
     channels = {}
     try:
