@@ -282,6 +282,7 @@ async def run_size(
                         "--format",
                         "raw",
                         "--nonblocking",
+                        "--gil",  # only the thread holding the GIL: idle threads do not count
                         "-o",
                         str(folder / f"profile-{sessions}-{pid}.txt"),
                     ],
