@@ -176,3 +176,47 @@ def test_the_admin_list_of_sessions_reads_the_replica(lagging: dict[str, Any]) -
     assert listed.status_code == 200
     assert lagging["session"].pk in listed.content.decode()
     assert new.pk not in listed.content.decode()  # the replica has not replayed it
+
+
+def test_row_level_security_holds_on_the_replica(
+    pg_pair: tuple[pg.Server, pg.Server], chat: dict[str, Any]
+) -> None:
+    """A serving process acts as the application role on the replica too: a lag-tolerant
+    read there sees the caller's tenant only, and nothing without one. (The role and
+    its policies reach the replica by replication, like the rows.)"""
+    from django.core.management import call_command
+    from django.db import connections
+
+    from accounts import tenancy
+    from accounts.services import create_user
+    from sessions.models import Session
+    from sessions.services import create_session
+
+    primary, replica = pg_pair
+    n = Token.objects.count()
+    other = create_user(
+        username=f"other{n}", tenant_name=f"other{n}", password="x", validate=False
+    ).user
+    create_session(user=other, title="another tenant's")
+    call_command("setup_app_role", "forge_replica_app", verbosity=0)
+    pg.wait_replayed(primary, replica)
+
+    def tenants_read() -> tuple[str, list[int]]:
+        rows = Session.objects.values_list("tenant_id", flat=True).distinct()
+        return rows.db, sorted(set(rows))
+
+    mine = chat["tenant"].pk
+    backend: Any = connections["replica"]
+    backend.use_app_role("forge_replica_app")
+    try:
+        with tenancy.scope([mine]):
+            assert routing.lagging_read(tenants_read) == ("replica", [mine])
+        with tenancy.scope([]):
+            assert routing.lagging_read(tenants_read) == ("replica", [])
+    finally:
+        backend.use_app_role("")
+    # As the owner (management commands), the replica shows every tenant.
+    db, seen = routing.lagging_read(tenants_read)
+    assert db == "replica"
+    assert mine in seen
+    assert len(seen) >= 2
