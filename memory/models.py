@@ -116,7 +116,11 @@ class DialogueMessage(_Message):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["core", "seq"], name="dialoguemessage_core_seq")
+            # With the tenant: a distributed table's unique keys hold its distribution
+            # column (forge.db.citus); leading (core, seq) still serve the window's reads.
+            models.UniqueConstraint(
+                fields=["core", "seq", "tenant"], name="dialoguemessage_core_seq"
+            )
         ]
         ordering = ["core", "seq"]
         verbose_name = "dialogue window message"
@@ -142,7 +146,7 @@ class MemoryUnit(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["core", "memory_session_id"], name="memoryunit_core_session"
+                fields=["core", "memory_session_id", "tenant"], name="memoryunit_core_session"
             )
         ]
         indexes = [models.Index(fields=["core", "updated_at"], name="memoryunit_core_updated")]
@@ -195,7 +199,9 @@ class MemoryMessage(_Message):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["unit", "index"], name="memorymessage_unit_index")
+            models.UniqueConstraint(
+                fields=["unit", "index", "tenant"], name="memorymessage_unit_index"
+            )
         ]
         indexes = [
             # A session's newest rolled message (the runtime trims what the model sees
@@ -236,7 +242,9 @@ class MemorySlice(models.Model):
     summary = models.TextField()
     created_at = models.DateTimeField(default=now_ms)
     indexed = models.BooleanField(default=False)
-    search_rowid = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
+    # Unique with the tenant (``memoryslice_tenant_search_rowid``), not alone: see
+    # forge.db.citus.
+    search_rowid = models.BigIntegerField(null=True, blank=True, editable=False)
     search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
@@ -244,7 +252,10 @@ class MemorySlice(models.Model):
             models.CheckConstraint(
                 condition=models.Q(end_index__gte=models.F("start_index")),
                 name="memoryslice_range",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["search_rowid", "tenant"], name="memoryslice_tenant_search_rowid"
+            ),
         ]
         indexes = [
             models.Index(fields=["unit", "created_at"], name="memoryslice_unit_created"),
@@ -287,7 +298,9 @@ class MemoryVectors(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["slice", "model"], name="memoryvectors_slice_model")
+            models.UniqueConstraint(
+                fields=["slice", "model", "tenant"], name="memoryvectors_slice_model"
+            )
         ]
         indexes = [models.Index(fields=["core", "model", "id"], name="memoryvectors_core_model")]
         verbose_name = "memory vectors"

@@ -145,7 +145,11 @@ class SessionEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["session", "seq"], name="sessionevent_session_seq")
+            # With the tenant (a distributed table's unique keys hold its distribution
+            # column: forge.db.citus); the leading (session, seq) serve the log's reads.
+            models.UniqueConstraint(
+                fields=["session", "seq", "tenant"], name="sessionevent_session_seq"
+            )
         ]
         indexes = [
             # The model's context is folded from these few events every turn.
@@ -191,8 +195,10 @@ def _event_pointer() -> models.ForeignObject[Any, Any]:
     return models.ForeignObject(
         SessionEvent,
         on_delete=models.DO_NOTHING,
-        from_fields=["session", "seq"],
-        to_fields=["session", "seq"],
+        # With the tenant: the join is on the log's unique key, which holds it (and a
+        # join of two distributed tables on their distribution column stays on one shard).
+        from_fields=["session", "seq", "tenant"],
+        to_fields=["session", "seq", "tenant"],
         related_name="+",
     )
 
