@@ -10,6 +10,13 @@
 
 Nothing grows a JSON array: appending to a window or a unit, and rolling,
 cost the same whatever a core's history holds. Every table carries the tenant.
+
+Keys on PostgreSQL differ from Django's: each table's primary key is ``(id,
+tenant_id)`` in the database (``(session_id, tenant_id)`` for a one-to-one row), and
+the foreign keys between these tables are ``(column, tenant_id)``, so that the tables
+can be distributed by ``tenant_id`` under Citus (``forge.db.citus``,
+``forge/migrations/0008_citus_keys.py``). Django's pk stays ``id``: Django 5.2 cannot
+point a ``ForeignKey`` at a composite primary key. SQLite keeps Django's keys.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def _columns(row: dict[str, Any]) -> dict[str, Any]:
 def _lock_session(session: Session) -> bool:
     """Lock the session row for the current transaction (writers to it wait)."""
     with transaction.get_connection().cursor() as cursor:
-        return sql.lock_session(cursor, sql.Dialect(cursor), session.pk)
+        return sql.lock_session(cursor, sql.Dialect(cursor), session.pk, session.tenant_id)
 
 
 # --- fork and import ------------------------------------------------------------
