@@ -169,14 +169,18 @@ def expired_sessions() -> list[str]:
     )
 
 
-def is_busy(*, session_id: str) -> bool:
-    """Whether a live runner (in any process) holds the session's lease."""
-    return SessionLease.objects.filter(
-        session_id=session_id, expires_at__gt=timezone.now()
-    ).exists()
+def is_busy(*, session_id: str, tenant_id: int | None = None) -> bool:
+    """Whether a live runner (in any process) holds the session's lease (``tenant_id``:
+    the session's, so that the query stays on one shard under Citus)."""
+    live = SessionLease.objects.filter(session_id=session_id, expires_at__gt=timezone.now())
+    if tenant_id is not None:
+        live = live.filter(tenant_id=tenant_id)
+    return live.exists()
 
 
 def with_busy(sessions: QuerySet[Session]) -> QuerySet[Session]:
     """``sessions`` annotated with ``busy`` (a live lease), in the same query."""
-    live = SessionLease.objects.filter(session=OuterRef("pk"), expires_at__gt=timezone.now())
+    live = SessionLease.objects.filter(
+        session=OuterRef("pk"), tenant=OuterRef("tenant"), expires_at__gt=timezone.now()
+    )
     return sessions.annotate(busy=Exists(live))
