@@ -156,3 +156,17 @@ def test_the_check_finds_a_distribution_column_that_may_be_null():
 
 def test_the_check_finds_a_listed_table_that_is_missing():
     assert _scratch(*GOOD[:2]) == ["child: listed as distributed but not in the database"]
+
+
+def test_an_aggregate_groups_by_every_selected_column_not_the_pk_alone(session):
+    """PostgreSQL knows that ``id`` determines the row only from a primary key on ``id``,
+    and the database's key is ``(id, tenant_id)``: Django's GROUP BY pk alone would be
+    refused ("must appear in the GROUP BY clause"), so the backend turns it off."""
+    from django.db.models import Count
+
+    from sessions.models import Session
+
+    assert connection.features.allows_group_by_selected_pks is False
+    counted = Session.objects.annotate(messages_count=Count("messages")).get(pk=session.pk)
+    assert counted.messages_count == 0
+    assert counted.tenant_id == session.tenant_id
