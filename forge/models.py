@@ -1,4 +1,9 @@
-"""The runtime's models: configured agents, and the lease that makes one runner per session."""
+"""The runtime's models: configured agents, and the lease that makes one runner per session.
+
+The lease, usage and budget rows are the tenant's: on PostgreSQL their primary keys
+are ``(…, tenant_id)`` in the database while Django's pk stays ``session`` / ``id``
+(``forge/migrations/0008_citus_keys.py``, ``forge.db.citus``: ready for Citus).
+Agents are shared by every tenant (a reference table under Citus)."""
 
 from __future__ import annotations
 
@@ -107,6 +112,11 @@ class SessionLease(models.Model):
 
     session = models.OneToOneField(
         "forge_sessions.Session", on_delete=models.CASCADE, primary_key=True, related_name="lease"
+    )
+    # The session's tenant, copied: the lease is distributed by it with the session
+    # (docs/deploy.md, "Citus"), and the database's keys include it (forge.db.citus).
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
     )
     owner = models.CharField(max_length=200)
     message_id = models.CharField(max_length=64, help_text="the assistant message being written")

@@ -10,6 +10,13 @@
 
 Nothing grows a JSON array: appending to a window or a unit, and rolling,
 cost the same whatever a core's history holds. Every table carries the tenant.
+
+Keys on PostgreSQL differ from Django's: each table's primary key is ``(id,
+tenant_id)`` in the database (``(session_id, tenant_id)`` for a one-to-one row), and
+the foreign keys between these tables are ``(column, tenant_id)``, so that the tables
+can be distributed by ``tenant_id`` under Citus (``forge.db.citus``,
+``forge/migrations/0008_citus_keys.py``). Django's pk stays ``id``: Django 5.2 cannot
+point a ``ForeignKey`` at a composite primary key. SQLite keeps Django's keys.
 """
 
 from __future__ import annotations
@@ -116,7 +123,11 @@ class DialogueMessage(_Message):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["core", "seq"], name="dialoguemessage_core_seq")
+            # With the tenant: a distributed table's unique keys hold its distribution
+            # column (forge.db.citus); leading (core, seq) still serve the window's reads.
+            models.UniqueConstraint(
+                fields=["core", "seq", "tenant"], name="dialoguemessage_core_seq"
+            )
         ]
         ordering = ["core", "seq"]
         verbose_name = "dialogue window message"
@@ -142,7 +153,7 @@ class MemoryUnit(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["core", "memory_session_id"], name="memoryunit_core_session"
+                fields=["core", "memory_session_id", "tenant"], name="memoryunit_core_session"
             )
         ]
         indexes = [models.Index(fields=["core", "updated_at"], name="memoryunit_core_updated")]
@@ -195,7 +206,9 @@ class MemoryMessage(_Message):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["unit", "index"], name="memorymessage_unit_index")
+            models.UniqueConstraint(
+                fields=["unit", "index", "tenant"], name="memorymessage_unit_index"
+            )
         ]
         indexes = [
             # A session's newest rolled message (the runtime trims what the model sees
@@ -236,7 +249,9 @@ class MemorySlice(models.Model):
     summary = models.TextField()
     created_at = models.DateTimeField(default=now_ms)
     indexed = models.BooleanField(default=False)
-    search_rowid = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
+    # Unique with the tenant (``memoryslice_tenant_search_rowid``), not alone: see
+    # forge.db.citus.
+    search_rowid = models.BigIntegerField(null=True, blank=True, editable=False)
     search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
@@ -244,7 +259,10 @@ class MemorySlice(models.Model):
             models.CheckConstraint(
                 condition=models.Q(end_index__gte=models.F("start_index")),
                 name="memoryslice_range",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["search_rowid", "tenant"], name="memoryslice_tenant_search_rowid"
+            ),
         ]
         indexes = [
             models.Index(fields=["unit", "created_at"], name="memoryslice_unit_created"),
@@ -287,7 +305,9 @@ class MemoryVectors(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["slice", "model"], name="memoryvectors_slice_model")
+            models.UniqueConstraint(
+                fields=["slice", "model", "tenant"], name="memoryvectors_slice_model"
+            )
         ]
         indexes = [models.Index(fields=["core", "model", "id"], name="memoryvectors_core_model")]
         verbose_name = "memory vectors"

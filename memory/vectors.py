@@ -131,7 +131,13 @@ def write(
             f"INSERT INTO {VECTORS} (tenant_id, core_id, slice_id, model, dim, rows, "
             "start_index, data, created_at) VALUES "
             + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(docs))
-            + " ON CONFLICT (slice_id, model) DO NOTHING",
+            # The unique key memoryvectors_slice_model: with the tenant on PostgreSQL
+            # (memory migration 0008), without it on SQLite.
+            + (
+                " ON CONFLICT (slice_id, model, tenant_id) DO NOTHING"
+                if connection.vendor == "postgresql"
+                else " ON CONFLICT (slice_id, model) DO NOTHING"
+            ),
             params,
         )
         return max(int(cursor.rowcount), 0)

@@ -10,6 +10,13 @@ anchor: tenant, owner, and projected metadata (title, agent). The log's head is
 its newest event; nothing else stores it.
 
 Every table carries the tenant.
+
+Keys on PostgreSQL differ from Django's: each table's primary key is ``(id,
+tenant_id)`` in the database (``(session_id, tenant_id)`` for a one-to-one row), and
+the foreign keys between these tables are ``(column, tenant_id)``, so that the tables
+can be distributed by ``tenant_id`` under Citus (``forge.db.citus``,
+``forge/migrations/0008_citus_keys.py``). Django's pk stays ``id``: Django 5.2 cannot
+point a ``ForeignKey`` at a composite primary key. SQLite keeps Django's keys.
 """
 
 from __future__ import annotations
@@ -145,7 +152,11 @@ class SessionEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["session", "seq"], name="sessionevent_session_seq")
+            # With the tenant (a distributed table's unique keys hold its distribution
+            # column: forge.db.citus); the leading (session, seq) serve the log's reads.
+            models.UniqueConstraint(
+                fields=["session", "seq", "tenant"], name="sessionevent_session_seq"
+            )
         ]
         indexes = [
             # The model's context is folded from these few events every turn.
@@ -191,8 +202,10 @@ def _event_pointer() -> models.ForeignObject[Any, Any]:
     return models.ForeignObject(
         SessionEvent,
         on_delete=models.DO_NOTHING,
-        from_fields=["session", "seq"],
-        to_fields=["session", "seq"],
+        # With the tenant: the join is on the log's unique key, which holds it (and a
+        # join of two distributed tables on their distribution column stays on one shard).
+        from_fields=["session", "seq", "tenant"],
+        to_fields=["session", "seq", "tenant"],
         related_name="+",
     )
 

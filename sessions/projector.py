@@ -43,8 +43,9 @@ def statements(
     reply, touch only their part row."""
     if type == "message.updated":
         return [
-            sql.touch_session(session_id=session_id, at=at),
+            sql.touch_session(session_id=session_id, tenant_id=tenant_id, at=at),
             sql.upsert_message(
+                dialect,
                 message_id=data["id"],
                 tenant_id=tenant_id,
                 session_id=session_id,
@@ -55,6 +56,7 @@ def statements(
     if type == "part.updated":
         return [
             sql.upsert_part(
+                dialect,
                 part_id=data["id"],
                 tenant_id=tenant_id,
                 session_id=session_id,
@@ -67,15 +69,20 @@ def statements(
         return [
             sql.set_session_info(
                 session_id=session_id,
+                tenant_id=tenant_id,
                 title=data.get("title") or "",
                 agent=data.get("agent") or "",
                 at=at,
             )
         ]
     if type == "message.removed":
-        return sql.delete_message(session_id=session_id, message_id=data["message_id"])
+        return sql.delete_message(
+            session_id=session_id, tenant_id=tenant_id, message_id=data["message_id"]
+        )
     if type == "part.removed":
-        return [sql.delete_part(session_id=session_id, part_id=data["part_id"])]
+        return [
+            sql.delete_part(session_id=session_id, tenant_id=tenant_id, part_id=data["part_id"])
+        ]
     # session.compacted and context.updated project to no rows: the model's
     # context (forge.context.derive_messages) reads them from the log.
     return []

@@ -58,6 +58,12 @@ def read_seq(*, tenant_id: int, session_id: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _key() -> str:
+    """The table's key in the database: ``(session_id, tenant_id)`` on PostgreSQL
+    (``forge.migrations.0008_citus_keys``), ``session_id`` on SQLite."""
+    return "session_id, tenant_id" if connection.vendor == "postgresql" else "session_id"
+
+
 def write(
     *, tenant_id: int, session_id: str, seq: int, hash: str, version: int, state: bytes
 ) -> None:
@@ -67,7 +73,7 @@ def write(
         cursor.execute(
             f"INSERT INTO {TABLE} (session_id, tenant_id, seq, hash, version, state) "  # noqa: S608
             "VALUES (%s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, "
+            f"ON CONFLICT ({_key()}) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, "
             "version = excluded.version, state = excluded.state "
             f"WHERE excluded.seq >= {TABLE}.seq",
             [session_id, tenant_id, seq, bytes.fromhex(hash), version, state],

@@ -17,6 +17,12 @@ of its own (migration 0006): ``upsert_message`` / ``upsert_part`` take no
 ``data_json``, and ``read_head`` reads a stored row's data through that pointer.
 Hashes are hex in Python and raw bytes in the database (migration 0008):
 ``insert_event`` and ``read_head`` convert.
+
+Every statement names the session's tenant (``tenant_id = %s``, and joins on
+``tenant_id`` between tables), so that under Citus each one is routed to the one
+shard that holds the tenant (docs/deploy.md, "Citus"). On PostgreSQL a projection
+row's key is ``(id, tenant_id)`` (``forge.migrations.0008_citus_keys``): the upserts
+name that key there, and ``(id)`` on SQLite. An id is unique within its tenant.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class Dialect:
         self.batch = _batches(db)
         self.json = "CAST(%s AS jsonb)" if self.postgres else "%s"
         self.adapt_datetime = db.ops.adapt_datetimefield_value
+        # A projection row's key in the database, which ON CONFLICT names.
+        self.row_key = "id, tenant_id" if self.postgres else "id"
 
 
 def can_batch_outside_transaction(db: BaseDatabaseWrapper) -> bool:
@@ -82,7 +90,7 @@ def is_seq_conflict(exc: IntegrityError) -> bool:
     return getattr(diag, "constraint_name", None) == SEQ_CONSTRAINT
 
 
-def lock_statement(dialect: Dialect, session_id: str) -> Statement:
+def lock_statement(dialect: Dialect, session_id: str, tenant_id: int) -> Statement:
     """Lock the session row until the transaction ends; every writer to a session takes
     this lock before inserting anything, so writers never deadlock.
 
@@ -91,10 +99,13 @@ def lock_statement(dialect: Dialect, session_id: str) -> Statement:
     is ``BEGIN IMMEDIATE``, which already holds the database's write lock.
     """
     lock = " FOR NO KEY UPDATE" if dialect.postgres else ""
-    return (f"SELECT 1 FROM {SESSION} WHERE id = %s{lock}", [session_id])
+    return (
+        f"SELECT 1 FROM {SESSION} WHERE id = %s AND tenant_id = %s{lock}",
+        [session_id, tenant_id],
+    )
 
 
-def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str) -> bool:
+def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str, tenant_id: int) -> bool:
     """Take :func:`lock_statement`'s lock; False if there is no such session on PostgreSQL.
 
     On SQLite the transaction's ``BEGIN IMMEDIATE`` is the lock, and nothing is run
@@ -102,7 +113,7 @@ def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str) -> bo
     """
     if not dialect.postgres:
         return True
-    cursor.execute(*lock_statement(dialect, session_id))
+    cursor.execute(*lock_statement(dialect, session_id, tenant_id))
     return cursor.fetchone() is not None
 
 
@@ -111,6 +122,7 @@ def read_head(
     dialect: Dialect,
     session_id: str,
     *,
+    tenant_id: int,
     table: str | None = None,
     obj_id: str | None = None,
     parent_message_id: str | None = None,
@@ -119,7 +131,10 @@ def read_head(
     part ``obj_id`` of ``table`` (if any), and the session of the message
     ``parent_message_id`` (if any). None if the session does not exist.
     """
-    newest = f"FROM {EVENT} e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1"
+    newest = (
+        f"FROM {EVENT} e WHERE e.session_id = s.id AND e.tenant_id = s.tenant_id "
+        "ORDER BY e.seq DESC LIMIT 1"
+    )
     if dialect.postgres:  # a LATERAL join plans faster than two correlated subqueries
         columns = ["h.seq", "h.hash"]
         joins = [f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"]
@@ -129,15 +144,21 @@ def read_head(
     params: list[Any] = []
     if table is not None:  # the row's data is its event's (see the module docstring)
         columns += ["o.session_id", "od.data"]
-        joins.append(f"LEFT JOIN {table} o ON o.id = %s")
-        joins.append(f"LEFT JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq")
+        joins.append(f"LEFT JOIN {table} o ON o.id = %s AND o.tenant_id = s.tenant_id")
+        joins.append(
+            f"LEFT JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq "
+            "AND od.tenant_id = o.tenant_id"
+        )
         params.append(obj_id)
     if parent_message_id is not None:
         columns.append("m.session_id")
-        joins.append(f"LEFT JOIN {MESSAGE} m ON m.id = %s")
+        joins.append(f"LEFT JOIN {MESSAGE} m ON m.id = %s AND m.tenant_id = s.tenant_id")
         params.append(parent_message_id)
-    params.append(session_id)
-    query = f"SELECT {', '.join(columns)} FROM {SESSION} s {' '.join(joins)} WHERE s.id = %s"
+    params += [session_id, tenant_id]
+    query = (
+        f"SELECT {', '.join(columns)} FROM {SESSION} s {' '.join(joins)} "
+        "WHERE s.id = %s AND s.tenant_id = %s"
+    )
     cursor.execute(query, params)
     row = cursor.fetchone()
     if row is None:
@@ -172,6 +193,7 @@ def read_batch_head(
     dialect: Dialect,
     session_id: str,
     *,
+    tenant_id: int,
     message_ids: list[str],
     part_ids: list[str],
 ) -> tuple[Head, dict[str, Stored], dict[str, Stored]] | None:
@@ -179,7 +201,10 @@ def read_batch_head(
     message of ``message_ids`` and part of ``part_ids`` (any session's; the caller
     refuses another session's). None if the session does not exist.
     """
-    newest = f"FROM {EVENT} e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1"
+    newest = (
+        f"FROM {EVENT} e WHERE e.session_id = s.id AND e.tenant_id = s.tenant_id "
+        "ORDER BY e.seq DESC LIMIT 1"
+    )
     if dialect.postgres:
         columns = ["h.seq", "h.hash"]
         joins = f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"
@@ -196,14 +221,19 @@ def read_batch_head(
             # A row's data is its event's (see the module docstring), as in read_head.
             where = (
                 f"JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq "
-                f"WHERE o.id IN ({', '.join(['%s'] * len(ids))})"
+                "AND od.tenant_id = o.tenant_id "
+                f"WHERE o.tenant_id = s.tenant_id AND o.id IN ({', '.join(['%s'] * len(ids))})"
             )
             columns.append(rows.format(table, where))
             params.extend(ids)
         else:
             columns.append("NULL")
-    params.append(session_id)
-    cursor.execute(f"SELECT {', '.join(columns)} FROM {SESSION} s {joins} WHERE s.id = %s", params)
+    params += [session_id, tenant_id]
+    cursor.execute(
+        f"SELECT {', '.join(columns)} FROM {SESSION} s {joins} "
+        "WHERE s.id = %s AND s.tenant_id = %s",
+        params,
+    )
     row = cursor.fetchone()
     if row is None:
         return None
@@ -238,53 +268,70 @@ def insert_event(
     )
 
 
-TOUCH = f"UPDATE {SESSION} SET updated_at = %s WHERE id = %s"
+TOUCH = f"UPDATE {SESSION} SET updated_at = %s WHERE id = %s AND tenant_id = %s"
 
 
-def touch_session(*, session_id: str, at: Any) -> Statement:
+def touch_session(*, session_id: str, tenant_id: int, at: Any) -> Statement:
     """Record activity on the session (its ``updated_at``)."""
-    return (TOUCH, [at, session_id])
+    return (TOUCH, [at, session_id, tenant_id])
 
 
 def upsert_message(
-    *, message_id: str, tenant_id: int, session_id: str, role: str, seq: int
+    dialect: Dialect, *, message_id: str, tenant_id: int, session_id: str, role: str, seq: int
 ) -> Statement:
     """Point the message row at the event ``seq`` that wrote it (its data is that event's)."""
     return (
         f"INSERT INTO {MESSAGE} (id, tenant_id, session_id, role, seq) "
         "VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (id) DO UPDATE SET role = excluded.role, seq = excluded.seq",
+        f"ON CONFLICT ({dialect.row_key}) DO UPDATE SET role = excluded.role, seq = excluded.seq",
         [message_id, tenant_id, session_id, role, seq],
     )
 
 
 def upsert_part(
-    *, part_id: str, tenant_id: int, session_id: str, message_id: str, type: str, seq: int
+    dialect: Dialect,
+    *,
+    part_id: str,
+    tenant_id: int,
+    session_id: str,
+    message_id: str,
+    type: str,
+    seq: int,
 ) -> Statement:
     """Point the part row at the event ``seq`` that wrote it (its data is that event's)."""
     return (
         f"INSERT INTO {PART} (id, tenant_id, session_id, message_id, type, seq) "
         "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (id) DO UPDATE SET type = excluded.type, seq = excluded.seq",
+        f"ON CONFLICT ({dialect.row_key}) DO UPDATE SET type = excluded.type, seq = excluded.seq",
         [part_id, tenant_id, session_id, message_id, type, seq],
     )
 
 
-def delete_message(*, session_id: str, message_id: str) -> list[Statement]:
+def delete_message(*, session_id: str, tenant_id: int, message_id: str) -> list[Statement]:
+    where = "session_id = %s AND tenant_id = %s"
     return [
-        (f"DELETE FROM {PART} WHERE session_id = %s AND message_id = %s", [session_id, message_id]),
-        (f"DELETE FROM {MESSAGE} WHERE session_id = %s AND id = %s", [session_id, message_id]),
+        (
+            f"DELETE FROM {PART} WHERE {where} AND message_id = %s",
+            [session_id, tenant_id, message_id],
+        ),
+        (f"DELETE FROM {MESSAGE} WHERE {where} AND id = %s", [session_id, tenant_id, message_id]),
     ]
 
 
-def delete_part(*, session_id: str, part_id: str) -> Statement:
-    return (f"DELETE FROM {PART} WHERE session_id = %s AND id = %s", [session_id, part_id])
-
-
-def set_session_info(*, session_id: str, title: str, agent: str, at: Any) -> Statement:
+def delete_part(*, session_id: str, tenant_id: int, part_id: str) -> Statement:
     return (
-        f"UPDATE {SESSION} SET title = %s, agent = %s, updated_at = %s WHERE id = %s",
-        [title, agent, at, session_id],
+        f"DELETE FROM {PART} WHERE session_id = %s AND tenant_id = %s AND id = %s",
+        [session_id, tenant_id, part_id],
+    )
+
+
+def set_session_info(
+    *, session_id: str, tenant_id: int, title: str, agent: str, at: Any
+) -> Statement:
+    return (
+        f"UPDATE {SESSION} SET title = %s, agent = %s, updated_at = %s "
+        "WHERE id = %s AND tenant_id = %s",
+        [title, agent, at, session_id, tenant_id],
     )
 
 
@@ -307,6 +354,7 @@ def part_in_status_exists(
     )
     cursor.execute(
         f"SELECT 1 FROM {PART} p JOIN {EVENT} e ON e.session_id = p.session_id AND e.seq = p.seq "
+        "AND e.tenant_id = p.tenant_id "
         f"WHERE p.session_id = %s AND p.tenant_id = %s AND p.type = %s AND {status_of} = %s "
         "LIMIT 1",
         [session_id, tenant_id, type, status],
@@ -342,10 +390,10 @@ def read_messages(
     marks = ", ".join(["%s"] * len(message_ids))
     cursor.execute(
         f"SELECT 0, m.id, m.id, e.data FROM {MESSAGE} m JOIN {EVENT} e "
-        "ON e.session_id = m.session_id AND e.seq = m.seq "
+        "ON e.session_id = m.session_id AND e.seq = m.seq AND e.tenant_id = m.tenant_id "
         f"WHERE m.session_id = %s AND m.tenant_id = %s AND m.id IN ({marks}) "
         f"UNION ALL SELECT 1, p.message_id, p.id, e.data FROM {PART} p JOIN {EVENT} e "
-        "ON e.session_id = p.session_id AND e.seq = p.seq "
+        "ON e.session_id = p.session_id AND e.seq = p.seq AND e.tenant_id = p.tenant_id "
         f"WHERE p.tenant_id = %s AND p.message_id IN ({marks}) "
         "ORDER BY 1, 2, 3",
         [session_id, tenant_id, *message_ids, tenant_id, *message_ids],
@@ -388,6 +436,7 @@ def last_step_tokens(
         f"SELECT e.data, (SELECT {agg} FROM {EVENT} c WHERE c.session_id = p.session_id "
         f"AND c.tenant_id = p.tenant_id AND {_CONTEXT_EVENTS} AND c.seq > p.seq) "
         f"FROM {PART} p JOIN {EVENT} e ON e.session_id = p.session_id AND e.seq = p.seq "
+        "AND e.tenant_id = p.tenant_id "
         "WHERE p.tenant_id = %s AND p.session_id = %s AND p.type = 'step-finish' "
         "ORDER BY p.id DESC LIMIT 1",
         [tenant_id, session_id],

@@ -302,7 +302,7 @@ class ChatStreamView(APIView):
     def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
         tenant = tenant_of(request.user)
         session = chat_of(request.user, chat_id, tenant=tenant)
-        if not runtime.is_busy(session_id=session.pk):
+        if not runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id):
             return Response(status=status.HTTP_204_NO_CONTENT)
         running = selectors.open_assistant_messages(tenant=tenant, session=session)
         if not running:  # busy compacting: no reply to follow

@@ -100,7 +100,7 @@ class SessionViewSet(GenericViewSet):
         return super().get_throttles()
 
     def _session_body(self, session: Session) -> dict[str, Any]:
-        session.busy = runtime.is_busy(session_id=session.pk)  # type: ignore[attr-defined]
+        session.busy = runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id)  # type: ignore[attr-defined]
         return SessionSerializer(session).data
 
     # --- sessions -------------------------------------------------------------------
@@ -141,7 +141,7 @@ class SessionViewSet(GenericViewSet):
     @extend_schema(responses={204: None, **errors(409)})
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        if runtime.is_busy(session_id=session.pk):
+        if runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id):
             raise SessionBusy("the session is running a turn; abort it first")
         services.delete_session(session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -320,7 +320,7 @@ async def run_manual(session: Session) -> dict[str, Any]:
     async def heartbeat() -> None:
         while True:
             await asyncio.sleep(lease.lease_seconds() / 3)
-            await db(lease.renew)(session_id=session.pk)
+            await db(lease.renew)(session_id=session.pk, tenant_id=session.tenant_id)
 
     beat = asyncio.ensure_future(heartbeat())
     try:
@@ -333,5 +333,5 @@ async def run_manual(session: Session) -> dict[str, Any]:
     finally:
         beat.cancel()
         await asyncio.gather(beat, return_exceptions=True)
-        await asyncio.shield(db(lease.release)(session_id=session.pk))
+        await asyncio.shield(db(lease.release)(session_id=session.pk, tenant_id=session.tenant_id))
         await services.apublish_status(session_id=session.pk, status="idle")

@@ -5,6 +5,12 @@ expiry) and renews it while the turn runs; another process's prompt is refused
 as busy. A lease whose owner died (no renewal) expires after
 ``FORGE_LEASE_SECONDS``; whoever finds it expired finalizes the turn it left
 open before starting a new one.
+
+The lease row carries its session's tenant, and the statements of a turn (take,
+renew, release) name it, so that under Citus each runs on the tenant's one shard
+(docs/deploy.md, "Citus"). On PostgreSQL its key is ``(session_id, tenant_id)``
+(``forge.migrations.0008_citus_keys``), which the upsert names; on SQLite it is
+``session_id``.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ from sessions.models import Session
 # acquire() and release() run around every turn: plain SQL, no ORM compile per turn.
 LEASE = SessionLease._meta.db_table
 SESSION = Session._meta.db_table
-_TAKE = (
-    f"INSERT INTO {LEASE} (session_id, owner, message_id, acquired_at, heartbeat_at, expires_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
+_TAKE = (  # SQLite
+    f"INSERT INTO {LEASE} (session_id, tenant_id, owner, message_id, acquired_at, heartbeat_at, "
+    "expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
     "owner = excluded.owner, message_id = excluded.message_id, "
     "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
     "expires_at = excluded.expires_at"
@@ -42,12 +48,13 @@ _TAKE = (
 # sees the newest committed row, and its WHERE takes over only a lease that expired.
 # So the lease is ours exactly when the upsert wrote a row, whatever the read said.
 _TAKE_ONE = (
-    f"WITH s AS (SELECT id FROM {SESSION} WHERE id = %s FOR NO KEY UPDATE), "
+    f"WITH s AS (SELECT id, tenant_id FROM {SESSION} WHERE id = %s AND tenant_id = %s "
+    "FOR NO KEY UPDATE), "
     f"old AS (SELECT l.owner, l.message_id, l.expires_at > %s AS live FROM s "
-    f"LEFT JOIN {LEASE} l ON l.session_id = s.id), "
-    f"up AS (INSERT INTO {LEASE} (session_id, owner, message_id, acquired_at, heartbeat_at, "
-    "expires_at) SELECT s.id, %s, %s, %s, %s, %s FROM s, old "
-    "WHERE old.owner IS NULL OR NOT old.live ON CONFLICT (session_id) DO UPDATE SET "
+    f"LEFT JOIN {LEASE} l ON l.session_id = s.id AND l.tenant_id = s.tenant_id), "
+    f"up AS (INSERT INTO {LEASE} (session_id, tenant_id, owner, message_id, acquired_at, "
+    "heartbeat_at, expires_at) SELECT s.id, s.tenant_id, %s, %s, %s, %s, %s FROM s, old "
+    "WHERE old.owner IS NULL OR NOT old.live ON CONFLICT (session_id, tenant_id) DO UPDATE SET "
     "owner = excluded.owner, message_id = excluded.message_id, "
     "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
     f"expires_at = excluded.expires_at WHERE {LEASE}.expires_at <= %s RETURNING 1) "
@@ -91,7 +98,10 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             at, until = adapt(now), adapt(expires)
-            cursor.execute(_TAKE_ONE, [session.pk, at, OWNER, message_id, at, at, until, at])
+            cursor.execute(
+                _TAKE_ONE,
+                [session.pk, session.tenant_id, at, OWNER, message_id, at, at, until, at],
+            )
             row = cursor.fetchone()
             if row is None:  # no such session, or one row-level security does not show
                 raise NotFound(f"no session {session.pk!r}")
@@ -101,8 +111,8 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
             return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
         cursor.execute(  # SQLite: the transaction's BEGIN IMMEDIATE is the lock
             f"SELECT l.owner, l.message_id, l.expires_at > %s FROM {SESSION} s "
-            f"LEFT JOIN {LEASE} l ON l.session_id = s.id WHERE s.id = %s",
-            [adapt(now), session.pk],
+            f"LEFT JOIN {LEASE} l ON l.session_id = s.id WHERE s.id = %s AND s.tenant_id = %s",
+            [adapt(now), session.pk, session.tenant_id],
         )
         row = cursor.fetchone()
         if row is None:
@@ -111,27 +121,39 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
         if owner is not None and live:
             raise busy
         cursor.execute(
-            _TAKE, [session.pk, OWNER, message_id, adapt(now), adapt(now), adapt(expires)]
+            _TAKE,
+            [
+                session.pk,
+                session.tenant_id,
+                OWNER,
+                message_id,
+                adapt(now),
+                adapt(now),
+                adapt(expires),
+            ],
         )
     return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
 
 
-def renew(*, session_id: str) -> bool:
-    """Extend our lease; False if it is not ours any more (taken over after expiring)."""
+def renew(*, session_id: str, tenant_id: int | None = None) -> bool:
+    """Extend our lease; False if it is not ours any more (taken over after expiring).
+    ``tenant_id``: the session's, which a turn always passes (one shard under Citus)."""
     now = timezone.now()
-    return bool(
-        SessionLease.objects.filter(session_id=session_id, owner=OWNER).update(
-            heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds())
-        )
-    )
+    mine = SessionLease.objects.filter(session_id=session_id, owner=OWNER)
+    if tenant_id is not None:
+        mine = mine.filter(tenant_id=tenant_id)
+    return bool(mine.update(heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds())))
 
 
-def release(*, session_id: str) -> None:
-    """Give the lease back, if it is still ours (one plain statement, after every turn)."""
+def release(*, session_id: str, tenant_id: int | None = None) -> None:
+    """Give the lease back, if it is still ours (one plain statement, after every turn).
+    ``tenant_id``: the session's, which a turn always passes (one shard under Citus)."""
+    where = "session_id = %s AND owner = %s"
+    params: list[str | int] = [session_id, OWNER]
+    if tenant_id is not None:
+        where, params = where + " AND tenant_id = %s", [*params, tenant_id]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {LEASE} WHERE session_id = %s AND owner = %s", [session_id, OWNER]
-        )
+        cursor.execute(f"DELETE FROM {LEASE} WHERE {where}", params)
 
 
 def current(*, session_id: str) -> SessionLease | None:
@@ -147,14 +169,18 @@ def expired_sessions() -> list[str]:
     )
 
 
-def is_busy(*, session_id: str) -> bool:
-    """Whether a live runner (in any process) holds the session's lease."""
-    return SessionLease.objects.filter(
-        session_id=session_id, expires_at__gt=timezone.now()
-    ).exists()
+def is_busy(*, session_id: str, tenant_id: int | None = None) -> bool:
+    """Whether a live runner (in any process) holds the session's lease (``tenant_id``:
+    the session's, so that the query stays on one shard under Citus)."""
+    live = SessionLease.objects.filter(session_id=session_id, expires_at__gt=timezone.now())
+    if tenant_id is not None:
+        live = live.filter(tenant_id=tenant_id)
+    return live.exists()
 
 
 def with_busy(sessions: QuerySet[Session]) -> QuerySet[Session]:
     """``sessions`` annotated with ``busy`` (a live lease), in the same query."""
-    live = SessionLease.objects.filter(session=OuterRef("pk"), expires_at__gt=timezone.now())
+    live = SessionLease.objects.filter(
+        session=OuterRef("pk"), tenant=OuterRef("tenant"), expires_at__gt=timezone.now()
+    )
     return sessions.annotate(busy=Exists(live))

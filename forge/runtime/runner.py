@@ -181,7 +181,9 @@ async def _run(turn: Turn, resume: Resume | None = None) -> None:
         if listener is not None:
             # Not awaited: the turn is over, and its end must not wait on the layer.
             _spawn(listener.leave(), tenant_id=turn.session.tenant_id)
-        await asyncio.shield(db(lease.release)(session_id=session_id))
+        await asyncio.shield(
+            db(lease.release)(session_id=session_id, tenant_id=turn.session.tenant_id)
+        )
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]
         await services.apublish_status(session_id=session_id, status="idle")
@@ -194,7 +196,7 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
     interval = lease.lease_seconds() / 3
     while True:
         await asyncio.sleep(interval)
-        if not await db(lease.renew)(session_id=turn.session.pk):
+        if not await db(lease.renew)(session_id=turn.session.pk, tenant_id=turn.session.tenant_id):
             logger.error("lost the lease of session %s; stopping its turn", turn.session.pk)
             turn.abort.set()
             task.cancel()

@@ -171,9 +171,14 @@ def commit(
         for _ in range(OPTIMISTIC_ATTEMPTS):
             with connection.cursor() as cursor:
                 dialect = sql.Dialect(cursor)
-                head = _head(sql.read_head(cursor, dialect, session.pk, **lookup), session)
+                head = _head(
+                    sql.read_head(
+                        cursor, dialect, session.pk, tenant_id=session.tenant_id, **lookup
+                    ),
+                    session,
+                )
                 prepared = _prepare(dialect, session, head, *build(head))
-                lock = sql.lock_statement(dialect, session.pk)
+                lock = sql.lock_statement(dialect, session.pk, session.tenant_id)
                 try:
                     sql.run(cursor, dialect, [lock, *prepared.statements])
                 except IntegrityError as exc:
@@ -185,11 +190,14 @@ def commit(
             return prepared.event
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         dialect = sql.Dialect(cursor)
-        if not sql.lock_session(cursor, dialect, session.pk):
+        if not sql.lock_session(cursor, dialect, session.pk, session.tenant_id):
             raise NotFound(f"session {session.pk!r} does not exist")
         # A statement after the lock: under READ COMMITTED it sees the events
         # that the writer we may have waited for committed.
-        head = _head(sql.read_head(cursor, dialect, session.pk, **lookup), session)
+        head = _head(
+            sql.read_head(cursor, dialect, session.pk, tenant_id=session.tenant_id, **lookup),
+            session,
+        )
         prepared = _prepare(dialect, session, head, *build(head))
         sql.run(cursor, dialect, prepared.statements)
         _advance(session, prepared.event)

@@ -129,7 +129,12 @@ def _prepare_all(
     Raises the first write's refusal; nothing has been written then."""
     message_ids, part_ids = _lookups(writes)
     read = sql.read_batch_head(
-        cursor, dialect, session.pk, message_ids=message_ids, part_ids=part_ids
+        cursor,
+        dialect,
+        session.pk,
+        tenant_id=session.tenant_id,
+        message_ids=message_ids,
+        part_ids=part_ids,
     )
     if read is None:
         raise NotFound(f"session {session.pk!r} does not exist")
@@ -187,7 +192,10 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
             with connection.cursor() as cursor:
                 dialect = sql.Dialect(cursor)
                 prepared = _prepare_all(cursor, dialect, session, writes)
-                statements = [sql.lock_statement(dialect, session.pk), *_statements(prepared)]
+                statements = [
+                    sql.lock_statement(dialect, session.pk, session.tenant_id),
+                    *_statements(prepared),
+                ]
                 try:
                     sql.run(cursor, dialect, statements)
                 except IntegrityError as exc:
@@ -206,7 +214,7 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
         # dooms the caller's transaction (it can never commit half a batch).
         with connection.cursor() as cursor:
             dialect = sql.Dialect(cursor)
-            if not sql.lock_session(cursor, dialect, session.pk):
+            if not sql.lock_session(cursor, dialect, session.pk, session.tenant_id):
                 raise NotFound(f"session {session.pk!r} does not exist")
             prepared = _prepare_all(cursor, dialect, session, writes)
             with transaction.atomic(using=connection.alias, savepoint=False):
@@ -214,7 +222,7 @@ def append_batch(*, session: Session, writes: Sequence[Write]) -> list[SessionEv
         return _written(session, prepared, connection.alias)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         dialect = sql.Dialect(cursor)
-        if not sql.lock_session(cursor, dialect, session.pk):
+        if not sql.lock_session(cursor, dialect, session.pk, session.tenant_id):
             raise NotFound(f"session {session.pk!r} does not exist")
         # Read after the lock: under READ COMMITTED it sees what the writer we may
         # have waited for committed.

@@ -63,7 +63,7 @@ def _columns(row: dict[str, Any]) -> dict[str, Any]:
 def _lock_session(session: Session) -> bool:
     """Lock the session row for the current transaction (writers to it wait)."""
     with transaction.get_connection().cursor() as cursor:
-        return sql.lock_session(cursor, sql.Dialect(cursor), session.pk)
+        return sql.lock_session(cursor, sql.Dialect(cursor), session.pk, session.tenant_id)
 
 
 # --- fork and import ------------------------------------------------------------
@@ -218,7 +218,7 @@ def import_log(
 
 
 def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool) -> Session:
-    if copy:
+    if copy or _ids_taken(events):
         return _import_copy(user=user, events=events)
     try:
         with transaction.atomic():  # a savepoint: a taken id undoes only this attempt
@@ -227,6 +227,35 @@ def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool)
         # An id of this log is taken, perhaps in another tenant: import a copy with
         # new ids rather than say so (ids are kept only when free in the database).
         return _import_copy(user=user, events=events)
+
+
+def _ids_taken(events: list[dict[str, Any]]) -> bool:
+    """Whether an id of the log (its session's, an event's, a message's, a part's) is
+    used already, in any tenant. The database's keys no longer say it on PostgreSQL
+    (they are ``(id, tenant_id)``: ready for Citus), and row-level security hides other
+    tenants' rows from a query, so PostgreSQL asks ``forge_ids_taken`` (migration 0013),
+    which sees every tenant and answers only yes or no. SQLite's keys are still ``id``,
+    and a taken id also fails the insert there."""
+    session_id = events[0]["session_id"]
+    ids: dict[str, set[str]] = {"message.updated": set(), "part.updated": set()}
+    for event in events:
+        if event["type"] in ids:
+            ids[event["type"]].add(event["data"]["id"])
+    event_ids = sorted({e["id"] for e in events})
+    messages, parts = sorted(ids["message.updated"]), sorted(ids["part.updated"])
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT forge_ids_taken(%s, %s, %s, %s)", [session_id, event_ids, messages, parts]
+            )
+            return bool(cursor.fetchone()[0])
+    return (
+        Session.objects.filter(pk=session_id).exists()
+        or SessionEvent.objects.filter(pk__in=event_ids).exists()
+        or Message.objects.filter(pk__in=messages).exists()
+        or Part.objects.filter(pk__in=parts).exists()
+    )
 
 
 def _import_keeping_ids(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:

@@ -355,3 +355,22 @@ def test_a_malformed_log_is_400_log_integrity_never_a_500(api, compacted, tamper
     assert response.json()["error"]["code"] == "log_integrity"
     assert message in response.json()["error"]["message"]
     assert (Session.objects.count(), SessionEvent.objects.count()) == before
+
+
+@pytest.mark.postgres_only
+def test_an_import_under_row_level_security_still_sees_ids_of_other_tenants(
+    compacted, other_user, tmp_path, request
+):
+    """The database's keys are ``(id, tenant_id)`` (ready for Citus) and the serving role
+    sees only its tenants' rows: ``forge_ids_taken`` still finds the id in another
+    tenant, so the import is a copy, and nothing says where the id lives."""
+    from accounts import tenancy
+    from accounts.selectors import tenant_for_user
+
+    events = services.parse_log(export(compacted, tmp_path).read_bytes().splitlines())
+    request.getfixturevalue("as_app_role")  # from here on, as the serving role
+    with tenancy.scope([tenant_for_user(other_user).pk]):
+        assert not Session.objects.filter(pk=compacted.pk).exists()  # not visible
+        imported = services.import_log(user=other_user, events=events)
+        assert imported.pk != compacted.pk
+        assert Session.objects.filter(pk=compacted.pk).count() == 0

@@ -113,6 +113,7 @@ def running_reply(user: Any) -> Session:
     now = timezone.now()
     SessionLease.objects.create(
         session=session,
+        tenant_id=session.tenant_id,
         owner="another-process:1:x",
         message_id=reply["id"],
         acquired_at=now,

@@ -229,6 +229,7 @@ def _open_reply_left_by_a_dead_process(session: Any) -> str:
     now = timezone.now()
     SessionLease.objects.create(
         session=session,
+        tenant_id=session.tenant_id,
         owner="dead-host:1:x",
         message_id=reply,
         acquired_at=now - timedelta(minutes=1),

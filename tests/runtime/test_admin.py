@@ -116,6 +116,7 @@ def test_staff_see_only_the_leases_of_their_tenants_sessions(session, tenant, ot
     now = timezone.now()
     SessionLease.objects.create(
         session=session,
+        tenant_id=session.tenant_id,
         owner="worker-7",
         message_id="msg_1",
         acquired_at=now,

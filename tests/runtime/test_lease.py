@@ -36,6 +36,7 @@ def test_an_expired_lease_is_taken_over_and_returned_for_recovery(session):
     past = timezone.now() - timedelta(seconds=5)
     SessionLease.objects.create(
         session_id=session.pk,
+        tenant_id=session.tenant_id,
         owner="dead-host:1:abc",
         message_id="msg_cut",
         acquired_at=past - timedelta(seconds=60),

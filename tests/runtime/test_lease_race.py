@@ -43,7 +43,7 @@ def test_a_runner_that_waited_for_the_lock_is_refused_the_lease_the_first_took(
     if held == "expired":  # a dead runner's lease, which both would take over
         past = timezone.now() - timedelta(hours=1)
         SessionLease.objects.create(
-            session=session, owner="gone", message_id="msg_old",
+            session=session, tenant_id=session.tenant_id, owner="gone", message_id="msg_old",
             acquired_at=past, heartbeat_at=past, expires_at=past,
         )  # fmt: skip
     first_holds = threading.Event()

@@ -31,6 +31,7 @@ def busy(session, user):
     now = timezone.now()
     SessionLease.objects.create(
         session=session,
+        tenant_id=session.tenant_id,
         owner="daphne-2:4242",
         message_id=done["id"],
         acquired_at=now,

@@ -11,6 +11,15 @@ undone the setting, so the connection forgets what it sent then.
 Management commands (migrations, ``roll_dialogs``, ``rebuild_projections`` …)
 never switch it on: they run as the connecting role, the tables' owner, which
 row-level security does not restrict.
+
+Its features differ from Django's in one point: ``allows_group_by_selected_pks`` is
+off. Django's PostgreSQL backend groups an aggregate query by a model's primary key
+alone, counting on PostgreSQL to know that the key determines the row's other
+columns. PostgreSQL knows it only from a ``PRIMARY KEY`` constraint on exactly those
+columns, and the tenant-owned tables' keys are ``(id, tenant_id)`` in the database
+while Django's key is ``id`` (``forge.migrations.0008_citus_keys``): such a query
+would fail with "column … must appear in the GROUP BY clause" (the admin's lists did).
+With it off, Django groups by every selected column, as on SQLite.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db.backends.postgresql import base
+from django.db.backends.postgresql import base, features
 
 from accounts import tenancy
 
@@ -31,7 +40,14 @@ def serve_as_app() -> None:
     _app_role_on = bool(settings.FORGE_DB_APP_ROLE)
 
 
+class DatabaseFeatures(features.DatabaseFeatures):
+    # See the module's docstring: the database's primary keys are not Django's.
+    allows_group_by_selected_pks = False
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    features_class = DatabaseFeatures
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.app_role: str = ""

@@ -116,7 +116,9 @@ async def _log_and_go_on(
             )
             task = start_resumed(turn, resume)
         except BaseException:
-            await asyncio.shield(db(lease.release)(session_id=session.pk))
+            await asyncio.shield(
+                db(lease.release)(session_id=session.pk, tenant_id=session.tenant_id)
+            )
             raise
     return Outcome(task=task, expired=answered.expired)
 
