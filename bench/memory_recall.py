@@ -55,9 +55,11 @@ seconds of warm queries (at least 2 are measured); the table says how many ran.
                                   [--engines sqlite] [--database-url postgres://…]
 
 ``--quick``: 2 conversations, sizes 100 and 1,000, 50 queries (a smoke run).
-``--database-url``: run on that PostgreSQL server instead (a scratch database
-``forge_bench_recall`` is created there and dropped), like ``--engines postgres
---postgres-url URL``.
+``--database-url``: run on that PostgreSQL server instead, like ``--engines postgres
+--postgres-url URL``. The scratch database created there and dropped is the URL's own
+database name (``…/forge_recall_bench``), created through the server's ``postgres``
+database; with no name, or ``postgres`` itself, it is ``FORGE_BENCH_DB``
+(``forge_bench_recall``), so two runs on one server can keep apart.
 
 Aims (issue 18): ``search_slices`` recall@5 >= 0.90 and >= raw BM25, in each
 language; p99 <= 50 ms at 10,000 slices.
@@ -67,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -83,7 +86,7 @@ from bm25 import BM25, tokens
 from memory_data import Dialogue, dialogues, generate, load
 from table import engine_arguments, per_engine, print_table, start_django
 
-BENCH_DB = "forge_bench_recall"
+BENCH_DB = os.environ.get("FORGE_BENCH_DB", "forge_bench_recall")  # the scratch database
 KS = (1, 3, 5, 10)
 LIMIT = 10
 SLICE_MESSAGES = 32  # what default rolling gives: threshold 40 - keep 8
@@ -408,6 +411,18 @@ def worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"engine": engine, "stats": stats, "questions": results, "latency": latency}
 
 
+def scratch_database(url: str) -> str:
+    """``--database-url``: the server's ``postgres`` database (where the scratch database
+    is created and dropped), and the URL's database name as :data:`BENCH_DB`, unless it
+    names none or a database never to drop."""
+    global BENCH_DB
+    base, _, name = url.rpartition("/")
+    name = name.split("?", 1)[0]
+    if name and name not in ("postgres", "template0", "template1"):
+        BENCH_DB = name
+    return f"{base}/postgres"
+
+
 def drop_database(engine: str, postgres_url: str) -> None:
     """The scratch database goes when the run ends (10,000 slices take ~300 MB)."""
     from django.db import connection
@@ -537,7 +552,7 @@ def main() -> None:
     if args.queries < 2:
         parser.error("--queries must be at least 2")
     if args.database_url:
-        args.engines, args.postgres_url = "postgres", args.database_url
+        args.engines, args.postgres_url = "postgres", scratch_database(args.database_url)
     if args.dump:
         samples = generate(seed=args.seed, conversations=args.conversations)
         Path(args.dump).write_text(json.dumps(samples, ensure_ascii=False, indent=1), "utf-8")

@@ -213,3 +213,16 @@ def test_quick_run_rolls_searches_and_prints_every_table(tmp_path):
     (run,) = json.loads(out.read_text())
     assert len(run["questions"]) >= 60
     assert run["stats"]["messages"] >= 800
+
+
+def test_database_url_names_the_scratch_database_but_never_postgres_itself(bench, monkeypatch):
+    import memory_recall
+
+    monkeypatch.setattr(memory_recall, "BENCH_DB", "forge_bench_recall")
+    server = "postgres://postgres@127.0.0.1:5432"
+    assert memory_recall.scratch_database(f"{server}/forge_recall_bench") == f"{server}/postgres"
+    assert memory_recall.BENCH_DB == "forge_recall_bench"
+    for kept in (f"{server}/postgres", f"{server}/template1", f"{server}/"):
+        monkeypatch.setattr(memory_recall, "BENCH_DB", "forge_bench_recall")
+        assert memory_recall.scratch_database(kept) == f"{server}/postgres"
+        assert memory_recall.BENCH_DB == "forge_bench_recall"
