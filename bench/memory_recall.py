@@ -39,6 +39,12 @@ without spaces; no stemming and no stop words. A question is **recalled at k** w
 one of the first k slices' ``[start_index, end_index)`` of its unit holds one of the
 question's evidence messages.
 
+**Word-sharing split.** Recall@5 is also printed apart for the questions that share a
+word with an evidence message, as the product's full text cuts words (stemmed, stop
+words out; CJK: a character pair), and those that share none, which only meaning can
+find (``shares_word``; the ``--json`` file says it per question): what full text can
+still gain, and what is left to the dense vectors and query expansion.
+
 **Latency.** ``search_slices`` in one core holding 100 and 10,000 slices
 (``--sizes``) of ~32 messages each, written with ``memory.services.restore_unit``
 (a unit per generated conversation, summaries by the configured summarizer) and
@@ -187,6 +193,17 @@ def first_hit(ranked: Sequence[Slice], where: set[tuple[str, int]]) -> int | Non
     return next((rank for rank, s in enumerate(ranked, 1) if s.holds(where)), None)
 
 
+def shares_word(question: str, evidence: Sequence[str]) -> bool:
+    """Whether the question and one of its evidence messages share a word, as the product's
+    full text sees words (``memory.text``: stemmed, English stop words out); for CJK, a
+    character pair (a shared single character, "了" or "的", says nothing). A question
+    sharing none can be found by meaning only (dense vectors, query expansion)."""
+    from memory import text
+
+    asked = {t for t in text.query_tokens(question) if not (text.has_cjk(t) and len(t) < 2)}
+    return any(asked & set(text.tokens(message)) for message in evidence)
+
+
 def measure_recall(
     sets: list[Dialogue], *, tenant: Any, user: Any, idle_sessions: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -232,6 +249,9 @@ def measure_recall(
                     "fact": question.fact,
                     "question": question.text,
                     "evidence": sorted(question.evidence),
+                    "shares_word": shares_word(
+                        question.text, [dialogue.messages[p]["text"] for p in question.evidence]
+                    ),
                     "rank": {name: first_hit(found, where) for name, found in ranked.items()},
                 }
             )
@@ -482,6 +502,34 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 cells.append(f"{recall_at(chosen, retriever, 5):.3f}")
             rows.append([run["engine"], retriever, *cells])
     header = [f"{k} ({sum(1 for r in results if r['kind'] == k)})" for k in kinds]
+    print_table(["engine", "retriever", *header], rows)
+
+    print()
+    print(
+        "Recall@5 by whether the question shares a word with an evidence message "
+        "(the product's tokens; CJK: a character pair)"
+    )
+    rows = []
+    for run in runs:
+        for retriever in RETRIEVERS:
+            cells = []
+            for language in LANGUAGES:
+                for shares in (True, False):
+                    chosen = [
+                        r
+                        for r in run["questions"]
+                        if r["language"] == language and r["shares_word"] is shares
+                    ]
+                    cells.append(f"{recall_at(chosen, retriever, 5):.3f}" if chosen else "-")
+            rows.append([run["engine"], retriever, *cells])
+    header = [
+        f"{language} {'shares' if shares else 'none'} ({count})"
+        for language in LANGUAGES
+        for shares in (True, False)
+        for count in [
+            sum(1 for r in results if r["language"] == language and r["shares_word"] is shares)
+        ]
+    ]
     print_table(["engine", "retriever", *header], rows)
 
     if not any(run["latency"] for run in runs):
