@@ -39,6 +39,12 @@ without spaces; no stemming and no stop words. A question is **recalled at k** w
 one of the first k slices' ``[start_index, end_index)`` of its unit holds one of the
 question's evidence messages.
 
+**Word-sharing split.** Recall@5 is also printed apart for the questions that share a
+word with an evidence message, as the product's full text cuts words (stemmed, stop
+words out; CJK: a character pair), and those that share none, which only meaning can
+find (``shares_word``; the ``--json`` file says it per question): what full text can
+still gain, and what is left to the dense vectors and query expansion.
+
 **Latency.** ``search_slices`` in one core holding 100 and 10,000 slices
 (``--sizes``) of ~32 messages each, written with ``memory.services.restore_unit``
 (a unit per generated conversation, summaries by the configured summarizer) and
@@ -55,9 +61,11 @@ seconds of warm queries (at least 2 are measured); the table says how many ran.
                                   [--engines sqlite] [--database-url postgres://…]
 
 ``--quick``: 2 conversations, sizes 100 and 1,000, 50 queries (a smoke run).
-``--database-url``: run on that PostgreSQL server instead (a scratch database
-``forge_bench_recall`` is created there and dropped), like ``--engines postgres
---postgres-url URL``.
+``--database-url``: run on that PostgreSQL server instead, like ``--engines postgres
+--postgres-url URL``. The scratch database created there and dropped is the URL's own
+database name (``…/forge_recall_bench``), created through the server's ``postgres``
+database; with no name, or ``postgres`` itself, it is ``FORGE_BENCH_DB``
+(``forge_bench_recall``), so two runs on one server can keep apart.
 
 Aims (issue 18): ``search_slices`` recall@5 >= 0.90 and >= raw BM25, in each
 language; p99 <= 50 ms at 10,000 slices.
@@ -67,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -83,7 +92,7 @@ from bm25 import BM25, tokens
 from memory_data import Dialogue, dialogues, generate, load
 from table import engine_arguments, per_engine, print_table, start_django
 
-BENCH_DB = "forge_bench_recall"
+BENCH_DB = os.environ.get("FORGE_BENCH_DB", "forge_bench_recall")  # the scratch database
 KS = (1, 3, 5, 10)
 LIMIT = 10
 SLICE_MESSAGES = 32  # what default rolling gives: threshold 40 - keep 8
@@ -184,6 +193,17 @@ def first_hit(ranked: Sequence[Slice], where: set[tuple[str, int]]) -> int | Non
     return next((rank for rank, s in enumerate(ranked, 1) if s.holds(where)), None)
 
 
+def shares_word(question: str, evidence: Sequence[str]) -> bool:
+    """Whether the question and one of its evidence messages share a word, as the product's
+    full text sees words (``memory.text``: stemmed, English stop words out); for CJK, a
+    character pair (a shared single character, "了" or "的", says nothing). A question
+    sharing none can be found by meaning only (dense vectors, query expansion)."""
+    from memory import text
+
+    asked = {t for t in text.query_tokens(question) if not (text.has_cjk(t) and len(t) < 2)}
+    return any(asked & set(text.tokens(message)) for message in evidence)
+
+
 def measure_recall(
     sets: list[Dialogue], *, tenant: Any, user: Any, idle_sessions: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -229,6 +249,9 @@ def measure_recall(
                     "fact": question.fact,
                     "question": question.text,
                     "evidence": sorted(question.evidence),
+                    "shares_word": shares_word(
+                        question.text, [dialogue.messages[p]["text"] for p in question.evidence]
+                    ),
                     "rank": {name: first_hit(found, where) for name, found in ranked.items()},
                 }
             )
@@ -408,6 +431,18 @@ def worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"engine": engine, "stats": stats, "questions": results, "latency": latency}
 
 
+def scratch_database(url: str) -> str:
+    """``--database-url``: the server's ``postgres`` database (where the scratch database
+    is created and dropped), and the URL's database name as :data:`BENCH_DB`, unless it
+    names none or a database never to drop."""
+    global BENCH_DB
+    base, _, name = url.rpartition("/")
+    name = name.split("?", 1)[0]
+    if name and name not in ("postgres", "template0", "template1"):
+        BENCH_DB = name
+    return f"{base}/postgres"
+
+
 def drop_database(engine: str, postgres_url: str) -> None:
     """The scratch database goes when the run ends (10,000 slices take ~300 MB)."""
     from django.db import connection
@@ -467,6 +502,34 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 cells.append(f"{recall_at(chosen, retriever, 5):.3f}")
             rows.append([run["engine"], retriever, *cells])
     header = [f"{k} ({sum(1 for r in results if r['kind'] == k)})" for k in kinds]
+    print_table(["engine", "retriever", *header], rows)
+
+    print()
+    print(
+        "Recall@5 by whether the question shares a word with an evidence message "
+        "(the product's tokens; CJK: a character pair)"
+    )
+    rows = []
+    for run in runs:
+        for retriever in RETRIEVERS:
+            cells = []
+            for language in LANGUAGES:
+                for shares in (True, False):
+                    chosen = [
+                        r
+                        for r in run["questions"]
+                        if r["language"] == language and r["shares_word"] is shares
+                    ]
+                    cells.append(f"{recall_at(chosen, retriever, 5):.3f}" if chosen else "-")
+            rows.append([run["engine"], retriever, *cells])
+    header = [
+        f"{language} {'shares' if shares else 'none'} ({count})"
+        for language in LANGUAGES
+        for shares in (True, False)
+        for count in [
+            sum(1 for r in results if r["language"] == language and r["shares_word"] is shares)
+        ]
+    ]
     print_table(["engine", "retriever", *header], rows)
 
     if not any(run["latency"] for run in runs):
@@ -537,7 +600,7 @@ def main() -> None:
     if args.queries < 2:
         parser.error("--queries must be at least 2")
     if args.database_url:
-        args.engines, args.postgres_url = "postgres", args.database_url
+        args.engines, args.postgres_url = "postgres", scratch_database(args.database_url)
     if args.dump:
         samples = generate(seed=args.seed, conversations=args.conversations)
         Path(args.dump).write_text(json.dumps(samples, ensure_ascii=False, indent=1), "utf-8")

@@ -541,6 +541,7 @@ class Lexical:
     order: list[str] = field(default_factory=list)  # slice ids, best first (the window)
     idf: dict[str, float] = field(default_factory=dict)
     found: dict[str, Candidate] = field(default_factory=dict)  # slice id → candidate
+    dropped: set[str] = field(default_factory=set)  # matched terms :func:`salient` left out
 
 
 def _fts_scope(scope: Scope) -> str:
@@ -668,7 +669,9 @@ def lexical(
         out.idf = {
             w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, held, strict=True) if n
         }
+        weighed = out.idf
         out.idf = salient(out.idf, boosts)  # the window was chosen by every word's weight
+        out.dropped = set(weighed) - set(out.idf)
         key_column = "s.id" if connection.vendor == "postgresql" else "s.search_rowid"
         clause, values = _in(key_column, head)
         by_key = dict(_candidates(cursor, clause, values)) if head else {}
@@ -740,7 +743,9 @@ def held_lexical(
         head.sort(key=lambda item: -item[0])
         del head[window:]
     # The window by the full BM25 (as :func:`_bm25`, term frequencies from the postings).
+    weighed = out.idf
     out.idf = salient(out.idf, boosts)
+    out.dropped = set(weighed) - set(out.idf)
     bm25 = [0.0] * len(head)
     for c, h in enumerate(held):
         mine = [i for i, item in enumerate(head) if item[2] == c]
@@ -956,6 +961,20 @@ def _best_line(holding: dict[int, set[str]], idf: dict[str, float]) -> float:
     return best
 
 
+def dense_query(query: str, full: Lexical) -> str:
+    """The text the query's vector is embedded from: ``query`` without the words whose
+    full-text terms :func:`salient` dropped (held by so many of the searched slices that
+    they say nothing of which one holds the answer). The offline model's vector is a mean
+    of token vectors, so such a word pulls the query toward every message that says it:
+    a question naming its person ("What hobby did Samuel take up?") lands nearest the
+    greetings ("Bye Samuel, take care!"). Words the memory does not hold at all are kept
+    ("relocating": meaning is all that can find them), as are CJK runs. Dropping
+    expansion terms changes nothing (they are not in the query). The whole query when no
+    word would be left."""
+    kept = text.without_words(query, full.dropped)
+    return kept if any(char.isalnum() for char in kept) else query
+
+
 def _query_vector(query: str, embedder: Embedder) -> np.ndarray | None:
     try:
         return embed_texts([query], embedder=embedder)[0]
@@ -1007,7 +1026,10 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     found.update(candidates(scope, [s for s in head if s not in found]))
     passages = best_message_matches(head, found, full.idf)
     embedder = embedder_or_none("search")
-    query_vector = None if embedder is None else _query_vector(query, embedder)
+    # The dense query leaves out the words full text found too common here to rank by
+    # (:func:`salient`: the person's name in every greeting, "recently"); see
+    # :func:`dense_query`.
+    query_vector = None if embedder is None else _query_vector(dense_query(query, full), embedder)
     dense_ids: list[str] = []
     if embedder is not None and query_vector is not None:
         dense = vectors.dense_ranking(

@@ -187,6 +187,25 @@ def query_words(text: str) -> list[tuple[str, str]]:
     return out
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def without_words(text: str, drop: set[str] | frozenset[str]) -> str:
+    """``text`` without its Latin-script words whose token is in ``drop`` (CJK runs and
+    every other word kept, as written), white space collapsed: a query as the dense
+    embedder should read it once the words that say nothing in this memory are out."""
+    if not drop:
+        return text
+
+    def keep(match: re.Match[str]) -> str:
+        word = match.group(0)
+        if has_cjk(word):
+            return word
+        return " " if _word(fold(word)) in drop else word
+
+    return " ".join(_WORD.sub(keep, text).split())
+
+
 def word_token(word: str) -> str | None:
     """The token of one folded word (stemmed), or None for a stop word."""
     return _word(word)

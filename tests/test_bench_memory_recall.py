@@ -213,3 +213,28 @@ def test_quick_run_rolls_searches_and_prints_every_table(tmp_path):
     (run,) = json.loads(out.read_text())
     assert len(run["questions"]) >= 60
     assert run["stats"]["messages"] >= 800
+
+
+def test_database_url_names_the_scratch_database_but_never_postgres_itself(bench, monkeypatch):
+    import memory_recall
+
+    monkeypatch.setattr(memory_recall, "BENCH_DB", "forge_bench_recall")
+    server = "postgres://postgres@127.0.0.1:5432"
+    assert memory_recall.scratch_database(f"{server}/forge_recall_bench") == f"{server}/postgres"
+    assert memory_recall.BENCH_DB == "forge_recall_bench"
+    for kept in (f"{server}/postgres", f"{server}/template1", f"{server}/"):
+        monkeypatch.setattr(memory_recall, "BENCH_DB", "forge_bench_recall")
+        assert memory_recall.scratch_database(kept) == f"{server}/postgres"
+        assert memory_recall.BENCH_DB == "forge_bench_recall"
+
+
+def test_shares_word_reads_words_as_the_product_cuts_them(bench):
+    import memory_recall
+
+    shares = memory_recall.shares_word
+    assert shares("Which city did Nora visit?", ["We loved the city at night."])
+    assert shares("Where is Owen relocating?", ["No.", "They relocated to Denver."])  # stems
+    assert not shares("What did Owen put in the yard?", ["I planted basil in the backyard."])
+    assert not shares("What is the weather like?", ["It is what it is."])  # stop words only
+    assert shares("李娜的烘焙课是谁教的", ["老师叫婉婷 烘焙很好玩"])  # 烘焙, a pair
+    assert not shares("他喝了什么", ["咖啡了"])  # 了 alone is no pair

@@ -342,3 +342,47 @@ def test_a_slice_scores_the_mean_of_its_summary_and_best_message():
     firsts = np.asarray([0, 3, 4])
     got = vectors.slice_similarity(sims, firsts)
     assert got.tolist() == pytest.approx([(0.2 + 0.9) / 2, 0.6, 0.4])
+
+
+# --- the dense query -------------------------------------------------------------------------
+
+
+def test_the_dense_query_leaves_out_words_full_text_dropped_as_too_common(
+    tenant, user, monkeypatch
+):
+    """Every slice greets Samuel; only one says "hobby". Full text drops "samuel" (its
+    idf is under a quarter of "hobby"'s), and so does the text the query is embedded
+    from: the mean of token vectors would otherwise pull the query toward every
+    greeting. A word the memory does not hold at all ("lately") stays."""
+    hobby = remember(tenant, user, ["Hi Samuel!", *FILLER, "My new hobby is pottery."])
+    for _ in range(6):
+        remember(tenant, user, ["Hi Samuel!", *FILLER])
+    embedded: list[str] = []
+    real = search._query_vector
+
+    def spy(query: str, embedder: Any) -> Any:
+        embedded.append(query)
+        return real(query, embedder)
+
+    monkeypatch.setattr(search, "_query_vector", spy)
+    hits = found(tenant, "Which hobby did Samuel take up lately?", user=user, agent="build")
+    assert hits[0] == hobby.pk
+    assert embedded == ["Which hobby did take up lately?"]
+
+
+def test_dense_query_keeps_the_whole_query_when_nothing_would_be_left():
+    full = search.Lexical(dropped={"samuel"})
+    assert search.dense_query("Samuel?", full) == "Samuel?"
+    assert search.dense_query("Samuel's dog", full) == "'s dog"
+    assert search.dense_query("Samuel's dog", search.Lexical()) == "Samuel's dog"
+
+
+def test_without_words_drops_latin_words_by_their_token_and_keeps_cjk():
+    from memory import text
+
+    assert text.without_words("When did Zoë move to Porto?", {"zoe", "move"}) == (
+        "When did to Porto?"
+    )
+    assert text.without_words("Tomás ZOË 去了哪里?", {"toma", "zoe"}) == "去了哪里?"
+    assert text.without_words("Moving, moved, moves!", {"move"}) == ", , !"
+    assert text.without_words("nothing dropped", set()) == "nothing dropped"
