@@ -25,6 +25,7 @@ __all__ = [
     "ChainProblem",
     "canonical_body_text",
     "canonical_json",
+    "canonical_json_without",
     "chain_hash",
     "chain_hash_text",
     "event_body",
@@ -55,6 +56,22 @@ def canonical_json(value: Any) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
+
+
+def canonical_json_without(value: Mapping[str, Any], key: str) -> tuple[str, str]:
+    """``(canonical_json(value), canonical_json(value without key))`` at the cost of one
+    serialisation: the canonical text of a dict is its items in sorted order, so the
+    items before ``key`` and after it are serialised once and joined both ways.
+    ``key``'s value is serialised alone (it is short: an id)."""
+    if key not in value:
+        text = canonical_json(value)
+        return text, text
+    before = canonical_json({k: v for k, v in value.items() if k < key})
+    after = canonical_json({k: v for k, v in value.items() if k > key})
+    item = f"{canonical_json(key)}:{canonical_json(value[key])}"
+    inner = [part for part in (before[1:-1], after[1:-1]) if part]
+    full = "{" + ",".join(p for p in (before[1:-1], item, after[1:-1]) if p) + "}"
+    return full, "{" + ",".join(inner) + "}"
 
 
 def chain_hash(prev_hash: str, body: Mapping[str, Any]) -> str:

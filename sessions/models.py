@@ -106,6 +106,77 @@ def digest_hex(value: Any) -> str | None:
     return bytes(value).hex()
 
 
+# The event types whose data is a message or a part of the event's own session: their
+# stored data leaves out ``session_id`` when it is the row's own column, and every read
+# puts it back (:class:`EventDataField`).
+OWN_SESSION_TYPES = ("message.updated", "part.updated")
+OWN_SESSION_KEY = "session_id"
+
+
+def stored_data(event_type: str, data: Any, session_id: Any) -> Any:
+    """The stored form of an event's wire ``data``: without ``session_id`` when it is a
+    message's or a part's and names the row's own session (the row's column holds it)."""
+    if (
+        event_type in OWN_SESSION_TYPES
+        and isinstance(data, dict)
+        and OWN_SESSION_KEY in data
+        and data[OWN_SESSION_KEY] == session_id
+    ):
+        return {k: v for k, v in data.items() if k != OWN_SESSION_KEY}
+    return data
+
+
+def wire_data_sql(prefix: str, *, postgres: bool) -> str:
+    """SQL for the wire form of the ``data`` column of the events table row ``prefix``
+    names (``"od."``, ``'"forge_sessions_sessionevent".'``, or ``""``): the stored
+    form with the row's ``session_id`` put back where it was left out. A key that is
+    there already (rows stored before migration 0012, or a data naming another
+    session) is kept as it is: ``json_insert`` / ``||`` with the stored data on the
+    right never overwrite. Every reader of the column whole uses this (the ORM
+    through :meth:`EventDataField.select_format`, the hand-written SQL of
+    ``sessions.sql`` and ``selectors.log_from``), so they all see one key order."""
+    data, session, kind = (f'{prefix}"{name}"' for name in ("data", "session_id", "type"))
+    if postgres:
+        rebuilt = f"(jsonb_build_object('{OWN_SESSION_KEY}', {session}) || {data})"
+    else:
+        rebuilt = f"json_insert({data}, '$.{OWN_SESSION_KEY}', {session})"
+    types = ", ".join(f"'{t}'" for t in OWN_SESSION_TYPES)
+    return f"(CASE WHEN {kind} IN ({types}) THEN {rebuilt} ELSE {data} END)"
+
+
+class EventDataField(models.JSONField):
+    """The event's ``data``: its wire form in Python, stored without what the row holds.
+
+    The data of a ``message.updated`` or ``part.updated`` event is a message or part of
+    the event's session, whose ``session_id`` is the row's own column: it is stored
+    without that key (:func:`stored_data`; 46 bytes an event) and every read puts it
+    back in SQL (:func:`wire_data_sql`), so the wire form, which the hash chain covers,
+    is what any reader sees (model instances, ``values()``, a projection's ``data``
+    annotation, export, the incremental context). Rows stored with the key (before
+    this) read the same.
+
+    Only the selected column is rebuilt: a lookup (``data__session_id``) sees the
+    stored form, so none is made on that key; raw SQL that reads ``data`` whole
+    uses :func:`wire_data_sql`."""
+
+    def pre_save(self, model_instance: Any, add: bool) -> Any:
+        """The stored form (every ORM insert passes here, ``bulk_create`` too; the
+        hand-written append stores :func:`stored_data` itself)."""
+        value = super().pre_save(model_instance, add)
+        return stored_data(
+            getattr(model_instance, "type", ""), value, getattr(model_instance, "session_id", None)
+        )
+
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = super().select_format(compiler, sql, params)
+        column = f'"{self.column}"'
+        if not sql.endswith(column):  # not the plain column: leave it
+            return sql, params
+        prefix = sql[: -len(column)]
+        postgres = compiler.connection.vendor == "postgresql"
+        return wire_data_sql(prefix, postgres=postgres), params
+
+
 class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("session events are append-only and cannot be updated")
@@ -136,7 +207,7 @@ class SessionEvent(models.Model):
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=32)
     at = models.DateTimeField()
-    data = models.JSONField()
+    data = EventDataField()
     # sha256(previous event's hash + canonical JSON of this event's wire body), raw bytes;
     # hex in Python.
     hash = HexDigestField()

@@ -24,12 +24,13 @@ from ..ids import is_valid_id, new_event_id
 from ..log import (
     canonical_body_text,
     canonical_json,
+    canonical_json_without,
     chain_hash_text,
     event_body,
     format_time,
     now_ms,
 )
-from ..models import Session, SessionEvent
+from ..models import OWN_SESSION_KEY, OWN_SESSION_TYPES, Session, SessionEvent
 from ..shapes import nul_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
@@ -77,7 +78,11 @@ def _prepare(
     at_text = format_time(at)
     event_id = new_event_id()
     try:
-        data_json = canonical_json(data)
+        if event_type in OWN_SESSION_TYPES and data.get(OWN_SESSION_KEY) == session.pk:
+            # Stored without what the row holds (models.stored_data), at one serialisation.
+            data_json, stored_json = canonical_json_without(data, OWN_SESSION_KEY)
+        else:
+            data_json = stored_json = canonical_json(data)
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"event data is not representable as JSON: {exc}") from None
     if _NUL_ESCAPE in data_json:  # rare: only then is the data walked
@@ -101,7 +106,7 @@ def _prepare(
             seq=seq,
             type=event_type,
             at=db_at,
-            data_json=data_json,
+            data_json=stored_json,
             event_hash=event_hash,
         ),
         *projector.statements(
