@@ -23,14 +23,13 @@ from ..frames import event_frame
 from ..ids import is_valid_id, new_event_id
 from ..log import (
     canonical_body_text,
-    canonical_json,
     canonical_json_without,
     chain_hash_text,
     event_body,
     format_time,
     now_ms,
 )
-from ..models import OWN_SESSION_KEY, OWN_SESSION_TYPES, Session, SessionEvent
+from ..models import Session, SessionEvent, row_held_keys
 from ..shapes import nul_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
@@ -78,11 +77,10 @@ def _prepare(
     at_text = format_time(at)
     event_id = new_event_id()
     try:
-        if event_type in OWN_SESSION_TYPES and data.get(OWN_SESSION_KEY) == session.pk:
-            # Stored without what the row holds (models.stored_data), at one serialisation.
-            data_json, stored_json = canonical_json_without(data, OWN_SESSION_KEY)
-        else:
-            data_json = stored_json = canonical_json(data)
+        # Stored without what the row holds (models.row_held_keys), at one serialisation.
+        data_json, stored_json = canonical_json_without(
+            data, row_held_keys(event_type, data, session.pk, at_text)
+        )
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"event data is not representable as JSON: {exc}") from None
     if _NUL_ESCAPE in data_json:  # rare: only then is the data walked

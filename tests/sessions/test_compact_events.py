@@ -21,7 +21,15 @@ from django.db import connection
 from forge.context import request_for
 from sessions import models, selectors, services
 from sessions.log import GENESIS_HASH, chain_hash, event_body, format_time, verify_chain
-from sessions.models import OWN_SESSION_KEY, OWN_SESSION_TYPES, Message, Part, SessionEvent
+from sessions.models import (
+    CREATED_KEY,
+    CREATED_TYPE,
+    OWN_SESSION_KEY,
+    OWN_SESSION_TYPES,
+    Message,
+    Part,
+    SessionEvent,
+)
 
 from .script import drive, user_turn
 
@@ -76,6 +84,7 @@ def _json(value: Any) -> Any:
 def test_every_event_hashes_the_same_over_its_wire_form_rebuilt_from_the_stored_one(session, user):
     sessions = broad_log(session, user)
     seen: set[str] = set()
+    created = 0
     for each in sessions:
         wire = list(selectors.iter_log(session=each))
         stored = stored_rows(each)
@@ -91,9 +100,14 @@ def test_every_event_hashes_the_same_over_its_wire_form_rebuilt_from_the_stored_
                 at,
             )
             if kind in OWN_SESSION_TYPES:
-                # Stored without the key; the wire form is the stored one plus the row's id.
+                # Stored without what the row holds; the wire form is the stored one plus
+                # the row's session id, and a message's created_at when it is the row's at.
                 assert OWN_SESSION_KEY not in data
-                assert event["data"] == {**data, OWN_SESSION_KEY: each.pk}
+                held = {OWN_SESSION_KEY: each.pk}
+                if kind == CREATED_TYPE and CREATED_KEY not in data:
+                    held[CREATED_KEY] = at
+                    created += 1
+                assert event["data"] == {**data, **held}
                 bare = event_body(
                     seq=seq, id=event_id, session_id=each.pk, type=kind, at=at, data=data
                 )
@@ -107,6 +121,7 @@ def test_every_event_hashes_the_same_over_its_wire_form_rebuilt_from_the_stored_
             prev = digest
     assert {"session.created", "session.updated", "context.updated"} <= seen
     assert {"message.updated", "message.removed", "part.updated", "part.removed"} <= seen
+    assert created > 5  # messages stored without the created_at their row's at gives back
 
 
 def test_every_reader_sees_the_wire_form(session, user):
@@ -166,7 +181,7 @@ def test_a_log_stored_the_old_way_reads_verifies_and_replays_byte_for_byte(
     services.delete_session(session=session)
     # The old way: the data stored whole (what every insert did before 0012).
     with monkeypatch.context() as patched:
-        patched.setattr(models, "stored_data", lambda event_type, data, session_id: data)
+        patched.setattr(models, "stored_data", lambda event_type, data, session_id, at: data)
         old = services.import_log(user=user, events=services.parse_log(lines))
     assert old.pk == session.pk
     stored = stored_rows(old)
@@ -174,6 +189,8 @@ def test_a_log_stored_the_old_way_reads_verifies_and_replays_byte_for_byte(
     for _, _, kind, _, data, _ in stored:
         if kind in OWN_SESSION_TYPES:
             assert data[OWN_SESSION_KEY] == old.pk  # the old form indeed
+        if kind == CREATED_TYPE:
+            assert CREATED_KEY in data
     assert list(selectors.export_lines(session=old)) == lines
     assert selectors.verify_log(tenant=old.tenant, session=old) == []
     assert {seq: _replay(old, seq) for seq in replays} == replays
@@ -189,6 +206,7 @@ def test_a_log_stored_the_old_way_reads_verifies_and_replays_byte_for_byte(
     request_for(old)
     mixed = stored_rows(old)
     assert OWN_SESSION_KEY not in mixed[-1][4]  # new rows: the new form
+    assert any(CREATED_KEY not in d for _, _, k, _, d, _ in mixed if k == CREATED_TYPE)
     wire = list(selectors.iter_log(session=old))
     assert verify_chain(wire, session_id=old.pk) == []
     assert [json.loads(line) for line in selectors.export_lines(session=old)][1 : len(lines)] == [
