@@ -194,7 +194,8 @@ def worker(engine: str, events: int, turns: int, postgres_url: str) -> dict[str,
         import psycopg
 
         with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+            # FORCE: the settings' connection pool still holds connections to it.
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
     return {"engine": engine, "events": count, "rows": rows}
 
 

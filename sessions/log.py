@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from accounts.times import format_time, now_ms, parse_time
@@ -25,6 +26,7 @@ __all__ = [
     "ChainProblem",
     "canonical_body_text",
     "canonical_json",
+    "canonical_json_without",
     "chain_hash",
     "chain_hash_text",
     "event_body",
@@ -54,6 +56,32 @@ EVENT_TYPES = frozenset(
 def canonical_json(value: Any) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def canonical_json_without(value: Mapping[str, Any], keys: Iterable[str]) -> tuple[str, str]:
+    """``(canonical_json(value), canonical_json(value without keys))`` at the cost of one
+    serialisation: the canonical text of a dict is its items in sorted order, so the
+    runs of items between the left-out keys are serialised once and joined both ways.
+    Each left-out key's value is serialised alone (they are short: an id, a time)."""
+    out = sorted(key for key in set(keys) if key in value)
+    if not out:
+        text = canonical_json(value)
+        return text, text
+    bounds: list[str | None] = [None, *out, None]
+    runs = [
+        canonical_json(
+            {k: v for k, v in value.items() if (lo is None or k > lo) and (hi is None or k < hi)}
+        )[1:-1]
+        for lo, hi in pairwise(bounds)
+    ]
+    items = [f"{canonical_json(key)}:{canonical_json(value[key])}" for key in out]
+    full = [runs[0]]
+    for item, run in zip(items, runs[1:], strict=True):
+        full += [item, run]
+    return (
+        "{" + ",".join(p for p in full if p) + "}",
+        "{" + ",".join(p for p in runs if p) + "}",
     )
 
 

@@ -21,6 +21,8 @@ point a ``ForeignKey`` at a composite primary key. SQLite keeps Django's keys.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -28,7 +30,7 @@ from django.db import models
 
 from .exceptions import AppendOnlyError
 from .ids import new_session_id
-from .log import now_ms
+from .log import format_time, now_ms
 
 ID_LENGTH = 64
 
@@ -113,6 +115,122 @@ def digest_hex(value: Any) -> str | None:
     return bytes(value).hex()
 
 
+# What an event's data repeats of its own row, stored without it and put back by every
+# read (:class:`EventDataField`): a message's or a part's ``session_id`` (the row's
+# session), and a message's ``created_at`` when it is the row's ``at`` (the event that
+# created the message, as a rule: both are the time of the write, to the millisecond).
+OWN_SESSION_TYPES = ("message.updated", "part.updated")
+OWN_SESSION_KEY = "session_id"
+CREATED_TYPE = "message.updated"
+CREATED_KEY = "created_at"
+# The wire's time, as accounts.times.format_time writes it and wire_data_sql rebuilds it.
+_WIRE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def row_held_keys(event_type: str, data: Any, session_id: Any, at_text: str | None) -> list[str]:
+    """The keys of an event's wire ``data`` that its row holds and its stored form leaves
+    out: ``session_id`` when it names the row's own session, a message's ``created_at``
+    when it is the row's time ``at_text`` (wire format). Every message and part holds
+    both keys (``shapes``; an import must be canonical), so a read puts back exactly
+    what was left out."""
+    if event_type not in OWN_SESSION_TYPES or not isinstance(data, dict):
+        return []
+    keys = []
+    if OWN_SESSION_KEY in data and data[OWN_SESSION_KEY] == session_id:
+        keys.append(OWN_SESSION_KEY)
+    created = data.get(CREATED_KEY)
+    if (
+        event_type == CREATED_TYPE
+        and at_text is not None
+        and created == at_text
+        and _WIRE_TIME.fullmatch(at_text)
+    ):
+        keys.append(CREATED_KEY)
+    return keys
+
+
+def _wire_time(at: Any) -> str | None:
+    """An event's ``at`` as the wire writes it, when the database gives it back alike (an
+    aware time to the millisecond); None otherwise (nothing is then left out)."""
+    if isinstance(at, datetime) and at.tzinfo is not None and at.microsecond % 1000 == 0:
+        return format_time(at)
+    return None
+
+
+def stored_data(event_type: str, data: Any, session_id: Any, at: Any) -> Any:
+    """The stored form of an event's wire ``data`` (:func:`row_held_keys` left out)."""
+    keys = row_held_keys(event_type, data, session_id, _wire_time(at))
+    if not keys:
+        return data
+    return {k: v for k, v in data.items() if k not in keys}
+
+
+def wire_data_sql(prefix: str, *, postgres: bool) -> str:
+    """SQL for the wire form of the ``data`` column of the events table row ``prefix``
+    names (``"od."``, ``'"forge_sessions_sessionevent".'``, or ``""``): the stored
+    form with the row's ``session_id`` and, in a message, its ``at`` as ``created_at``
+    put back where left out. A key that is there already (rows stored before migration
+    0012, a data naming another session, a message created at another time) is kept
+    as it is: ``json_insert`` / ``||`` with the stored data on the right never
+    overwrite. Every reader of the column whole uses this (the ORM through
+    :meth:`EventDataField.select_format`, the hand-written SQL of ``sessions.sql`` and
+    ``selectors.log_from``), so they all see one key order."""
+    data, session, kind, at = (f'{prefix}"{name}"' for name in ("data", "session_id", "type", "at"))
+    if postgres:
+        time = f"to_char({at} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+        held = f"'{OWN_SESSION_KEY}', {session}, '{CREATED_KEY}', {time}"
+        message = f"(jsonb_build_object({held}) || {data})"
+        part = f"(jsonb_build_object('{OWN_SESSION_KEY}', {session}) || {data})"
+    else:
+        # strftime('%Y-%m-%dT%H:%M:%fZ', at), without a literal "%": the SQL passes through
+        # Python's %-formatting (parameters; a debug cursor's last_executed_query).
+        time = f"strftime(replace('~Y-~m-~dT~H:~M:~fZ', '~', char(37)), {at})"
+        held = f"'$.{OWN_SESSION_KEY}', {session}, '$.{CREATED_KEY}', {time}"
+        message = f"json_insert({data}, {held})"
+        part = f"json_insert({data}, '$.{OWN_SESSION_KEY}', {session})"
+    return (
+        f"(CASE {kind} WHEN '{CREATED_TYPE}' THEN {message} "
+        f"WHEN 'part.updated' THEN {part} ELSE {data} END)"
+    )
+
+
+class EventDataField(models.JSONField):
+    """The event's ``data``: its wire form in Python, stored without what the row holds.
+
+    The data of a ``message.updated`` or ``part.updated`` event is a message or part of
+    the event's session, whose ``session_id`` is the row's own column, and a message's
+    ``created_at`` is as a rule its first event's ``at``: the stored form leaves them
+    out (:func:`row_held_keys`; 46 and 41 bytes) and every read puts them back in SQL
+    (:func:`wire_data_sql`), so the wire form, which the hash chain covers,
+    is what any reader sees (model instances, ``values()``, a projection's ``data``
+    annotation, export, the incremental context). Rows stored with the key (before
+    this) read the same.
+
+    Only the selected column is rebuilt: a lookup (``data__session_id``,
+    ``data__created_at``) sees the stored form, so none is made on those keys; raw SQL
+    that reads ``data`` whole uses :func:`wire_data_sql`."""
+
+    def pre_save(self, model_instance: Any, add: bool) -> Any:
+        """The stored form (every ORM insert passes here, ``bulk_create`` too; the
+        hand-written append stores :func:`stored_data` itself)."""
+        value = super().pre_save(model_instance, add)
+        return stored_data(
+            getattr(model_instance, "type", ""),
+            value,
+            getattr(model_instance, "session_id", None),
+            getattr(model_instance, "at", None),
+        )
+
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = super().select_format(compiler, sql, params)
+        column = f'"{self.column}"'
+        if not sql.endswith(column):  # not the plain column: leave it
+            return sql, params
+        prefix = sql[: -len(column)]
+        postgres = compiler.connection.vendor == "postgresql"
+        return wire_data_sql(prefix, postgres=postgres), params
+
+
 class SessionEventQuerySet(models.QuerySet["SessionEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("session events are append-only and cannot be updated")
@@ -143,7 +261,7 @@ class SessionEvent(models.Model):
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=32)
     at = models.DateTimeField()
-    data = models.JSONField()
+    data = EventDataField()
     # sha256(previous event's hash + canonical JSON of this event's wire body), raw bytes;
     # hex in Python.
     hash = HexDigestField()

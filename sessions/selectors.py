@@ -22,7 +22,7 @@ from . import sql
 from .exceptions import InvalidCursor, NotFound
 from .ids import is_valid_id
 from .log import ChainProblem, event_body, format_time, log_header, verify_chain
-from .models import Message, Part, Session, SessionEvent
+from .models import Message, Part, Session, SessionEvent, wire_data_sql
 from .projector import Projection, fold
 
 PAGE_DEFAULT = 50
@@ -449,8 +449,11 @@ def log_from(
     # model step, and the ORM's compile cost was most of it. The data column is decoded
     # by its own field, whatever the storage format.
     field = SessionEvent._meta.get_field("data")
+    # The wire form, as the ORM reads it (models.wire_data_sql): the same keys in the same
+    # order, so a state folded from these events is byte for byte one derived in full.
+    data = wire_data_sql("", postgres=connection.vendor == "postgresql")
     query = (
-        f"SELECT seq, hash, type, data FROM {sql.EVENT} "  # noqa: S608 (table names only)
+        f"SELECT seq, hash, type, {data} FROM {sql.EVENT} "  # noqa: S608 (table names only)
         "WHERE session_id = %s AND tenant_id = %s AND seq >= %s ORDER BY seq"
     )
     params: list[Any] = [session.pk, tenant.pk, seq]

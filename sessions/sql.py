@@ -36,7 +36,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .log import GENESIS_HASH
-from .models import Message, Part, Session, SessionEvent, digest_hex
+from .models import Message, Part, Session, SessionEvent, digest_hex, wire_data_sql
 
 EVENT = SessionEvent._meta.db_table
 SESSION = Session._meta.db_table
@@ -143,7 +143,7 @@ def read_head(
         joins = []
     params: list[Any] = []
     if table is not None:  # the row's data is its event's (see the module docstring)
-        columns += ["o.session_id", "od.data"]
+        columns += ["o.session_id", wire_data_sql("od.", postgres=dialect.postgres)]
         joins.append(f"LEFT JOIN {table} o ON o.id = %s AND o.tenant_id = s.tenant_id")
         joins.append(
             f"LEFT JOIN {EVENT} od ON od.session_id = o.session_id AND od.seq = o.seq "
@@ -208,13 +208,14 @@ def read_batch_head(
     if dialect.postgres:
         columns = ["h.seq", "h.hash"]
         joins = f"LEFT JOIN LATERAL (SELECT e.seq, e.hash {newest}) h ON true"
-        rows = "(SELECT json_agg(json_build_array(o.id, o.session_id, od.data)) FROM {} o {})"
+        rows = "(SELECT json_agg(json_build_array(o.id, o.session_id, {})) FROM {{}} o {{}})"
     else:
         columns = [f"(SELECT e.seq {newest})", f"(SELECT e.hash {newest})"]
         joins = ""
         rows = (
-            "(SELECT json_group_array(json_array(o.id, o.session_id, json(od.data))) FROM {} o {})"
+            "(SELECT json_group_array(json_array(o.id, o.session_id, json({}))) FROM {{}} o {{}})"
         )
+    rows = rows.format(wire_data_sql("od.", postgres=dialect.postgres))
     params: list[Any] = []
     for table, ids in ((MESSAGE, message_ids), (PART, part_ids)):
         if ids:
@@ -388,11 +389,12 @@ def read_messages(
     scan the session's every part, see ``selectors.with_parts``) and kept to the
     messages found in this session."""
     marks = ", ".join(["%s"] * len(message_ids))
+    data = wire_data_sql("e.", postgres=dialect.postgres)  # the wire form (models)
     cursor.execute(
-        f"SELECT 0, m.id, m.id, e.data FROM {MESSAGE} m JOIN {EVENT} e "
+        f"SELECT 0, m.id, m.id, {data} FROM {MESSAGE} m JOIN {EVENT} e "
         "ON e.session_id = m.session_id AND e.seq = m.seq AND e.tenant_id = m.tenant_id "
         f"WHERE m.session_id = %s AND m.tenant_id = %s AND m.id IN ({marks}) "
-        f"UNION ALL SELECT 1, p.message_id, p.id, e.data FROM {PART} p JOIN {EVENT} e "
+        f"UNION ALL SELECT 1, p.message_id, p.id, {data} FROM {PART} p JOIN {EVENT} e "
         "ON e.session_id = p.session_id AND e.seq = p.seq AND e.tenant_id = p.tenant_id "
         f"WHERE p.tenant_id = %s AND p.message_id IN ({marks}) "
         "ORDER BY 1, 2, 3",

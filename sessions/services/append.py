@@ -23,13 +23,13 @@ from ..frames import event_frame
 from ..ids import is_valid_id, new_event_id
 from ..log import (
     canonical_body_text,
-    canonical_json,
+    canonical_json_without,
     chain_hash_text,
     event_body,
     format_time,
     now_ms,
 )
-from ..models import Session, SessionEvent
+from ..models import Session, SessionEvent, row_held_keys
 from ..shapes import nul_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
@@ -77,7 +77,10 @@ def _prepare(
     at_text = format_time(at)
     event_id = new_event_id()
     try:
-        data_json = canonical_json(data)
+        # Stored without what the row holds (models.row_held_keys), at one serialisation.
+        data_json, stored_json = canonical_json_without(
+            data, row_held_keys(event_type, data, session.pk, at_text)
+        )
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"event data is not representable as JSON: {exc}") from None
     if _NUL_ESCAPE in data_json:  # rare: only then is the data walked
@@ -101,7 +104,7 @@ def _prepare(
             seq=seq,
             type=event_type,
             at=db_at,
-            data_json=data_json,
+            data_json=stored_json,
             event_hash=event_hash,
         ),
         *projector.statements(
