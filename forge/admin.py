@@ -17,7 +17,6 @@ from forge.context import COMPACTION_PROMPT, request_for
 from forge.context.compacted import filter_compacted
 from forge.context.pruning import PLACEHOLDER_START, is_pruned
 from forge.context.rolled import drop_rolled, rolled_through
-from forge.db.routing import lagging_read
 from forge.params import parse_seq
 from forge.tools import all_tools
 from sessions import selectors
@@ -181,21 +180,6 @@ class ContextSessionAdmin(SessionAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [*super().get_readonly_fields(request, obj), "model_view"]
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        """The list of sessions tolerates lag: on the replica when there is one
-        (forge.db.routing), rendered there (a TemplateResponse renders lazily). An
-        action (POST) reads and writes the primary."""
-        if request.method not in ("GET", "HEAD"):
-            return super().changelist_view(request, extra_context)
-
-        def render() -> HttpResponse:
-            response = super(ContextSessionAdmin, self).changelist_view(request, extra_context)
-            if isinstance(response, TemplateResponse):
-                response.render()
-            return response
-
-        return lagging_read(render)
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.context_view)

@@ -7,11 +7,13 @@ day's cost (turns when nothing cost anything), the numbers in each bar's title.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -66,11 +68,41 @@ def chart(days: list[Any]) -> SafeString:
     )
 
 
+def lagging_list(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A changelist ``view`` whose GET reads tolerate lag: on the replica when there is one
+    (``forge.db.routing``), rendered there (a ``TemplateResponse`` renders lazily, after
+    the view returns). An action (POST) reads and writes the primary."""
+
+    @wraps(view)
+    def lagging(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return view(request, *args, **kwargs)
+        from forge.db.routing import lagging_read
+
+        def render() -> HttpResponse:
+            response = view(request, *args, **kwargs)
+            if isinstance(response, TemplateResponse):
+                response.render()
+            return response
+
+        return lagging_read(render)
+
+    return lagging
+
+
 class ForgeAdminSite(admin.AdminSite):
     site_header = "Forge administration"
     site_title = "Forge administration"
     index_title = "Operations"
     index_template = "admin/forge_index.html"
+
+    def admin_view(self, view: Any, cacheable: bool = False) -> Any:
+        """Every model's list page reads the replica (issue 21: the admin's lists tolerate
+        lag); the login and permission checks around it, and every other page, read the
+        primary. With no replica configured nothing changes."""
+        if getattr(view, "__name__", "") == "changelist_view":
+            view = lagging_list(view)
+        return super().admin_view(view, cacheable)
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -220,3 +220,33 @@ def test_row_level_security_holds_on_the_replica(
     assert db == "replica"
     assert mine in seen
     assert len(seen) >= 2
+
+
+def test_every_admin_list_reads_the_replica_and_its_pages_the_primary(
+    lagging: dict[str, Any],
+) -> None:
+    """Not only the sessions' list: every model's list page is a lag-tolerant read
+    (``forge.admin_site.ForgeAdminSite.admin_view``); a change page reads the primary."""
+    from django.test import Client
+
+    from accounts.services import create_user
+
+    n = Token.objects.count()
+    staff = create_user(
+        username=f"lists{n}", tenant_name=f"lists{n}", password="x", staff=True, validate=False
+    ).user
+    staff.is_superuser = True
+    staff.save(update_fields=["is_superuser"])
+    client = Client()
+    client.force_login(staff)  # the login's session row: written to the primary
+
+    # The staff user was written while the replica lags: the users' list, read there,
+    # does not have it yet; its change page, read on the primary, does.
+    listed = client.get("/admin/accounts/user/")
+    assert listed.status_code == 200
+    rows = listed.content.decode()
+    assert f"/admin/accounts/user/{lagging['session'].user.pk}/change/" in rows
+    assert f"/admin/accounts/user/{staff.pk}/change/" not in rows  # (the header names it)
+    page = client.get(f"/admin/accounts/user/{staff.pk}/change/")
+    assert page.status_code == 200
+    assert f"lists{n}" in page.content.decode()
