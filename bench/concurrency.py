@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, free_run, static_root, wait_until_up
+from serving import free_port, free_run, server_arguments, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
@@ -456,15 +456,7 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", help="the py-spy executable: record each server while replies stream"
     )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    server_arguments(parser)
     args = parser.parse_args()
     app_dir = args.app_dir.resolve()
     if args.cluster:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 from server_path import ROOT, database_url, manage, server_env
-from serving import free_port, static_root, wait_until_up
+from serving import free_port, server_arguments, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 DAPHNE_APP = "forge.asgi:application"
@@ -110,15 +110,7 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=80)
     parser.add_argument("--sqlite", action="store_true")
     parser.add_argument("--app-dir", type=Path, default=ROOT)
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    server_arguments(parser)
     args = parser.parse_args()
     rows: list[list[str]] = []
     for cap in [int(c) for c in args.caps.split(",") if c]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, static_root, wait_until_up
+from serving import free_port, server_arguments, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,15 +188,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--rates", default="200,1000")
     parser.add_argument("--deltas", type=int, default=2000)
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    server_arguments(parser)
     args = parser.parse_args()
     db_url = database_url(args.postgres_url)
     env = static_root(server_env(db_url, args.redis_url))

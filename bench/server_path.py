@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, static_root, wait_until_up
+from serving import free_port, server_arguments, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
@@ -324,15 +324,7 @@ def main() -> None:
     parser.add_argument("--app-dir", type=Path, default=ROOT)
     parser.add_argument("--py-spy", type=Path, default=None, help="a flame graph of --face")
     parser.add_argument("--face", default="http", help="the face --py-spy records")
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    server_arguments(parser)
     args = parser.parse_args()
     faces = [f for f in args.faces.split(",") if f]
     unknown = set(faces) - set(FACES)

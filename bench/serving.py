@@ -10,6 +10,8 @@ its minute for servers that had already exited, then failed on its first request
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 import subprocess
 import tempfile
@@ -66,3 +68,18 @@ def wait_until_up(
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
     state = f"exited with {process.returncode}" if process.poll() is not None else "no answer"
     raise RuntimeError(f"the server at {base} did not come up ({state}); its log ends:\n{tail}")
+
+
+def server_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--redis-url`` and ``--postgres-url`` (a server's ``postgres`` database, where
+    the bench makes its own), defaulting to ``FORGE_BENCH_REDIS_URL`` /
+    ``FORGE_BENCH_POSTGRES_URL`` or the machine's servers on 127.0.0.1."""
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("FORGE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(
+            "FORGE_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
