@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, free_run, server_arguments, static_root, wait_until_up
+from serving import free_port, free_run, server_arguments, start_daphne, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
@@ -330,26 +330,6 @@ async def run_size(
         "errors": sorted({c.error for c in clients if c.error}),
         "not_whole": sorted({w for w in why if w is not None}),
     }
-
-
-def start_daphne(app_dir: Path, env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "forge.asgi:application",
-        ],
-        cwd=app_dir,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def run_direct(

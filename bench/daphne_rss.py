@@ -23,18 +23,14 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 from server_path import ROOT, database_url, manage, server_env
-from serving import free_port, server_arguments, static_root, wait_until_up
+from serving import free_port, server_arguments, start_daphne, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
-
-DAPHNE_APP = "forge.asgi:application"
 
 
 def rss_mib(pid: int) -> float:
@@ -126,14 +122,7 @@ def main() -> None:
         token = token.strip().splitlines()[-1]
         port = free_port()
         log = scratch / "daphne.log"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), DAPHNE_APP],
-            cwd=args.app_dir,
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        server = start_daphne(args.app_dir, env, port, log)
         base = f"http://127.0.0.1:{port}"
         try:
             wait_until_up(base, server, log)

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, server_arguments, static_root, wait_until_up
+from serving import free_port, server_arguments, start_daphne, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,23 +199,7 @@ def main() -> None:
     )
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="forge-fanout-log-")) / "daphne.log"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "forge.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    server = start_daphne(ROOT, env, port, log)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(base, server, log)

@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 import websockets
-from serving import free_port, server_arguments, static_root, wait_until_up
+from serving import free_port, server_arguments, start_daphne, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 BENCH = Path(__file__).resolve().parent
@@ -339,23 +339,7 @@ def main() -> None:
     token = token.strip().splitlines()[-1]
     port = free_port()
     log = scratch / "daphne.log"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "forge.asgi:application",
-        ],
-        cwd=args.app_dir,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    server = start_daphne(args.app_dir, env, port, log)
     base = f"http://127.0.0.1:{port}"
     text = f"{args.deltas} 1000000"  # bench/clock: this many deltas, no delay
     try:

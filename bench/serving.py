@@ -14,6 +14,7 @@ import argparse
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +43,24 @@ def free_run(count: int) -> int:
             continue
         return first
     raise RuntimeError(f"no run of {count} free ports on 127.0.0.1")
+
+
+ASGI_APP = "forge.asgi:application"
+
+
+def start_daphne(
+    app_dir: Path, env: dict[str, str], port: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """``daphne forge.asgi:application`` on 127.0.0.1:``port`` from ``app_dir``, its output in
+    ``log``, in a process group of its own (stop it with ``os.killpg``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), ASGI_APP],
+        cwd=app_dir,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def static_root(env: dict[str, str]) -> dict[str, str]:
