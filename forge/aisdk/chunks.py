@@ -197,6 +197,10 @@ class ReplyChunks:
         self._texts: dict[str, str] = {}  # their text streamed so far
         self._shown: dict[str, int] = {}  # how much of it the client has
         self._ended: set[str] = set()
+        # Text that streamed before its part's start event (the Processor holds a new
+        # part's write for its next batch, while its deltas go out in their window):
+        # part id -> the text from offset 0, shown once the start event opens the part.
+        self._early: dict[str, str] = {}
         self._tools: dict[str, int] = {}  # tool part id -> stage sent (1 input, 2 available, 3 out)
         self._once: set[str] = set()  # step parts and files sent
         self._data: dict[str, str] = {}  # data part id -> its last value sent (JSON)
@@ -265,6 +269,9 @@ class ReplyChunks:
             self._texts[part_id] = ""
             self._shown[part_id] = 0
             out.append(block_start(kind, part_id))
+            early = self._early.pop(part_id, "")
+            if early:
+                out += self.text(part_id, 0, early)
         if (part.get("time") or {}).get("end"):
             final = part.get("text") or ""
             shown = self._texts.pop(part_id)[: self._shown.pop(part_id)]
@@ -279,10 +286,18 @@ class ReplyChunks:
         """Streamed text of an open part at ``offset``; only what the client lacks is sent.
 
         Trailing white space is held back until more text follows it: a part's
-        end trims it, and the client could not take it back. A part whose start
-        event was not seen yet is skipped: its end event carries the whole text."""
+        end trims it, and the client could not take it back. Text of a part whose
+        start event was not seen yet is kept (from offset 0, without holes) and
+        shown when the start event opens the part; were it skipped, every later
+        delta would be a hole here, which the stream below (that did pass the
+        delta on) never repairs, and the client would see nothing of the part
+        until its end."""
         kind = self._kinds.get(part_id)
         if kind is None:
+            if part_id not in self._ended:
+                early = self._early.get(part_id, "")
+                if offset <= len(early) < offset + len(delta):
+                    self._early[part_id] = early + delta[len(early) - offset :]
             return []
         streamed = self._texts[part_id]
         if offset > len(streamed) or offset + len(delta) <= len(streamed):

@@ -388,6 +388,25 @@ def test_a_delta_of_a_part_not_seen_starting_waits_for_its_end():
     assert ui.parts == [{"type": "text", "text": "lost start"}]
 
 
+def test_text_that_streamed_before_its_part_started_is_shown_live_once_it_starts():
+    """The Processor writes a new part with its next batch while the part's deltas go out
+    in their window, so the first delta can arrive before the part's start event. The
+    client sees that text, and what follows, as it streams, not only at the end."""
+    reply = ReplyChunks(M)
+    reply.begin()
+    assert reply.accept(delta("t1", 0, "Hello ")) == []  # not started: nothing to show yet
+    opened = reply.accept(part(1, id="t1", type="text", text="", time={"start": "a"}))
+    assert [(c["type"], c.get("delta")) for c in opened] == [
+        ("text-start", None),
+        ("text-delta", "Hello"),
+    ]
+    assert reply.accept(delta("t1", 6, "world")) == [chunks.block_delta("text", "t1", " world")]
+    ended = reply.accept(
+        part(2, id="t1", type="text", text="Hello world", time={"start": "a", "end": "b"})
+    )
+    assert [c["type"] for c in ended] == ["text-end"]
+
+
 def test_nothing_follows_the_end():
     reply = ReplyChunks(M)
     reply.begin()
