@@ -86,7 +86,7 @@ def test_postgresql_gets_a_connection_pool_per_process(monkeypatch):
 
 
 def test_redis_url_switches_the_channel_layer():
-    assert channel_layers("")["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert channel_layers("")["default"]["BACKEND"] == "forge.inmemory.InMemoryChannelLayer"
     pubsub = channel_layers("redis://127.0.0.1:6379/0", layer="pubsub")["default"]
     assert pubsub["BACKEND"] == "forge.pubsub.PubSubChannelLayer"
     assert pubsub["CONFIG"]["hosts"][0]["address"] == "redis://127.0.0.1:6379/0"

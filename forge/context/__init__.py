@@ -32,7 +32,7 @@ also hides the session's messages up to that id (:mod:`forge.context.rolled`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from forge.providers.base import ModelRequest
@@ -50,6 +50,7 @@ __all__ = [
     "COMPACTION_PROMPT",
     "build_request",
     "derive_messages",
+    "prune_choice",
     "request_for",
     "store_snapshot",
     "visible_history",
@@ -70,6 +71,12 @@ def visible_history(session: Session) -> list[dict[str, Any]]:
     rolled cut, read from the newest boundary or cut on: :mod:`forge.context.visible`),
     from the incremental cache."""
     return cache.history(session)
+
+
+def prune_choice(session: Session) -> list[Mapping[str, Any]]:
+    """The completed tool outputs pruning marks now (``forge.context.pruning``), chosen
+    from the visible history at the log's end, from the incremental cache."""
+    return cache.prune_choice(session)
 
 
 def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelRequest]:

@@ -60,6 +60,7 @@ from sessions.projector import apply_context, fold_context
 from . import snapshot
 from .compacted import filter_compacted
 from .messages import build_request, item_messages, model_of, request_with
+from .pruning import candidate_tokens, choose
 from .rolled import drop_rolled, is_generated, rolled_through
 from .superseded import drop_superseded, is_reply
 from .visible import read_history, visible_history
@@ -214,6 +215,9 @@ class Derived:
     # message id -> [info bytes, rendering bytes (0: not rendered), each part's bytes]
     sizes: dict[str, list[int]] = field(default_factory=dict)
     blocks_bytes: int = 0
+    # message id -> what its completed, unpruned tool outputs cost the model (only ids
+    # with some): their sum bounds what pruning can choose (:meth:`prune_choice`)
+    tool_tokens: dict[str, int] = field(default_factory=dict)
     nbytes: int = STATE_OVERHEAD  # the estimate: what ``sizes`` and ``blocks_bytes`` sum to
     # The snapshot memo (forge.context.snapshot): compressed chunks of items and their
     # sizes, holding the ``chunked`` items added before ``appended`` (the ids added
@@ -230,6 +234,10 @@ class Derived:
     rchunks: list[bytes] = field(default_factory=list)
     rchunked: int = 0
     snapshot_seq: int = 0  # the newest snapshot this state knows is stored (0: none)
+    # id(model message dict) -> (that dict, its JSON length): each message of ``messages``
+    # encoded once, for the compaction's estimate (:meth:`messages_chars`). The dict is
+    # held, so its id is not reused while the entry lives; dicts are never changed in place.
+    chars: dict[int, tuple[dict[str, Any], int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -273,6 +281,8 @@ class Derived:
         )
         for message_id, rendering in derived.rendered.items():
             sizes[message_id][1] = rendering_bytes(rendering, derived.items[message_id])
+        for item in visible:
+            derived._tools(str(item["info"]["id"]), item["parts"])
         derived.nbytes = derived._total()
         return derived
 
@@ -452,6 +462,7 @@ class Derived:
         for message_id in hidden:
             if self.rendered.pop(message_id, None) is not None:
                 self._resize(message_id, 1, 0)
+            self.tool_tokens.pop(message_id, None)
         self.replies = {p: r for p, r in self.replies.items() if r not in hidden}
         self.dirty = True
 
@@ -479,7 +490,15 @@ class Derived:
             parts.append(part)
             self.sizes[message_id].append(part_size)
             self.nbytes += part_size
+        self._tools(message_id, parts)
         self._render(message_id)
+
+    def _tools(self, message_id: str, parts: list[dict[str, Any]]) -> None:
+        tokens = candidate_tokens(parts)
+        if tokens:
+            self.tool_tokens[message_id] = tokens
+        else:
+            self.tool_tokens.pop(message_id, None)
 
     def _render(self, message_id: str) -> None:
         if message_id not in self.rendered:
@@ -500,13 +519,43 @@ class Derived:
         items = self.items
         return [{"info": items[i]["info"], "parts": list(items[i]["parts"])} for i in self.order]
 
+    def prune_choice(self) -> list[Mapping[str, Any]]:
+        """The tool parts pruning marks now (``forge.context.pruning.choose`` of the
+        visible history); none, without reading the history, while all the outputs it
+        could choose from cost less than ``FORGE_PRUNE_MINIMUM_TOKENS`` together (a chat
+        with few or no tool calls: every turn of it)."""
+        if sum(self.tool_tokens.values()) < int(settings.FORGE_PRUNE_MINIMUM_TOKENS):
+            return []
+        return choose(self.history())
+
     def request(self) -> tuple[str, ModelRequest]:
         messages = self.joined()
         model = model_of(self.blocks)
         _, _, name = model.partition("/")
         # A copy of the list: the caller may add to it. The message dicts are shared
         # with the cache and are never changed in place (a new rendering replaces them).
-        return model, request_with(blocks=self.blocks, messages=list(messages), model=name)
+        return model, request_with(
+            blocks=self.blocks,
+            messages=list(messages),
+            model=name,
+            messages_chars=self.messages_chars(messages),
+        )
+
+    def messages_chars(self, messages: list[dict[str, Any]]) -> int:
+        """``len(json.dumps(messages, ensure_ascii=False))``, encoding only the messages
+        not seen before (a turn's new ones): the list's brackets and ``", "`` separators
+        plus each message's own length. Entries of messages that left ``messages`` are
+        dropped once they outnumber it."""
+        memo = self.chars
+        if len(memo) > 2 * len(messages) + 64:
+            memo = self.chars = {id(m): memo[id(m)] for m in messages if id(m) in memo}
+        total = len("[]") + len(", ") * max(len(messages) - 1, 0)
+        for message in messages:
+            known = memo.get(id(message))
+            if known is None:
+                known = memo[id(message)] = (message, len(json.dumps(message, ensure_ascii=False)))
+            total += known[1]
+        return total
 
 
 class ContextCache:
@@ -589,8 +638,14 @@ class ContextCache:
 
     def history(self, session: Session) -> list[dict[str, Any]]:
         """The visible history at the log's end (``forge.context.visible.visible_history``),
-        from the same cached state: the run loop's pruning reads it every turn."""
+        from the same cached state."""
         return self._serve(session, Derived.history, visible_history, _json)
+
+    def prune_choice(self, session: Session) -> list[Mapping[str, Any]]:
+        """What pruning marks at the log's end (``forge.context.pruning.choose`` of the
+        visible history), from the same cached state: the run loop asks before every
+        turn's steps."""
+        return self._serve(session, Derived.prune_choice, _full_prune_choice, _ids)
 
     def _serve(
         self,
@@ -767,6 +822,14 @@ def _held_part(
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _full_prune_choice(session: Session) -> list[Mapping[str, Any]]:
+    return choose(visible_history(session))
+
+
+def _ids(parts: list[Mapping[str, Any]]) -> str:
+    return json.dumps([[part["id"], part.get("state")] for part in parts], ensure_ascii=False)
 
 
 def verify(

@@ -114,9 +114,14 @@ def build_request(
 
 
 def request_with(
-    *, blocks: Mapping[str, Mapping[str, Any]], messages: list[dict[str, Any]], model: str
+    *,
+    blocks: Mapping[str, Mapping[str, Any]],
+    messages: list[dict[str, Any]],
+    model: str,
+    messages_chars: int | None = None,
 ) -> ModelRequest:
-    """The model request from logged context blocks and already derived messages."""
+    """The model request from logged context blocks and already derived messages
+    (``messages_chars``: their JSON length, when the caller knows it)."""
     system = [b["text"] for b in blocks.values() if b.get("kind") == "system" and b.get("text")]
     extra = [
         _block_text(b)
@@ -132,6 +137,7 @@ def request_with(
         messages=messages,
         tools=tools,
         temperature=settings_block.get("temperature"),
+        messages_chars=messages_chars,
     )
 
 

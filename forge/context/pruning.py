@@ -48,6 +48,23 @@ def _tokens(part: Mapping[str, Any]) -> int:
     return min(len(str((part.get("state") or {}).get("output", ""))), MODEL_OUTPUT_CHARS) // 4
 
 
+def is_candidate(part: Mapping[str, Any]) -> bool:
+    """A completed tool part not pruned yet: what :func:`to_prune` may mark."""
+    return (
+        part.get("type") == "tool"
+        and (part.get("state") or {}).get("status") == "completed"
+        and not is_pruned(part)
+    )
+
+
+def candidate_tokens(parts: Sequence[Mapping[str, Any]]) -> int:
+    """What the candidates among one message's ``parts`` cost the model. Summed over a
+    history, a bound on what :func:`to_prune` can choose from it: under
+    ``FORGE_PRUNE_MINIMUM_TOKENS``, nothing is chosen (the context cache keeps the sum,
+    so a turn with no tool output to prune does not walk its history)."""
+    return sum(_tokens(part) for part in parts if is_candidate(part))
+
+
 def to_prune(
     history: Sequence[Mapping[str, Any]], *, protect: int, minimum: int
 ) -> list[Mapping[str, Any]]:
@@ -64,9 +81,7 @@ def to_prune(
         if turns < PROTECTED_TURNS:
             continue
         for part in reversed(item["parts"]):
-            if part.get("type") != "tool" or (part.get("state") or {}).get("status") != "completed":
-                continue
-            if is_pruned(part):
+            if not is_candidate(part):
                 continue
             size = _tokens(part)
             seen += size
@@ -77,13 +92,24 @@ def to_prune(
     return chosen
 
 
-def prune(session: Session, history: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Mark what :func:`to_prune` chose (one unit of work); returns the part ids."""
-    chosen = to_prune(
+def choose(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """:func:`to_prune` with the settings' budgets."""
+    return to_prune(
         history,
         protect=int(settings.FORGE_PRUNE_PROTECT_TOKENS),
         minimum=int(settings.FORGE_PRUNE_MINIMUM_TOKENS),
     )
+
+
+def prune(session: Session, history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Mark what :func:`to_prune` chose from ``history`` (one unit of work); returns the
+    part ids."""
+    return mark(session, choose(history))
+
+
+def mark(session: Session, chosen: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Mark ``chosen`` (parts of the visible history) pruned, in one unit of work;
+    returns their ids."""
     if not chosen:
         return []  # before every step: no empty transaction
     now = format_time(now_ms())

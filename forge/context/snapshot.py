@@ -5,12 +5,12 @@ daphne, past the cache's capacity) load its next model input from one row instea
 of folding the whole log: it decodes the snapshot and folds only the events after
 it. ``sessions.snapshots`` stores the bytes; this module encodes and checks them.
 
-Format (:data:`VERSION` 1)::
+Format (:data:`VERSION` 2)::
 
     MAGIC (4 bytes: b"FCS" + version) | crc32 of the body (4 bytes, big-endian) | body
     body = msgpack [session id, seq, hash, head, [rendered chunk, ...], [chunk, ...]]
     head = zlib(msgpack [start, through, last_id, order, kept, replies, blocks,
-                         blocks_bytes, nbytes, items in chunks])
+                         blocks_bytes, nbytes, items in chunks, tool_tokens])
     rendered chunk = zlib(msgpack [lengths, messages])
     chunk = zlib(msgpack {message id: [{info, parts}, sizes], ...})
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2  # 2: the head holds ``tool_tokens``
 MAGIC = b"FCS" + bytes([VERSION])
 LEVEL = 1  # zlib: the fastest level; the text compresses ~10x at it already
 MAX_CHUNKS = 8  # more, and the next snapshot repacks the items as one chunk
@@ -116,6 +116,7 @@ def encode(derived: Derived) -> bytes:
             derived.blocks_bytes,
             derived.nbytes,
             derived.chunked,
+            derived.tool_tokens,
         ]
     )
     if derived.lazy:  # in a chunk and in ``messages`` now, like the rest
@@ -147,7 +148,7 @@ def decode(
         if not all(isinstance(c, bytes) for c in [*rchunks, *chunks]):
             return None
         (start, through, last_id, order, kept, replies, blocks,
-         blocks_bytes, nbytes, chunked) = _unpack(head)  # fmt: skip
+         blocks_bytes, nbytes, chunked, tool_tokens) = _unpack(head)  # fmt: skip
         lengths: list[int] = []
         messages: list[dict[str, Any]] = []
         for rchunk in rchunks:
@@ -177,6 +178,7 @@ def decode(
         "lengths": lengths,
         "blocks_bytes": blocks_bytes,
         "nbytes": nbytes,
+        "tool_tokens": tool_tokens,
         "chunks": chunks,
         "chunked": chunked,
         "rchunks": rchunks,

@@ -38,6 +38,10 @@ class ModelRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     temperature: float | None = None
     max_output_tokens: int | None = None
+    # ``len(json.dumps(messages, ensure_ascii=False))`` when the builder knows it (the
+    # context cache keeps each message's size): the compaction's estimate then encodes
+    # only the rest of the request. Not part of the request (never sent, not compared).
+    messages_chars: int | None = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {

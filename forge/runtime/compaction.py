@@ -35,6 +35,7 @@ from django.db import transaction
 from forge.context import derive_messages, visible_history
 from forge.context.boundary import record_compaction
 from forge.context.compacted import compaction_part
+from forge.context.incremental import ContextCacheMismatch
 from forge.db.worker import db
 from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import events as ev
@@ -86,9 +87,23 @@ def auto_enabled(agent: AgentConfig) -> bool:
 
 
 def estimate_tokens(request: ModelRequest) -> int:
-    """A rough token count of a request: characters / 4."""
+    """A rough token count of a request: the characters of its JSON / 4.
+
+    Exactly ``len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4``. When the
+    request knows its messages' JSON length (``messages_chars``: the context cache keeps
+    each message's), only the rest is encoded, and the list's own encoding (``[]``) is
+    replaced by that length: the history is not encoded again before every step.
+    ``FORGE_CONTEXT_VERIFY`` (the tests) checks the shortcut against the full encoding."""
+    if request.messages_chars is None:
+        return len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4
     body = request.as_dict()
-    return len(json.dumps(body, ensure_ascii=False)) // 4
+    body["messages"] = []
+    chars = len(json.dumps(body, ensure_ascii=False)) - len("[]") + request.messages_chars
+    if settings.FORGE_CONTEXT_VERIFY:
+        full = len(json.dumps(request.as_dict(), ensure_ascii=False))
+        if full != chars:
+            raise ContextCacheMismatch(f"messages_chars is off: {chars} characters, {full} encoded")
+    return chars // 4
 
 
 def usable(model: str, agent: AgentConfig) -> int:

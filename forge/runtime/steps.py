@@ -23,8 +23,8 @@ from typing import Any
 from django.db import connection, transaction
 
 from forge import tools
-from forge.context import request_for, visible_history
-from forge.context.pruning import prune
+from forge.context import prune_choice, request_for
+from forge.context.pruning import mark
 from forge.db.worker import db
 from forge.errors import CompactionFailed, ForgeError, NothingToCompact, UnknownModel
 from forge.providers import resolve
@@ -350,7 +350,7 @@ def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
 
 
 def _prune(session: Any) -> None:
-    prune(session, visible_history(session))
+    mark(session, prune_choice(session))
 
 
 def _start_steps(session: Any) -> tuple[Usage | None, Any]:

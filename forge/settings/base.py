@@ -208,7 +208,7 @@ def channel_layers(
     if not urls:
         return {
             "default": {
-                "BACKEND": "channels.layers.InMemoryChannelLayer",
+                "BACKEND": "forge.inmemory.InMemoryChannelLayer",
                 "CONFIG": {"capacity": 1000, "expiry": 60},
             }
         }

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from forge.context import request_for, store_snapshot, visible_history
 from forge.context import snapshot as codec
 from forge.context.incremental import Derived, cache, full_request, request_bytes
+from forge.context.pruning import candidate_tokens
 from forge.context.visible import visible_history as full_history
 from sessions import selectors, services, snapshots
 from sessions.models import ContextSnapshot
@@ -375,5 +376,32 @@ def test_snapshot_and_tail_equal_the_full_derivation(user, ops, points):
             : n + 1
         ]
         assert visible_history(session) == full_history(session), ops[: n + 1]
+        # what the unpruned outputs cost bounds what pruning could choose (never less)
+        derived = cache.peek(session)
+        if derived is not None:
+            least = sum(candidate_tokens(item["parts"]) for item in full_history(session))
+            assert sum(derived.tool_tokens.values()) >= least, ops[: n + 1]
     store(session)
     assert_cold_load_is_full(session)
+
+
+def test_a_decoded_snapshot_knows_what_its_outputs_cost(session, settings):
+    """What the unpruned tool outputs cost is in the snapshot's head: a process that
+    never served the session decides that pruning has nothing to do without decoding the
+    history's chunks."""
+    from forge.context import prune_choice
+
+    for n in range(4):
+        turn(session, n, tool=n % 2 == 0)
+    request_for(session)
+    known = cache.peek(session)
+    assert known is not None
+    before = dict(known.tool_tokens)
+    assert len(before) == 2
+    assert store(session)
+    cache.clear()
+    assert prune_choice(session) == []
+    derived = cache.peek(session)
+    assert derived is not None
+    assert derived.lazy  # the chunks were not decoded
+    assert derived.tool_tokens == before

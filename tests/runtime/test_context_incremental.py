@@ -4,6 +4,7 @@ full derivation byte for byte (``forge.context.incremental``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -403,9 +404,11 @@ def test_incremental_equals_full_after_every_event(user, ops):
     cache.clear()
     for n, (op, arg) in enumerate(ops):
         _apply(session, op, arg, n)
-        assert request_bytes(request_for(session)) == request_bytes(full_request(session)), ops[
-            : n + 1
-        ]
+        result = request_for(session)
+        assert request_bytes(result) == request_bytes(full_request(session)), ops[: n + 1]
+        # the messages' JSON length the compaction's estimate adds, memoized per message
+        chars = len(json.dumps(result[1].messages, ensure_ascii=False))
+        assert result[1].messages_chars in (None, chars), ops[: n + 1]
         assert visible_history(session) == full_history(session), ops[: n + 1]
         # and replay (the log folded up to its head) gives the same bytes
         head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
@@ -430,3 +433,60 @@ def test_a_removed_summary_shows_the_older_boundarys_kept_tail(user):
     assert "ask 0" in replayed  # the older boundary's kept tail
     assert request_bytes(full_request(session)) == replayed
     assert request_bytes(request_for(session)) == replayed
+
+
+def test_the_estimate_encodes_only_new_messages_and_matches_the_full_encoding(session):
+    """``over_limit``'s estimate: the cached request knows its messages' JSON length, the
+    same as encoding them (non-ASCII, a tool call and its output included), and a hit
+    encodes only the turn's new messages."""
+    from forge.runtime.compaction import estimate_tokens
+
+    for n in range(4):
+        turn(session, n, tool=n == 2)
+    services.update_message(session=session, info={"role": "user"})  # an empty prompt
+    _, request = request_for(session)
+    full = len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4
+    assert request.messages_chars == len(json.dumps(request.messages, ensure_ascii=False))
+    assert estimate_tokens(request) == full
+    key = (session.tenant_id, session.pk)
+    known = dict(cache._entries[key].chars)
+    turn(session, 9)
+    _, again = request_for(session)
+    memo = cache._entries[key].chars
+    assert again.messages_chars == len(json.dumps(again.messages, ensure_ascii=False))
+    new = [m for m in again.messages if id(m) not in known]
+    assert [m["content"] for m in new] == ["ask 9", "answer 9"]  # the rest were memoized
+    assert all(id(m) in memo for m in again.messages)
+
+
+def test_pruning_reads_no_history_until_the_outputs_could_reach_its_minimum(
+    session, settings, monkeypatch
+):
+    """``prune_choice``: the cache keeps what the unpruned tool outputs cost; under
+    ``FORGE_PRUNE_MINIMUM_TOKENS`` together, nothing is chosen and the history is not
+    walked. Over it, the choice is the full derivation's, and the outputs pruned leave
+    the sum (so the next turns are cheap again)."""
+    from forge.context import prune_choice
+    from forge.context.pruning import choose, mark
+
+    settings.FORGE_PRUNE_PROTECT_TOKENS = 10
+    settings.FORGE_PRUNE_MINIMUM_TOKENS = 650  # an output is ~200 tokens
+    for n in range(3):
+        turn(session, n, tool=True)
+    walked = []
+    monkeypatch.setattr(Derived, "history", lambda self: walked.append(1) or [])
+    assert prune_choice(session) == []
+    assert walked == []  # 3 outputs, ~600 tokens: below the minimum without a walk
+    monkeypatch.undo()
+    for n in range(3, 6):
+        turn(session, n, tool=True)
+    chosen = prune_choice(session)
+    assert [p["id"] for p in chosen] == [p["id"] for p in choose(full_history(session))]
+    assert len(chosen) == 4  # the outputs of the last two prompts are protected
+    mark(session, chosen)
+    derived = cache.peek(session)
+    assert derived is not None
+    request_for(session)  # folds the marks
+    assert sum(derived.tool_tokens.values()) < settings.FORGE_PRUNE_MINIMUM_TOKENS
+    assert prune_choice(session) == [] == choose(full_history(session))
+
