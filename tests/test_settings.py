@@ -71,6 +71,7 @@ def test_sqlite_urls_get_wal_a_busy_timeout_and_immediate_transactions():
     assert "journal_mode=WAL" in config["OPTIONS"]["init_command"]
     assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert config["OPTIONS"]["timeout"] >= 5
+    assert config["ENGINE"] == "forge.db.sqlite3"
     # Django's backend plus the application role of row-level security:
     assert database_config("postgres://u@h:5432/d")["ENGINE"] == "forge.db.postgresql"
 

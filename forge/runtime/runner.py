@@ -30,11 +30,11 @@ from sessions.models import Session
 from . import lease
 from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages, message_error
-from .prompting import Attachment, begin
+from .prompting import Attachment
 from .receiver import Receiver
 from .recovery import recover_session
 from .regenerate import begin_regeneration
-from .steps import Resume, run_turn
+from .steps import Resume, begin_turn, run_turn
 from .subtask import subtask_runner
 from .title import title_later
 from .turn import Turn
@@ -114,7 +114,7 @@ async def start_turn(
     Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
-    turn, user_message = await db(begin)(session, text, agent, files, depth, speaker)
+    turn, user_message = await db(begin_turn)(session, text, agent, files, depth, speaker)
     return _start(turn, user_message)
 
 

@@ -16,6 +16,7 @@ import asyncio
 import enum
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -34,12 +35,14 @@ from forge.telemetry import metrics, tracing
 from forge.tools import ToolError
 from sessions import selectors, services, sql
 from sessions.log import format_time, now_ms
+from sessions.models import Session
 
 from .approvals.pending import waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
 from .finalize import ABORTED, finalize_open_messages, message_error
 from .processor import Processor, StepResult, finish_then_cancel
+from .prompting import Attachment, begin
 from .tool_calls import Call
 from .turn import Turn
 
@@ -130,9 +133,13 @@ async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
         loop = _Loop(provider=provider)
         if resume is not None and not await _resume(turn, processor, resume, loop):
             return  # suspended again, or completed at the step limit
-        # One hop to the database thread: prune, the last step's usage (this turn's,
-        # or before), and the first step's request, read after the pruning.
-        loop.usage, loop.request = await finish_then_cancel(db(_start_steps)(session))
+        # Prune, the last step's usage (this turn's, or before), and the first step's
+        # request, read after the pruning: read with the prompt (``begin_turn``), or here
+        # in one hop to the database thread.
+        first, turn.first_step = turn.first_step, None
+        if resume is not None or first is None:
+            first = await finish_then_cancel(db(_start_steps)(session))
+        loop.usage, loop.request = first
         await _steps(turn, processor, loop)
     except asyncio.CancelledError:
         # What is still in the delta window reaches clients before the reply is
@@ -351,6 +358,26 @@ def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
 
 def _prune(session: Any) -> None:
     mark(session, prune_choice(session))
+
+
+def begin_turn(
+    session: Session,
+    text: Any,
+    agent_name: Any,
+    files: Sequence[Attachment],
+    depth: int = 0,
+    speaker: Any = None,
+) -> tuple[Turn, dict[str, Any]]:
+    """``prompting.begin``, then the first step's start read in the same hop to the
+    database thread (``Turn.first_step``): one hop less per turn. The prompt is
+    committed first; a failure to read the start leaves it to the run loop, which
+    reads it again (and finalizes the reply if that fails too)."""
+    turn, user_message = begin(session, text, agent_name, files, depth, speaker)
+    try:
+        turn.first_step = _start_steps(turn.session)
+    except Exception:
+        logger.exception("session %s: the first step's start is read again", session.pk)
+    return turn, user_message
 
 
 def _start_steps(session: Any) -> tuple[Usage | None, Any]:

@@ -33,6 +33,10 @@ class Turn:
     # turn's first delta streamed (None until then); for the metrics and the log line.
     started_at: float = field(default_factory=time.monotonic)
     first_delta_at: float | None = None
+    # The first step's start (``steps.start_steps``: the last step's usage and the first
+    # request, after pruning), when it was read in the prompt's own hop to the database
+    # thread; None: the run loop reads it (one more hop).
+    first_step: tuple[Any, Any] | None = None
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

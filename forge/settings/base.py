@@ -118,7 +118,8 @@ def database_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
     SQLite: WAL journal, ``synchronous=NORMAL`` (durable across process crashes,
     the WAL recommendation), a busy timeout, and ``BEGIN IMMEDIATE`` for every
     transaction so concurrent writers queue on the lock instead of failing with
-    "database is locked" on a read-to-write upgrade.
+    "database is locked" on a read-to-write upgrade; and ``forge.db.sqlite3``, Django's
+    backend remembering each statement's placeholder conversion.
     """
     config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -129,6 +130,8 @@ def database_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
         )
         options.setdefault("transaction_mode", "IMMEDIATE")
         options.setdefault("timeout", 30)
+        # Django's backend, the placeholder conversion of each statement remembered.
+        config["ENGINE"] = "forge.db.sqlite3"
     elif config["ENGINE"] == "django.db.backends.postgresql":
         # Django's backend plus the application role of row-level security.
         config["ENGINE"] = "forge.db.postgresql"
