@@ -27,6 +27,7 @@ name that key there, and ``(id)`` on SQLite. An id is unique within its tenant.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -364,14 +365,74 @@ def part_in_status_exists(
 
 
 def run(cursor: CursorWrapper, dialect: Dialect, statements: list[Statement]) -> None:
-    """Execute the statements in order, in one round trip where the driver allows it."""
+    """Execute the statements in order, in one round trip where the driver allows it
+    (PostgreSQL); on SQLite, a batch's rows of events, messages and parts as one
+    multi-row ``INSERT`` per table (:func:`coalesced`)."""
     if dialect.batch and len(statements) > 1:
         cursor.execute(
             "; ".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps]
         )
     else:
-        for sql, params in statements:
+        for sql, params in coalesced(statements) if len(statements) > 1 else statements:
             cursor.execute(sql, params)
+
+
+_ROW_TABLES = tuple(f"INSERT INTO {table} (" for table in (EVENT, MESSAGE, PART))
+# Rows per multi-row statement: SQLite builds before 3.32 allow 999 parameters.
+_MAX_PARAMETERS = 999
+
+
+@functools.lru_cache(maxsize=64)
+def _row_form(text: str) -> tuple[str, str, str] | None:
+    """``(head, row, tail)`` of a one-row ``INSERT`` of an event, message or part
+    (``head + row + tail == text``, ``row`` the parenthesized values), else None."""
+    if not text.startswith(_ROW_TABLES):
+        return None
+    head, sep, rest = text.partition(" VALUES ")
+    if not sep or not rest.startswith("("):
+        return None
+    depth = 0
+    for end, char in enumerate(rest):
+        depth += (char == "(") - (char == ")")
+        if depth == 0:
+            return head + sep, rest[: end + 1], rest[end + 1 :]
+    return None
+
+
+def coalesced(statements: list[Statement]) -> list[Statement]:
+    """``statements`` with each run of event, message and part inserts (nothing else
+    between them) sent as one multi-row ``INSERT`` per table: SQLite applies the rows
+    one by one, in order, so ``ON CONFLICT`` and the parts' search triggers see what
+    the single statements would. A run's tables go in the order they first appear in
+    it: an event always before the projection rows that point at it (the search
+    trigger reads the event; the foreign keys are deferred anyway). Not for PostgreSQL,
+    which refuses a row updated twice by one ``INSERT … ON CONFLICT``."""
+    out: list[Statement] = []
+    run_rows: dict[str, list[list[Any]]] = {}  # text -> its rows' parameters, in order
+
+    def flush() -> None:
+        for text, rows in run_rows.items():
+            form = _row_form(text)
+            assert form is not None
+            head, row, tail = form
+            step = max(1, _MAX_PARAMETERS // max(1, len(rows[0])))
+            for at in range(0, len(rows), step):
+                chunk = rows[at : at + step]
+                if len(chunk) == 1:
+                    out.append((text, chunk[0]))
+                else:
+                    values = ", ".join([row] * len(chunk))
+                    out.append((f"{head}{values}{tail}", [p for ps in chunk for p in ps]))
+        run_rows.clear()
+
+    for text, params in statements:
+        if _row_form(text) is None:
+            flush()
+            out.append((text, params))
+        else:
+            run_rows.setdefault(text, []).append(params)
+    flush()
+    return out
 
 
 def read_messages(

@@ -151,14 +151,15 @@ def _prepare_all(
 
 
 def _statements(prepared: Sequence[_Prepared]) -> list[sql.Statement]:
-    """The batch's statements, in order, with the session's ``updated_at`` set once: by
-    the last write that sets it (the newest time), not once per message write."""
+    """The batch's statements, in order, with the session's ``updated_at`` set once, at
+    the end: by the last write that sets it (the newest time), not once per message
+    write. Nothing in a batch reads ``updated_at``; at the end, the touch leaves the
+    batch's inserts one run (one multi-row statement per table on SQLite: ``sql.run``)."""
     statements = [statement for one in prepared for statement in one.statements]
-    touches = [i for i, (text, _) in enumerate(statements) if text == sql.TOUCH]
-    if len(touches) < 2:
+    touches = [statement for statement in statements if statement[0] == sql.TOUCH]
+    if not touches:
         return statements
-    dropped = set(touches[:-1])
-    return [statement for i, statement in enumerate(statements) if i not in dropped]
+    return [statement for statement in statements if statement[0] != sql.TOUCH] + touches[-1:]
 
 
 def _publish_all(session_id: str, frames: list[dict[str, Any]]) -> None:

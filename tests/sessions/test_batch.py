@@ -483,3 +483,72 @@ def test_a_batch_that_loses_the_race_for_its_seqs_retries_and_lands_after_the_wi
     )
     assert texts == ["rival", "mine 0", "mine 1", "mine 2"]
     assert selectors.verify_log(tenant=session.tenant, session=session) == []
+
+
+def test_sqlite_sends_a_runs_rows_as_one_insert_per_table_in_the_order_given():
+    """``sql.coalesced`` (SQLite): a run of event, message and part inserts becomes one
+    multi-row statement per table, tables in the order they first appear (an event
+    before the rows pointing at it); anything else ends the run; a run over the
+    parameter limit is split, rows kept in order."""
+    dialect = _sqlite_dialect()
+    event = sql.insert_event(
+        dialect, event_id="e1", tenant_id=1, session_id="s", seq=1, type="t", at="now",
+        data_json="{}", event_hash="00",
+    )  # fmt: skip
+    part = sql.upsert_part(
+        dialect, part_id="p", tenant_id=1, session_id="s", message_id="m", type="text", seq=1
+    )
+    message = sql.upsert_message(
+        dialect, message_id="m", tenant_id=1, session_id="s", role="user", seq=1
+    )
+    touch = sql.touch_session(session_id="s", tenant_id=1, at="now")
+    out = sql.coalesced([event, message, event, part, touch, part, event])
+    assert [text.split(" (")[0] for text, _ in out] == [
+        f"INSERT INTO {sql.EVENT}",
+        f"INSERT INTO {sql.MESSAGE}",
+        f"INSERT INTO {sql.PART}",
+        sql.TOUCH.split(" (")[0],
+        f"INSERT INTO {sql.PART}",
+        f"INSERT INTO {sql.EVENT}",
+    ]
+    assert out[0][0].count("), (") == 1
+    assert out[0][1] == event[1] * 2
+    assert out[2] == part
+    assert out[4] == part
+    many = sql.coalesced([part] * 400)  # 6 parameters a row: 166 rows a statement
+    assert [len(params) // 6 for _, params in many] == [166, 166, 68]
+
+
+def _sqlite_dialect() -> sql.Dialect:
+    dialect = sql.Dialect.__new__(sql.Dialect)
+    dialect.postgres, dialect.batch, dialect.json, dialect.row_key = False, False, "%s", "id"
+    return dialect
+
+
+def test_a_large_batch_with_parts_written_twice_projects_and_indexes_as_the_log_says(session):
+    """Over one statement's worth of rows, and parts created and updated in the same
+    batch (one multi-row ``INSERT … ON CONFLICT`` on SQLite): the projection equals a
+    rebuild from the log, and search finds each part's final text, not its first."""
+    from sessions.recall import search_history
+
+    writes: list[services.Write] = []
+    for n in range(60):
+        writes += turn_writes(session, f"batch{n}")[0][1:]  # one context event is enough
+    message_id = new_message_id()
+    part_id = new_part_id()
+    writes += [
+        UpdateMessage(info={"id": message_id, "role": "user"}),
+        UpdatePart(part={"id": part_id, "message_id": message_id, "type": "text", "text": "draft"}),
+        UpdatePart(part={"id": part_id, "text": "final words"}),
+    ]
+    events = append_batch(session=session, writes=writes)
+    assert len(events) == len(writes) > 300
+    expected = selectors.projection_from_log(tenant=session.tenant, session=session)
+    stored = selectors.stored_projection(tenant=session.tenant, session=session)
+    assert compare(expected, stored) == []
+    hits = search_history(tenant=session.tenant, session=session, query="re batch59")
+    assert [hit.role for hit in hits] == ["assistant"]
+    assert [h.part_id for h in search_history(tenant=session.tenant, session=session,
+                                              query="final")] == [part_id]  # fmt: skip
+    assert search_history(tenant=session.tenant, session=session, query="draft") == []
+    assert selectors.verify_log(tenant=session.tenant, session=session) == []
