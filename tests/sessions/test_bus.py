@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
 
 from sessions import bus, services
@@ -144,3 +144,24 @@ async def test_a_batch_from_a_plain_thread_publishes_its_frames_in_order(session
     seqs = [(await next_frame(layer, channel))["seq"] for _ in range(3)]
     assert seqs == [2, 3, 5]
     assert refused == [4]
+
+
+async def test_a_plain_threads_write_to_a_group_nobody_joined_spins_no_loop(session, monkeypatch):
+    """The in-memory layer with no member in the session's group: sending is a no-op,
+    so a command's write does not start the bus's own loop for it."""
+    layer = get_channel_layer()
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("this run's layer is Redis: every process could be listening")
+
+    started: list[int] = []
+    monkeypatch.setattr(bus, "_own_loop", lambda: started.append(1))  # a failure is logged
+
+    def write_from_a_plain_thread() -> Any:
+        try:
+            return services.update_message(session=session, info={"role": "user"})
+        finally:
+            connection.close()
+
+    event = await asyncio.to_thread(write_from_a_plain_thread)
+    assert event.seq == 2
+    assert started == []
