@@ -473,8 +473,13 @@ def test_pruning_reads_no_history_until_the_outputs_could_reach_its_minimum(
     settings.FORGE_PRUNE_MINIMUM_TOKENS = 650  # an output is ~200 tokens
     for n in range(3):
         turn(session, n, tool=True)
-    walked = []
-    monkeypatch.setattr(Derived, "history", lambda self: walked.append(1) or [])
+    walked: list[int] = []
+
+    def history(self: Derived) -> list[Any]:
+        walked.append(1)
+        return []
+
+    monkeypatch.setattr(Derived, "history", history)
     assert prune_choice(session) == []
     assert walked == []  # 3 outputs, ~600 tokens: below the minimum without a walk
     monkeypatch.undo()
@@ -489,4 +494,3 @@ def test_pruning_reads_no_history_until_the_outputs_could_reach_its_minimum(
     request_for(session)  # folds the marks
     assert sum(derived.tool_tokens.values()) < settings.FORGE_PRUNE_MINIMUM_TOKENS
     assert prune_choice(session) == [] == choose(full_history(session))
-
