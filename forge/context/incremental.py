@@ -47,7 +47,7 @@ import sys
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -238,6 +238,9 @@ class Derived:
     # encoded once, for the compaction's estimate (:meth:`messages_chars`). The dict is
     # held, so its id is not reused while the entry lives; dicts are never changed in place.
     chars: dict[int, tuple[dict[str, Any], int]] = field(default_factory=dict, repr=False)
+    # (the blocks it was derived from, the model name, the request's JSON length without
+    # its messages): the same until a context block changes (``blocks`` is then replaced)
+    rest: tuple[dict[str, Any], str, int] | None = field(default=None, repr=False)
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -534,12 +537,17 @@ class Derived:
         _, _, name = model.partition("/")
         # A copy of the list: the caller may add to it. The message dicts are shared
         # with the cache and are never changed in place (a new rendering replaces them).
-        return model, request_with(
+        request = request_with(
             blocks=self.blocks,
             messages=list(messages),
             model=name,
             messages_chars=self.messages_chars(messages),
         )
+        known = self.rest
+        if known is None or known[0] is not self.blocks or known[1] != name:
+            body = {**request.as_dict(), "messages": []}
+            known = self.rest = (self.blocks, name, len(json.dumps(body, ensure_ascii=False)))
+        return model, replace(request, rest_chars=known[2])
 
     def messages_chars(self, messages: list[dict[str, Any]]) -> int:
         """``len(json.dumps(messages, ensure_ascii=False))``, encoding only the messages

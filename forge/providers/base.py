@@ -42,6 +42,9 @@ class ModelRequest:
     # context cache keeps each message's size): the compaction's estimate then encodes
     # only the rest of the request. Not part of the request (never sent, not compared).
     messages_chars: int | None = field(default=None, compare=False, repr=False)
+    # and the same for the rest: ``len(json.dumps({**self.as_dict(), "messages": []}))``
+    # (model, system, tools, settings: the same every step until a context block changes).
+    rest_chars: int | None = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {

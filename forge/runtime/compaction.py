@@ -91,18 +91,20 @@ def estimate_tokens(request: ModelRequest) -> int:
 
     Exactly ``len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4``. When the
     request knows its messages' JSON length (``messages_chars``: the context cache keeps
-    each message's), only the rest is encoded, and the list's own encoding (``[]``) is
-    replaced by that length: the history is not encoded again before every step.
+    each message's) and the rest's (``rest_chars``: the tools' schemas and the system
+    prompt, kept until a context block changes), nothing is encoded: the history and
+    the tools are not encoded again before every step.
     ``FORGE_CONTEXT_VERIFY`` (the tests) checks the shortcut against the full encoding."""
     if request.messages_chars is None:
         return len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4
-    body = request.as_dict()
-    body["messages"] = []
-    chars = len(json.dumps(body, ensure_ascii=False)) - len("[]") + request.messages_chars
+    rest = request.rest_chars
+    if rest is None:
+        rest = len(json.dumps({**request.as_dict(), "messages": []}, ensure_ascii=False))
+    chars = rest - len("[]") + request.messages_chars
     if settings.FORGE_CONTEXT_VERIFY:
         full = len(json.dumps(request.as_dict(), ensure_ascii=False))
         if full != chars:
-            raise ContextCacheMismatch(f"messages_chars is off: {chars} characters, {full} encoded")
+            raise ContextCacheMismatch(f"known lengths: {chars} characters, encoded {full}")
     return chars // 4
 
 

@@ -409,6 +409,8 @@ def test_incremental_equals_full_after_every_event(user, ops):
         # the messages' JSON length the compaction's estimate adds, memoized per message
         chars = len(json.dumps(result[1].messages, ensure_ascii=False))
         assert result[1].messages_chars in (None, chars), ops[: n + 1]
+        rest = len(json.dumps({**result[1].as_dict(), "messages": []}, ensure_ascii=False))
+        assert result[1].rest_chars in (None, rest), ops[: n + 1]
         assert visible_history(session) == full_history(session), ops[: n + 1]
         # and replay (the log folded up to its head) gives the same bytes
         head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
@@ -448,6 +450,10 @@ def test_the_estimate_encodes_only_new_messages_and_matches_the_full_encoding(se
     full = len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4
     assert request.messages_chars == len(json.dumps(request.messages, ensure_ascii=False))
     assert estimate_tokens(request) == full
+    set_block(session, kind="system", key="agent", body={"text": "Be brief. 简短"})
+    _, request = request_for(session)  # a new block: the rest is measured again
+    assert estimate_tokens(request) == len(json.dumps(request.as_dict(), ensure_ascii=False)) // 4
+    assert request.system == ["Be brief. 简短"]
     key = (session.tenant_id, session.pk)
     known = dict(cache._entries[key].chars)
     turn(session, 9)
