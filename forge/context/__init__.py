@@ -52,6 +52,7 @@ __all__ = [
     "derive_messages",
     "prune_choice",
     "request_for",
+    "steps_start",
     "store_snapshot",
     "visible_history",
 ]
@@ -77,6 +78,13 @@ def prune_choice(session: Session) -> list[Mapping[str, Any]]:
     """The completed tool outputs pruning marks now (``forge.context.pruning``), chosen
     from the visible history at the log's end, from the incremental cache."""
     return cache.prune_choice(session)
+
+
+def steps_start(session: Session) -> tuple[list[Mapping[str, Any]], tuple[str, ModelRequest]]:
+    """:func:`prune_choice` and :func:`request_for` at the log's end from one catch-up of
+    the cached state (the run loop asks both before a turn's steps). The request is the
+    one before marking: after marking what pruning chose, read :func:`request_for`."""
+    return cache.steps_start(session)
 
 
 def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelRequest]:

@@ -649,6 +649,14 @@ class ContextCache:
         from the same cached state."""
         return self._serve(session, Derived.history, visible_history, _json)
 
+    def steps_start(
+        self, session: Session
+    ) -> tuple[list[Mapping[str, Any]], tuple[str, ModelRequest]]:
+        """:meth:`prune_choice` and :meth:`request` from one catch-up with the log (one
+        read, not two: the run loop asks both before a turn's steps). The request is
+        the one before any marking: the caller reads it again after marking."""
+        return self._serve(session, _both, _full_both, _both_bytes)
+
     def prune_choice(self, session: Session) -> list[Mapping[str, Any]]:
         """What pruning marks at the log's end (``forge.context.pruning.choose`` of the
         visible history), from the same cached state: the run loop asks before every
@@ -834,6 +842,18 @@ def _json(value: Any) -> str:
 
 def _full_prune_choice(session: Session) -> list[Mapping[str, Any]]:
     return choose(visible_history(session))
+
+
+def _both(derived: Derived) -> tuple[list[Mapping[str, Any]], tuple[str, ModelRequest]]:
+    return derived.prune_choice(), derived.request()
+
+
+def _full_both(session: Session) -> tuple[list[Mapping[str, Any]], tuple[str, ModelRequest]]:
+    return _full_prune_choice(session), full_request(session)
+
+
+def _both_bytes(result: tuple[list[Mapping[str, Any]], tuple[str, ModelRequest]]) -> str:
+    return _ids(result[0]) + "\n" + request_bytes(result[1])
 
 
 def _ids(parts: list[Mapping[str, Any]]) -> str:

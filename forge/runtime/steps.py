@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from forge import tools
-from forge.context import prune_choice, request_for
+from forge.context import request_for, steps_start
 from forge.context.pruning import mark
 from forge.db.worker import db
 from forge.errors import CompactionFailed, ForgeError, NothingToCompact, UnknownModel
@@ -356,10 +356,6 @@ def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
         return finalize_open_messages(**finalizing)
 
 
-def _prune(session: Any) -> None:
-    mark(session, prune_choice(session))
-
-
 def begin_turn(
     session: Session,
     text: Any,
@@ -382,9 +378,12 @@ def begin_turn(
 
 def _start_steps(session: Any) -> tuple[Usage | None, Any]:
     """What the steps start from, in one unit on the database thread: prune, then the
-    last step's usage and the first step's request."""
-    _prune(session)
-    return _last_usage(session), request_for(session)[1]
+    last step's usage and the first step's request (read with pruning's choice, from
+    one catch-up of the context cache; again after marking, when pruning marked)."""
+    chosen, (_, request) = steps_start(session)
+    if mark(session, chosen):
+        request = request_for(session)[1]
+    return _last_usage(session), request
 
 
 def _last_usage(session: Any) -> Usage | None:

@@ -80,8 +80,8 @@ async def turn(session: Any, text: str) -> None:
 # includes the budget check (one read, forge.usage.budgets) and the finish the usage
 # UPSERT (forge.usage: the reply's parts come from the exchange read already made).
 EXPECTED = {
-    "embedded": {"prompt": 13, "steps start": 3, "step batch": 4, "finish": 10, "release": 1},
-    "server": {"prompt": 9, "steps start": 3, "step batch": 2, "finish": 6, "release": 1},
+    "embedded": {"prompt": 13, "steps start": 2, "step batch": 4, "finish": 10, "release": 1},
+    "server": {"prompt": 9, "steps start": 2, "step batch": 2, "finish": 6, "release": 1},
 }
 
 
