@@ -21,6 +21,7 @@ from django.test import TestCase
 from accounts import tenancy
 from memory import search, selectors, services
 from memory.models import MemoryCore, MemorySlice, MemoryVectors
+from memory.search import hybrid
 
 from .conftest import roll_committed, talk
 
@@ -358,13 +359,13 @@ def test_the_dense_query_leaves_out_words_full_text_dropped_as_too_common(
     for _ in range(6):
         remember(tenant, user, ["Hi Samuel!", *FILLER])
     embedded: list[str] = []
-    real = search._query_vector
+    real = hybrid._query_vector
 
     def spy(query: str, embedder: Any) -> Any:
         embedded.append(query)
         return real(query, embedder)
 
-    monkeypatch.setattr(search, "_query_vector", spy)
+    monkeypatch.setattr(hybrid, "_query_vector", spy)
     hits = found(tenant, "Which hobby did Samuel take up lately?", user=user, agent="build")
     assert hits[0] == hobby.pk
     assert embedded == ["Which hobby did take up lately?"]

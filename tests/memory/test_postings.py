@@ -10,6 +10,7 @@ import pytest
 
 from memory import postings, search, selectors, services
 from memory.models import MemoryCore, MemorySlice
+from memory.search import fulltext
 
 from .conftest import talk
 
@@ -100,7 +101,7 @@ def test_the_held_ranking_is_the_databases(tenant, user, monkeypatch):
             for window in (5, 100):
                 held = search.lexical(scope, words, window=window)
                 with monkeypatch.context() as patched:
-                    patched.setattr(search, "TERMS_CORES_MAX", 0)
+                    patched.setattr(fulltext, "TERMS_CORES_MAX", 0)
                     asked = search.lexical(scope, words, window=window)
                 assert held.order == asked.order, (scope, query, window)
                 assert held.idf == pytest.approx(asked.idf)

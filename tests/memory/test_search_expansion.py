@@ -15,6 +15,7 @@ from django.test import TestCase
 from memory import postings, search, selectors, services
 from memory.embeddings import neighbours
 from memory.models import MemoryCore, MemorySlice
+from memory.search import fulltext
 
 from .conftest import talk
 
@@ -119,7 +120,7 @@ def test_the_held_ranking_weighs_expansion_terms_as_the_database(tenant, user, m
             terms = [*words, *boosts]
             held = search.lexical(scope, terms, window=100, boosts=boosts)
             with monkeypatch.context() as patched:
-                patched.setattr(search, "TERMS_CORES_MAX", 0)
+                patched.setattr(fulltext, "TERMS_CORES_MAX", 0)
                 asked = search.lexical(scope, terms, window=100, boosts=boosts)
             assert held.order == asked.order, (scope, query)
             assert held.idf == pytest.approx(asked.idf)
