@@ -552,10 +552,11 @@ class Derived:
     def messages_chars(self, messages: list[dict[str, Any]]) -> int:
         """``len(json.dumps(messages, ensure_ascii=False))``, encoding only the messages
         not seen before (a turn's new ones): the list's brackets and ``", "`` separators
-        plus each message's own length. Entries of messages that left ``messages`` are
-        dropped once they outnumber it."""
+        plus each message's own length. Entries of messages that left ``messages`` (old
+        renderings of a reply) are dropped once there are 64 of them: the memo holds at
+        most 64 dicts the state does not (a few KB, outside its byte estimate)."""
         memo = self.chars
-        if len(memo) > 2 * len(messages) + 64:
+        if len(memo) > len(messages) + 64:
             memo = self.chars = {id(m): memo[id(m)] for m in messages if id(m) in memo}
         total = len("[]") + len(", ") * max(len(messages) - 1, 0)
         for message in messages:
