@@ -241,6 +241,9 @@ class Derived:
     # (the blocks it was derived from, the model name, the request's JSON length without
     # its messages): the same until a context block changes (``blocks`` is then replaced)
     rest: tuple[dict[str, Any], str, int] | None = field(default=None, repr=False)
+    # The JSON lengths of ``messages[:len(prefix)]``, summed cumulatively: cut where
+    # ``messages`` is cut, so a request adds only its new messages' lengths.
+    prefix: list[int] = field(default_factory=list, repr=False)
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -367,6 +370,7 @@ class Derived:
         """The kept messages' renderings, joined (``messages``, joined again if dirty)."""
         if self.dirty:
             self.messages = []
+            self.prefix = []
             for message_id in self.kept:
                 self.tail_start = len(self.messages)
                 self.messages.extend(self.rendered[message_id])
@@ -511,6 +515,7 @@ class Derived:
         self._resize(message_id, 1, rendering_bytes(rendering, self.items[message_id]))
         if not self.dirty and self.kept[-1] == message_id:
             del self.messages[self.tail_start :]
+            del self.prefix[self.tail_start :]
             self.messages.extend(rendering)
         else:
             self.dirty = True
@@ -558,13 +563,15 @@ class Derived:
         memo = self.chars
         if len(memo) > len(messages) + 64:
             memo = self.chars = {id(m): memo[id(m)] for m in messages if id(m) in memo}
-        total = len("[]") + len(", ") * max(len(messages) - 1, 0)
-        for message in messages:
+        prefix = self.prefix if messages is self.messages else []
+        total = prefix[-1] if prefix else 0
+        for message in messages[len(prefix) :]:
             known = memo.get(id(message))
             if known is None:
                 known = memo[id(message)] = (message, len(json.dumps(message, ensure_ascii=False)))
             total += known[1]
-        return total
+            prefix.append(total)
+        return total + len("[]") + len(", ") * max(len(messages) - 1, 0)
 
 
 class ContextCache:
