@@ -244,6 +244,10 @@ class Derived:
     # The JSON lengths of ``messages[:len(prefix)]``, summed cumulatively: cut where
     # ``messages`` is cut, so a request adds only its new messages' lengths.
     prefix: list[int] = field(default_factory=list, repr=False)
+    # Whether requests carry ``messages_chars``: not for a state loaded for one request
+    # (a cold load: encoding its whole history would cost what the estimate saves), from
+    # its first reuse on (a cache hit), or for a short log folded from its start.
+    sized: bool = field(default=False, repr=False)
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -518,6 +522,10 @@ class Derived:
             del self.prefix[self.tail_start :]
             self.messages.extend(rendering)
         else:
+            # Joined again from every kept message's rendering: a state decoded from a
+            # snapshot has the old ones only inside ``messages`` until it unpacks, which
+            # must happen while ``messages`` still holds them.
+            self.unpack()
             self.dirty = True
 
     def history(self) -> list[dict[str, Any]]:
@@ -546,8 +554,10 @@ class Derived:
             blocks=self.blocks,
             messages=list(messages),
             model=name,
-            messages_chars=self.messages_chars(messages),
+            messages_chars=self.messages_chars(messages) if self.sized else None,
         )
+        if not self.sized:
+            return model, request  # the estimate encodes it whole, as it would anyway
         known = self.rest
         if known is None or known[0] is not self.blocks or known[1] != name:
             body = {**request.as_dict(), "messages": []}
@@ -712,6 +722,7 @@ class ContextCache:
             try:
                 self._catch_up(session, derived)
                 self.stats["hit"] += 1
+                derived.sized = True  # served again: worth knowing its messages' lengths
                 return derived
             except Fallback as exc:
                 self.stats[f"fallback:{exc}"] += 1
@@ -727,6 +738,7 @@ class ContextCache:
         try:
             self._catch_up(session, derived, limit=FOLD_FROM_START_EVENTS)
             self.stats["seeded from start"] += 1
+            derived.sized = True  # a short log: its lengths cost little
             return derived
         except Fallback as exc:
             self.stats[f"full:{exc}"] += 1
