@@ -43,6 +43,7 @@ committed.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -383,11 +384,20 @@ class Processor(ToolCalls):
 
     # --- steps --------------------------------------------------------------------
 
-    async def _start_step(self) -> None:
+    async def _workspace(self) -> tools.Snapshot:
+        """The fingerprint of the session's workspace (``tools.snapshot``), walked on a
+        thread; a workspace that does not exist (no tool of the session ever wrote one)
+        is the empty fingerprint without a thread: one ``stat``, not two hops a step."""
+        turn = self.turn
         workspace = tools.workspace_path(
-            self.turn.session.pk, tenant_id=self.turn.session.tenant_id, create=False
+            turn.session.pk, tenant_id=turn.session.tenant_id, create=False
         )
-        self.snapshot_before = await asyncio.to_thread(tools.snapshot, workspace)
+        if not os.path.isdir(workspace):
+            return tools.Snapshot(hash=tools.EMPTY_HASH, files={})
+        return await asyncio.to_thread(tools.snapshot, workspace)
+
+    async def _start_step(self) -> None:
+        self.snapshot_before = await self._workspace()
         self._hold(
             {
                 "message_id": self.turn.message_id,
@@ -399,10 +409,7 @@ class Processor(ToolCalls):
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
         await self.close_open_blocks()
-        workspace = tools.workspace_path(
-            turn.session.pk, tenant_id=turn.session.tenant_id, create=False
-        )
-        after = await asyncio.to_thread(tools.snapshot, workspace)
+        after = await self._workspace()
         cost = price(turn.model, event.usage)
         self._hold(
             {

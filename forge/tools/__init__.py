@@ -12,9 +12,10 @@ from .base import Tool, ToolContext, ToolError, ToolFile, ToolFunction, ToolResu
 from .execute import execute, prepare_call
 from .registry import all_tools, get_tool, temporary_tools, tool, tool_specs
 from .sandbox import resolve_in_workspace, workspace_path
-from .snapshots import Snapshot, changed_files, snapshot
+from .snapshots import EMPTY_HASH, Snapshot, changed_files, snapshot
 
 __all__ = [
+    "EMPTY_HASH",
     "Snapshot",
     "Tool",
     "ToolContext",

@@ -425,3 +425,30 @@ async def test_a_subtask_runs_in_a_child_session_and_returns_its_answer(session,
     assert child.agent == "explore"
     child_reply = assistant(await ahistory(child))
     assert child_reply["info"]["agent"] == "explore"
+
+
+async def test_a_session_without_a_workspace_is_fingerprinted_without_a_thread(
+    session, agents, settings, monkeypatch
+):
+    """No tool of the session ever wrote a workspace: every step's fingerprint is the
+    empty one, and no thread walks a folder that is not there (two hops a step saved)."""
+    from forge import tools
+
+    settings.FORGE_MODEL = "offline/echo"
+    walked: list[object] = []
+    real = tools.snapshot
+
+    def snapshot(path: Any) -> Any:
+        walked.append(path)
+        return real(path)
+
+    monkeypatch.setattr(tools, "snapshot", snapshot)
+    await run(session, "hello there forge")
+    reply = assistant(await ahistory(session))
+    snapshots = [
+        p["snapshot"] for p in reply["parts"] if p["type"] in ("step-start", "step-finish")
+    ]
+    assert snapshots == [tools.EMPTY_HASH, tools.EMPTY_HASH]
+    assert walked == []
+    await run(session, '/tool write_file {"path": "notes.txt", "content": "hi"}')
+    assert walked  # once the workspace exists, it is walked (on a thread) as before
