@@ -554,7 +554,7 @@ class Derived:
             blocks=self.blocks,
             messages=list(messages),
             model=name,
-            messages_chars=self.messages_chars(messages) if self.sized else None,
+            messages_chars=self.messages_chars() if self.sized else None,
         )
         if not self.sized:
             return model, request  # the estimate encodes it whole, as it would anyway
@@ -564,16 +564,15 @@ class Derived:
             known = self.rest = (self.blocks, name, len(json.dumps(body, ensure_ascii=False)))
         return model, replace(request, rest_chars=known[2])
 
-    def messages_chars(self, messages: list[dict[str, Any]]) -> int:
-        """``len(json.dumps(messages, ensure_ascii=False))``, encoding only the messages
+    def messages_chars(self) -> int:
+        """``len(json.dumps(self.messages, ensure_ascii=False))``, encoding only the messages
         not seen before (a turn's new ones): the list's brackets and ``", "`` separators
         plus each message's own length. Entries of messages that left ``messages`` (old
         renderings of a reply) are dropped once there are 64 of them: the memo holds at
         most 64 dicts the state does not (a few KB, outside its byte estimate)."""
-        memo = self.chars
+        messages, prefix, memo = self.messages, self.prefix, self.chars
         if len(memo) > len(messages) + 64:
             memo = self.chars = {id(m): memo[id(m)] for m in messages if id(m) in memo}
-        prefix = self.prefix if messages is self.messages else []
         total = prefix[-1] if prefix else 0
         for message in messages[len(prefix) :]:
             known = memo.get(id(message))

@@ -95,17 +95,19 @@ async def test_deltas_go_to_the_bus_only(session):
         )
 
 
+def prompt_from_a_plain_thread(session: Any) -> Any:
+    """A user message written by a thread with no event loop (a command's write)."""
+    try:
+        return services.update_message(session=session, info={"role": "user"})
+    finally:
+        connection.close()
+
+
 async def test_a_sync_caller_with_no_event_loop_publishes_too(session):
     """Management commands and plain threads publish through the bus's own loop."""
     layer, channel = await subscribe(session)
 
-    def write_from_a_plain_thread() -> Any:
-        try:
-            return services.update_message(session=session, info={"role": "user"})
-        finally:
-            connection.close()
-
-    event = await asyncio.to_thread(write_from_a_plain_thread)
+    event = await asyncio.to_thread(prompt_from_a_plain_thread, session)
     frame = await next_frame(layer, channel)
     assert (frame["seq"], frame["id"]) == (event.seq, event.id)
 
@@ -156,12 +158,6 @@ async def test_a_plain_threads_write_to_a_group_nobody_joined_spins_no_loop(sess
     started: list[int] = []
     monkeypatch.setattr(bus, "_own_loop", lambda: started.append(1))  # a failure is logged
 
-    def write_from_a_plain_thread() -> Any:
-        try:
-            return services.update_message(session=session, info={"role": "user"})
-        finally:
-            connection.close()
-
-    event = await asyncio.to_thread(write_from_a_plain_thread)
+    event = await asyncio.to_thread(prompt_from_a_plain_thread, session)
     assert event.seq == 2
     assert started == []
