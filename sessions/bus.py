@@ -209,23 +209,22 @@ def publish_many(session_id: str, frames: list[dict[str, Any]]) -> None:
     from going (clients repair gaps from the log); the first refusal is raised
     after them.
     """
-    if get_channel_layer() is None or not frames:
+    layer = get_channel_layer()
+    if layer is None or not frames:
         return
     group = session_group(session_id)
     loop = server_loop()
+    if loop is None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("bus.publish() called from a running event loop: await apublish()")
+    if _nobody_listens(layer, group):
+        return
     if loop is not None:
         loop.call_soon_threadsafe(_enqueue, loop, group, frames)
-        return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("bus.publish() called from a running event loop: await apublish()")
-    layer = get_channel_layer()
-    if isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group):
-        # The in-memory layer of a process whose group has no member here: sending is a
-        # no-op, and a loop spun up for it cost ~0.1 ms a batch (a command's writes).
         return
 
     async def send_all() -> None:
@@ -241,6 +240,19 @@ def publish_many(session_id: str, frames: list[dict[str, Any]]) -> None:
     _own_loop().run_until_complete(send_all())
 
 
+def _nobody_listens(layer: Any, group: str) -> bool:
+    """Whether ``group`` has no member on a process-local (in-memory) layer, so that
+    sending to it would reach no one: the frame is dropped here, at no cost, instead
+    of crossing to the loop's outbox (a thread wake-up) and the layer.
+
+    Dropping it now is what the layer would do with it now. A subscriber that joins
+    later misses nothing it would otherwise get: it joins the group before it reads
+    the log (and a reply's snapshot) from its cursor, so frames published before its
+    join come to it from there (CONTRACT §4). On a shared layer (Redis) members may
+    be in other processes: every frame goes out."""
+    return isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group)
+
+
 def _enqueue(loop: asyncio.AbstractEventLoop, group: str, frames: list[Frame]) -> None:
     publisher = _publisher(loop)
     for frame in frames:
@@ -249,12 +261,16 @@ def _enqueue(loop: asyncio.AbstractEventLoop, group: str, frames: list[Frame]) -
 
 async def apublish(session_id: str, frame: dict[str, Any]) -> None:
     """Send one frame to the session's group, from async code (in order with the rest)."""
-    if get_channel_layer() is None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    group = session_group(session_id)
+    if _nobody_listens(layer, group):
         return
     publisher = _publisher(asyncio.get_running_loop())
     if len(publisher.queue) >= publisher.HIGH_WATER:
         await publisher.drained.wait()
-    publisher.put(session_group(session_id), frame)
+    publisher.put(group, frame)
 
 
 async def flush() -> None:

@@ -161,3 +161,36 @@ async def test_a_plain_threads_write_to_a_group_nobody_joined_spins_no_loop(sess
     event = await asyncio.to_thread(prompt_from_a_plain_thread, session)
     assert event.seq == 2
     assert started == []
+
+
+async def test_frames_for_a_group_nobody_joined_go_nowhere_and_a_member_gets_the_next(
+    session, monkeypatch
+):
+    """The in-memory layer with no member in the session's group: a frame from the loop
+    (a delta, a status) or from a thread working for it (an event, after its commit) is
+    dropped at once, as the layer would drop it, without the outbox, its drain task or
+    a thread wake-up. A member that joins gets every frame from then on, in order."""
+    layer = get_channel_layer()
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("this run's layer is Redis: every process could be listening")
+    queued: list[dict] = []
+    put = bus._LoopPublisher.put
+
+    def recording_put(self: Any, group: str, frame: dict) -> None:
+        queued.append(frame)
+        put(self, group, frame)
+
+    monkeypatch.setattr(bus._LoopPublisher, "put", recording_put)
+
+    await services.apublish_status(session_id=session.pk, status="busy")
+    await database_sync_to_async(services.update_message)(session=session, info={"role": "user"})
+    assert queued == []
+
+    layer, channel = await subscribe(session)
+    await services.apublish_status(session_id=session.pk, status="idle")
+    message = await database_sync_to_async(services.update_message)(
+        session=session, info={"role": "user"}
+    )
+    assert (await next_frame(layer, channel))["status"] == "idle"
+    assert (await next_frame(layer, channel))["seq"] == message.seq == 3
+    assert [f["kind"] for f in queued] == ["status", "event"]
