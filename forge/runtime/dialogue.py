@@ -50,7 +50,7 @@ from sessions import services
 from sessions import sql as session_sql
 from sessions.models import Session
 
-from . import accounting
+from . import accounting, lease
 from .turn import Turn
 
 
@@ -69,7 +69,17 @@ def speaker_id(info: dict[str, Any], session: Session) -> Any:
 
 def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Write] = ()) -> None:
     """Write the last step's ``held`` writes and the finished reply's message update
-    (one batch), and record the exchange in the speaker's window, atomically.
+    (one batch), record the exchange in the speaker's window, and give the session's
+    lease back, atomically.
+
+    The lease goes with the completion: the reply is finished, so the session is
+    free for its next prompt from this commit on, and the turn's end costs no
+    transaction (and no hop to the database thread) of its own. The ``idle`` status
+    is published on the same commit, after the completion's event: the session's
+    next turn, which may start from then on (in any process), publishes its
+    ``busy`` after it. ``Turn.lease_released`` tells the runner, once the
+    transaction committed, that there is nothing left to give back or announce; a
+    completion that fails leaves both to the runner, as before.
 
     Plain SQL after the batch: one statement reads the exchange from the log, one
     (two on SQLite) appends it to an existing core's window with the membership
@@ -77,66 +87,74 @@ def complete_reply(turn: Turn, info: dict[str, Any], held: Sequence[services.Wri
     turn with the agent (no core yet) takes the ORM path that creates the core."""
     session = turn.session
     with transaction.atomic():
-        events = services.append_batch(
-            session=session, writes=[*held, services.UpdateMessage(info=info)]
-        )
-        store_snapshot(session, events)
-        if turn.depth:
-            accounting.reply_completed(
-                session=session,
-                info=events[-1].data,
-                started_at=turn.started_at,
-                first_delta_at=turn.first_delta_at,
-            )
-            return
-        with connection.cursor() as cursor:
-            exchange = session_sql.read_messages(
-                cursor,
-                session_sql.Dialect(cursor),
-                tenant_id=session.tenant_id,
-                session_id=session.pk,
-                message_ids=[turn.user_message_id, turn.message_id],
-            )
-        asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
-        accounting.reply_completed(  # the parts just read: no read of its own
+        _complete_and_record(turn, info, held)
+        lease.release(session_id=session.pk, tenant_id=session.tenant_id)
+        services.publish_status_on_commit(session_id=session.pk, status="idle")
+    turn.lease_released = not connection.in_atomic_block  # committed, not only nested
+
+
+def _complete_and_record(turn: Turn, info: dict[str, Any], held: Sequence[services.Write]) -> None:
+    session = turn.session
+    events = services.append_batch(
+        session=session, writes=[*held, services.UpdateMessage(info=info)]
+    )
+    store_snapshot(session, events)
+    if turn.depth:
+        accounting.reply_completed(
             session=session,
-            info=answered["info"],
-            parts=answered["parts"],
+            info=events[-1].data,
             started_at=turn.started_at,
             first_delta_at=turn.first_delta_at,
         )
-        # From the log, not from this process: the speaker the reply records.
-        speaker = answered["info"].get("user_id")
-        if isinstance(speaker, bool) or not isinstance(speaker, int):
-            return  # no speaker logged: no memory to write
-        old = turn.supersedes
-        recorded = (
-            old is not None
-            and bool(old.get("completed_at"))
-            and not old.get("error")
-            and speaker_id(old, session) == speaker
+        return
+    with connection.cursor() as cursor:
+        exchange = session_sql.read_messages(
+            cursor,
+            session_sql.Dialect(cursor),
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+            message_ids=[turn.user_message_id, turn.message_id],
         )
-        messages = [
-            {
-                "role": item["info"]["role"],
-                "text": text,
-                "session_id": session.pk,
-                "message_id": item["info"]["id"],
-            }
-            for item in ((answered,) if recorded else (asked, answered))
-            if (text := _text(item))
-        ]
-        if not messages or memory_services.append_to_window(
-            tenant_id=session.tenant_id, user_id=speaker, agent=turn.agent.name, messages=messages
-        ):
-            return
-        # No core yet, or a speaker gone from the tenant (then no memory to write).
-        tenant = session.tenant
-        user = member(tenant=tenant, user_id=speaker)
-        if user is not None:
-            memory_services.append_dialogue(
-                tenant=tenant, user=user, agent=turn.agent.name, messages=messages
-            )
+    asked, answered = exchange[turn.user_message_id], exchange[turn.message_id]
+    accounting.reply_completed(  # the parts just read: no read of its own
+        session=session,
+        info=answered["info"],
+        parts=answered["parts"],
+        started_at=turn.started_at,
+        first_delta_at=turn.first_delta_at,
+    )
+    # From the log, not from this process: the speaker the reply records.
+    speaker = answered["info"].get("user_id")
+    if isinstance(speaker, bool) or not isinstance(speaker, int):
+        return  # no speaker logged: no memory to write
+    old = turn.supersedes
+    recorded = (
+        old is not None
+        and bool(old.get("completed_at"))
+        and not old.get("error")
+        and speaker_id(old, session) == speaker
+    )
+    messages = [
+        {
+            "role": item["info"]["role"],
+            "text": text,
+            "session_id": session.pk,
+            "message_id": item["info"]["id"],
+        }
+        for item in ((answered,) if recorded else (asked, answered))
+        if (text := _text(item))
+    ]
+    if not messages or memory_services.append_to_window(
+        tenant_id=session.tenant_id, user_id=speaker, agent=turn.agent.name, messages=messages
+    ):
+        return
+    # No core yet, or a speaker gone from the tenant (then no memory to write).
+    tenant = session.tenant
+    user = member(tenant=tenant, user_id=speaker)
+    if user is not None:
+        memory_services.append_dialogue(
+            tenant=tenant, user=user, agent=turn.agent.name, messages=messages
+        )
 
 
 def memory_blocks(

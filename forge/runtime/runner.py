@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
@@ -181,12 +181,15 @@ async def _run(turn: Turn, resume: Resume | None = None) -> None:
         if listener is not None:
             # Not awaited: the turn is over, and its end must not wait on the layer.
             _spawn(listener.leave(), tenant_id=turn.session.tenant_id)
-        await asyncio.shield(
-            db(lease.release)(session_id=session_id, tenant_id=turn.session.tenant_id)
-        )
         if _runners.get(session_id) and _runners[session_id].turn is turn:
-            del _runners[session_id]
-        await services.apublish_status(session_id=session_id, status="idle")
+            del _runners[session_id]  # (else the session's next turn already runs here)
+        if not turn.lease_released:
+            await asyncio.shield(
+                db(lease.release)(session_id=session_id, tenant_id=turn.session.tenant_id)
+            )
+            await services.apublish_status(session_id=session_id, status="idle")
+        # Else the reply's completion gave the lease back and announced ``idle``
+        # (``dialogue.complete_reply``): the session may be its next turn's already.
     if turn.depth == 0 and not turn.session.title:
         _spawn(title_later(turn.session), tenant_id=turn.session.tenant_id)
 
@@ -196,7 +199,12 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
     interval = lease.lease_seconds() / 3
     while True:
         await asyncio.sleep(interval)
-        if not await db(lease.renew)(session_id=turn.session.pk, tenant_id=turn.session.tenant_id):
+        renewed = await db(lease.renew)(
+            session_id=turn.session.pk, tenant_id=turn.session.tenant_id
+        )
+        if turn.lease_released:
+            return  # given back with the reply's completion: the turn is ending
+        if not renewed:
             logger.error("lost the lease of session %s; stopping its turn", turn.session.pk)
             turn.abort.set()
             task.cancel()
@@ -204,8 +212,12 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
 
 
 async def _abort_listener(turn: Turn, task: asyncio.Task[Any]) -> Receiver | None:
-    """Abort requests from other processes arrive over the channel layer."""
-    if get_channel_layer() is None:
+    """Abort requests from other processes arrive over the channel layer. A process-local
+    layer (the in-memory one: one process serves every face) carries none: an abort
+    in this process finds the turn in ``_runners``, so no group is joined (a channel,
+    a group and a receiving task less per turn)."""
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
         return None
 
     def handle(message: dict[str, Any]) -> bool:

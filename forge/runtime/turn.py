@@ -37,6 +37,10 @@ class Turn:
     # request, after pruning), when it was read in the prompt's own hop to the database
     # thread; None: the run loop reads it (one more hop).
     first_step: tuple[Any, Any] | None = None
+    # Whether the session's lease was given back with the reply's completion
+    # (``dialogue.complete_reply``): then the runner has none to release, and the
+    # session may already be another turn's.
+    lease_released: bool = False
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal
 
+from django.db import transaction
+
 from .. import bus
 from ..frames import delta_frame, status_frame
 from ..models import Session, SessionEvent
@@ -107,4 +109,13 @@ async def apublish_status(
     """Publish a ``session.status`` frame (bus only): a turn started, retries, or ended."""
     await bus.apublish(
         session_id, status_frame(session_id, status, attempt=attempt, next_at=next_at)
+    )
+
+
+def publish_status_on_commit(*, session_id: str, status: Literal["idle", "busy", "retry"]) -> None:
+    """Publish a ``session.status`` frame once the current transaction commits, after the
+    frames of the events it wrote (``transaction.on_commit`` runs in order): a turn that
+    ends in the transaction of its last write says so in order with that write."""
+    transaction.on_commit(
+        partial(bus.publish_after_commit, session_id, status_frame(session_id, status))
     )

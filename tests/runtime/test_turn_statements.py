@@ -10,10 +10,11 @@ any other), in process.
 Each statement is put down to the part of the turn that ran it, by the runtime
 function on its stack: the prompt (``prompting.begin``), the steps' start (pruning,
 the last step's usage, the first request: ``steps._start_steps``), the step's batch
-(``Processor.write``), the finish (``dialogue.complete_reply``: the last batch and the
-memory window append) and the lease's release. The turn is a speaker's second with
-the agent (its memory core exists, nothing rolled yet): the turn every conversation
-runs from then on.
+(``Processor.write``) and the finish (``dialogue.complete_reply``: the last batch, the
+memory window append and the lease's release, in one transaction). A release of its
+own (``lease.release`` outside the finish: a reply that did not complete) would show
+as "release". The turn is a speaker's second with the agent (its memory core exists,
+nothing rolled yet): the turn every conversation runs from then on.
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ async def turn(session: Any, text: str) -> None:
     await asyncio.wait_for(started.task, timeout=30)
 
 
-# Pinned counts per stack: (prompt, steps start, step batch, finish, release). The prompt
+# Pinned counts per stack: (prompt, steps start, step batch, finish). The prompt
 # includes the budget check (one read, forge.usage.budgets) and the finish the usage
 # UPSERT (forge.usage: the reply's parts come from the exchange read already made).
 EXPECTED = {
-    "embedded": {"prompt": 13, "steps start": 2, "step batch": 4, "finish": 10, "release": 1},
-    "server": {"prompt": 9, "steps start": 2, "step batch": 2, "finish": 6, "release": 1},
+    "embedded": {"prompt": 13, "steps start": 2, "step batch": 4, "finish": 11},
+    "server": {"prompt": 9, "steps start": 2, "step batch": 2, "finish": 7},
 }
 
 
