@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,12 +72,30 @@ def _read_agent(where: str, params: list[Any]) -> Agent | None:
     if row is None:
         return None
     values = []
-    for model_field, value in zip(_FIELDS, row, strict=True):
-        col = model_field.get_col(Agent._meta.db_table)
-        for convert in [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]:
+    columns = _converters(connection.alias, connection.vendor)
+    for (col, converters), value in zip(columns, row, strict=True):
+        for convert in converters:
             value = convert(value, col, connection)
         values.append(value)
-    return Agent.from_db(connection.alias, [f.attname for f in _FIELDS], values)
+    return Agent.from_db(connection.alias, _ATTNAMES, values)
+
+
+_ATTNAMES = [f.attname for f in _FIELDS]
+
+
+@functools.cache
+def _converters(alias: str, vendor: str) -> list[tuple[Any, list[Any]]]:
+    """Each column with the converters the ORM applies to its values on this backend
+    (the same for every row: worked out once per database, not per prompt; they read
+    the connection they are passed, and its settings, such as its time zone, are the
+    same on every thread)."""
+    columns = []
+    for model_field in _FIELDS:
+        col = model_field.get_col(Agent._meta.db_table)
+        columns.append(
+            (col, [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)])
+        )
+    return columns
 
 
 def get_agent(name: str) -> AgentConfig:

@@ -48,6 +48,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -148,6 +149,7 @@ class Processor(ToolCalls):
         self.calls: dict[str, Call] = {}
         self.awaiting: list[str] = []  # calls of this step logged awaiting-approval
         self.snapshot_before: tools.Snapshot | None = None
+        self.workspace: Path | None = None  # the session's workspace path, once known
         self.held: list[services.Write] = []  # bookkeeping written with the next write
         self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
@@ -388,10 +390,12 @@ class Processor(ToolCalls):
         """The fingerprint of the session's workspace (``tools.snapshot``), walked on a
         thread; a workspace that does not exist (no tool of the session ever wrote one)
         is the empty fingerprint without a thread: one ``stat``, not two hops a step."""
-        turn = self.turn
-        workspace = tools.workspace_path(
-            turn.session.pk, tenant_id=turn.session.tenant_id, create=False
-        )
+        workspace = self.workspace
+        if workspace is None:  # the same path for every step of the turn
+            session = self.turn.session
+            workspace = self.workspace = tools.workspace_path(
+                session.pk, tenant_id=session.tenant_id, create=False
+            )
         if not os.path.isdir(workspace):
             return tools.Snapshot(hash=tools.EMPTY_HASH, files={})
         return await asyncio.to_thread(tools.snapshot, workspace)
