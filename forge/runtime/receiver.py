@@ -1,6 +1,6 @@
 """A channel-layer group membership with its receive loop, that can be left for sure.
 
-The hub (one per session per process) and a turn's abort listener both join a
+The hub (one per session per process) and the process's abort inbox both join a
 group and hand what arrives to a callback; this is that loop, once. It lives in the
 runtime, the lower of its two users: the runtime never imports a face
 (``forge.realtime``), while a face may import the runtime (docs/layers.md).

@@ -3,15 +3,22 @@ process runs, and aborting them.
 
 A turn runs as its own asyncio task in the process that took the session's
 lease; it never runs inside a consumer's receive handler. While it runs, a
-heartbeat renews the lease (a lost lease stops the turn) and an abort listener
-in the session's runner group takes abort requests from other processes. Both
-start inside the cleanup that stops them, so nothing outlives its turn.
+heartbeat renews the lease (a lost lease stops the turn); it starts inside the
+cleanup that stops it, so nothing outlives its turn.
+
+Aborts from other processes arrive in this process's *abort inbox*: one group
+membership per process and event loop (the group named after the lease's owner,
+``lease.OWNER``), joined by the first turn that runs there and kept, not a group
+joined and left by every turn (two Redis round trips and a task per turn, on the
+path to its first delta). ``abort_turn`` reads the owner from the session's lease
+and sends there; the inbox stops the session's turn if this process runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,8 +95,78 @@ async def settle(timeout: float = 10.0) -> None:
         await asyncio.wait(pending, timeout=left)
 
 
-def runner_group(session_id: str) -> str:
-    return f"forge.runner.{session_id}"
+def runner_group(owner: str) -> str:
+    """The abort inbox's group of the process whose lease owner is ``owner`` (a group
+    name is at most 100 of ``[A-Za-z0-9._-]``; an owner holds a host name and ``:``)."""
+    return "forge.runner." + hashlib.blake2b(owner.encode(), digest_size=12).hexdigest()
+
+
+@dataclass
+class _Inbox:
+    receiver: Receiver | None
+    joined_at: float
+    lock: asyncio.Lock
+
+
+# This process's abort inbox on each event loop that runs turns (channel layers are
+# per loop); entries of closed loops are dropped as new loops come.
+_inboxes: dict[asyncio.AbstractEventLoop, _Inbox] = {}
+# The core Redis layer forgets a membership after its ``group_expiry`` (a day by
+# default): the inbox joins again when its membership is older than this.
+INBOX_REFRESH = 3600.0
+
+
+def _abort_arrived(message: dict[str, Any]) -> bool:
+    """An abort for a session whose turn runs here, on this loop: stop it. Never ends
+    the inbox (it returns False for every message)."""
+    if message.get("type") != "forge.abort":
+        return False
+    runner = _runners.get(str(message.get("session_id")))
+    if runner is None or runner.task.done():
+        return False
+    if runner.task.get_loop() is asyncio.get_running_loop():  # another loop has its own inbox
+        runner.turn.abort.set()
+        runner.task.cancel()
+    return False
+
+
+async def _open_inbox() -> None:
+    """Join this process's abort inbox on the running loop, unless it is open (and
+    its membership fresh). Raises what the layer raises when it cannot be joined.
+    A process-local layer (the in-memory one: every abort comes from this process,
+    which finds its turn in ``_runners``) needs none."""
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return
+    loop = asyncio.get_running_loop()
+    inbox = _inboxes.get(loop)
+    if inbox is not None and _fresh(inbox, loop):
+        return
+    if inbox is None:
+        for dead in [other for other in _inboxes if other.is_closed()]:
+            del _inboxes[dead]
+        inbox = _inboxes[loop] = _Inbox(receiver=None, joined_at=0.0, lock=asyncio.Lock())
+    async with inbox.lock:
+        if _fresh(inbox, loop):
+            return  # another turn opened it meanwhile
+        receiver = inbox.receiver
+        if receiver is not None and receiver.task is not None and not receiver.task.done():
+            await layer.group_add(receiver.group, receiver.channel)  # refreshed
+        else:
+            inbox.receiver = await Receiver.join(
+                runner_group(lease.OWNER), _abort_arrived, name="this process's abort inbox"
+            )
+        inbox.joined_at = loop.time()
+
+
+def _fresh(inbox: _Inbox, loop: asyncio.AbstractEventLoop) -> bool:
+    receiver = inbox.receiver
+    return (
+        receiver is not None
+        and receiver.task is not None
+        and not receiver.task.done()
+        and loop.time() - inbox.joined_at < INBOX_REFRESH
+    )
 
 
 # --- starting ---------------------------------------------------------------------
@@ -154,13 +231,12 @@ async def _run(turn: Turn, resume: Resume | None = None) -> None:
     me = asyncio.current_task()
     assert me is not None
     heartbeat: asyncio.Task[None] | None = None
-    listener: Receiver | None = None
     try:
         heartbeat = asyncio.create_task(_heartbeat(turn, me))
         try:
-            listener = await _abort_listener(turn, me)
+            await _open_inbox()
         except Exception:
-            logger.exception("session %s: could not join its runner group", session_id)
+            logger.exception("session %s: could not join this process's abort inbox", session_id)
             await db(finalize_open_messages)(
                 session=turn.session,
                 reason="the server could not reach its channel layer",
@@ -178,9 +254,6 @@ async def _run(turn: Turn, resume: Resume | None = None) -> None:
         if heartbeat is not None:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
-        if listener is not None:
-            # Not awaited: the turn is over, and its end must not wait on the layer.
-            _spawn(listener.leave(), tenant_id=turn.session.tenant_id)
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]  # (else the session's next turn already runs here)
         if not turn.lease_released:
@@ -209,27 +282,6 @@ async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
             turn.abort.set()
             task.cancel()
             return
-
-
-async def _abort_listener(turn: Turn, task: asyncio.Task[Any]) -> Receiver | None:
-    """Abort requests from other processes arrive over the channel layer. A process-local
-    layer (the in-memory one: one process serves every face) carries none: an abort
-    in this process finds the turn in ``_runners``, so no group is joined (a channel,
-    a group and a receiving task less per turn)."""
-    layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
-        return None
-
-    def handle(message: dict[str, Any]) -> bool:
-        if message.get("type") != "forge.abort":
-            return False
-        turn.abort.set()
-        task.cancel()
-        return True
-
-    return await Receiver.join(
-        runner_group(turn.session.pk), handle, name=f"the abort group of {turn.session.pk}"
-    )
 
 
 # --- compacting on demand ------------------------------------------------------------
@@ -282,8 +334,10 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
         await db(recover_session)(session)
         return
     layer = get_channel_layer()
-    if layer is not None:
-        await layer.group_send(runner_group(session.pk), {"type": "forge.abort"})
+    if layer is not None:  # to the inbox of the process that holds the lease
+        await layer.group_send(
+            runner_group(current.owner), {"type": "forge.abort", "session_id": session.pk}
+        )
     deadline = asyncio.get_running_loop().time() + timeout
     while await db(lease.current)(session_id=session.pk) is not None:
         if asyncio.get_running_loop().time() > deadline:

@@ -417,8 +417,8 @@ async def test_a_finished_text_is_logged_at_its_end_not_at_the_steps(
     assert reply["parts"][1]["text"] == "All of it."
     log = {e["seq"]: e for e in await alog(session)}
     events = [f for f in frames if f["kind"] == "event"]
-    # Each a frame of its own, in log order (channels-redis may drop one as the turn's
-    # abort listener is cancelled: the bus is at-most-once, clients repair from the log).
+    # Each a frame of its own, in log order (channels-redis may drop one as the turn is
+    # cancelled: the bus is at-most-once, clients repair from the log).
     assert [f["seq"] for f in events] == sorted({f["seq"] for f in events})
     assert all(f["id"] == log[f["seq"]]["id"] for f in events)
     if django_settings.FORGE_TEST_STACK == "embedded":

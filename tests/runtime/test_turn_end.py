@@ -1,10 +1,17 @@
 """How a turn ends: a completed reply gives the session's lease back and says ``idle`` in
 the transaction that completes it, so the next prompt is taken from that commit on,
-and it is not told ``idle`` by the turn before it (``dialogue.complete_reply``)."""
+and it is not told ``idle`` by the turn before it (``dialogue.complete_reply``); and
+how it is stopped from another process: through that process's abort inbox
+(``forge.runtime.runner``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +20,14 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from forge.runtime import lease, runner, start_turn
 from forge.runtime.processor import Processor
+from tests.live import server_env
 
 from .conftest import ahistory
 from .test_turns import text_reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def statuses(frames: list[dict[str, Any]]) -> list[str]:
@@ -120,9 +130,9 @@ async def test_a_reply_that_fails_to_complete_leaves_the_lease_to_the_runner(
     assert await database_sync_to_async(lease.current)(session_id=session.pk) is None
 
 
-async def test_a_process_local_layer_joins_no_abort_group(session, agents, script, monkeypatch):
+async def test_a_process_local_layer_joins_no_abort_inbox(session, agents, script, monkeypatch):
     """With the in-memory layer, an abort can only come from this process, which finds
-    the turn itself: the turn joins no group for it."""
+    the turn itself: no group is joined for aborts."""
     layer = get_channel_layer()
     if not isinstance(layer, InMemoryChannelLayer):
         pytest.skip("this run's layer is Redis: aborts come from other processes too")
@@ -137,4 +147,89 @@ async def test_a_process_local_layer_joins_no_abort_group(session, agents, scrip
     script([text_reply("an answer")])
     started = await start_turn(session=session, text="go")
     await asyncio.wait_for(started.task, timeout=30)
-    assert runner.runner_group(session.pk) not in groups
+    assert groups == []
+
+
+async def test_turns_share_one_abort_inbox_per_process(session, agents, script, monkeypatch):
+    """With Redis, the process joins its abort inbox once (the first turn), not a group
+    per turn: later turns cost the layer nothing before they stream."""
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("the in-memory layer has no abort inbox")
+    joined: list[str] = []
+    group_add = layer.group_add
+
+    async def recording_add(group: str, channel: str) -> None:
+        joined.append(group)
+        await group_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", recording_add)
+    script([text_reply("one"), text_reply("two"), text_reply("three")])
+    for text in ("a", "b", "c"):
+        started = await start_turn(session=session, text=text)
+        await asyncio.wait_for(started.task, timeout=30)
+    assert joined == [runner.runner_group(lease.OWNER)]  # this test's loop: joined once
+
+
+@pytest.mark.timeout(120)
+async def test_a_turn_in_another_process_is_aborted_through_its_inbox(session, agents, tmp_path):
+    """A real process runs the turn (a tool sleeps a minute); ``abort_turn`` here finds
+    its owner in the lease and sends to that process's inbox: the turn stops there,
+    is finalized as aborted, and gives the lease back, long before the tool's minute."""
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("the in-memory layer reaches no other process")
+    script_path = tmp_path / "script.json"
+    script_path.write_text(
+        json.dumps(
+            [
+                [
+                    {"type": "tool-input-start", "call_id": "c1", "tool": "sleepy"},
+                    {"type": "tool-call", "call_id": "c1", "tool": "sleepy", "input": "{}"},
+                    {"type": "finish-step", "finish_reason": "tool-calls"},
+                ]
+            ]
+        )
+    )
+    env = server_env(FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path))
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await wait_until(lambda: _tool_status(session) == "running", timeout=60)
+        current = await database_sync_to_async(lease.current)(session_id=session.pk)
+        assert current is not None
+        assert current.owner != lease.OWNER
+        began = time.monotonic()
+        await runner.abort_turn(session=session, timeout=30)
+        assert time.monotonic() - began < 20  # the tool sleeps 60 s
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    items = await ahistory(session)
+    reply = items[-1]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert reply["info"]["completed_at"]
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "error"
+    assert await database_sync_to_async(lease.current)(session_id=session.pk) is None
+
+
+def _tool_status(session: Any) -> str | None:
+    from sessions.models import Part
+
+    parts = [p.data for p in Part.objects.filter(session=session, type="tool")]
+    return parts[0]["state"]["status"] if parts else None
+
+
+async def wait_until(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not await database_sync_to_async(predicate)():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)

@@ -69,9 +69,9 @@ async def transactions() -> AsyncIterator[Transactions]:
 def assert_frames_follow_the_log(frames: list[dict[str, Any]], log: list[dict[str, Any]]) -> None:
     """Every event of ``log`` reached the bus as a frame of its own, in log order.
 
-    On the embedded stack exactly; channels-redis may drop a frame as a turn's listener
-    leaves the layer (the bus is at-most-once; clients repair gaps from the log), so on
-    the server stack the frames that came must be the log's, in its order."""
+    On the embedded stack exactly; channels-redis may drop a frame (the bus is
+    at-most-once; clients repair gaps from the log), so on the server stack the frames
+    that came must be the log's, in its order."""
     events = [(f["seq"], f["id"], f["type"], f["data"]) for f in frames if f["kind"] == "event"]
     expected = [(e["seq"], e["id"], e["type"], e["data"]) for e in log]
     if settings.FORGE_TEST_STACK == "embedded":
