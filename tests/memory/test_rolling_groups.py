@@ -102,13 +102,13 @@ def test_a_core_failing_inside_the_group_rolls_back_alone(tenant, user, settings
     taken = MemoryUnit.objects.create(
         id="mun_taken", tenant=tenant, core_id=talk(tenant=tenant, user=user, agent="x").pk
     )
-    real = rolling.new_unit_id
+    real = rolling.steps.new_unit_id  # looked up where _plan calls it
     calls = iter(range(100))
 
     def unit_id() -> str:
         return taken.pk if next(calls) == 2 else real()
 
-    monkeypatch.setattr(rolling, "new_unit_id", unit_id)
+    monkeypatch.setattr(rolling.steps, "new_unit_id", unit_id)
     report = rolling.sweep(options=options(), core_ids=cores)
     statuses = {o.core_id: o.status for o in report.outcomes}
     assert statuses == {
