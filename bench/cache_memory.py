@@ -4,8 +4,9 @@ Appends N turns (default 10,000) round-robin over M sessions (default 500) in on
 process, each turn the runtime's writes for a one-step text reply (three
 ``services.append_batch`` units, as ``forge.runtime`` commits them: the prompt; the
 step-start with the text part opened; the finished text part, the step-finish and
-the message's completion; ~400 characters each side), then what the run loop reads
-for it: ``forge.context.request_for`` (before the step) and
+the message's completion, with the context snapshot when one is due, as
+``complete_reply`` stores it; ~400 characters each side), then what the run loop
+reads for it: ``forge.context.request_for`` (before the step) and
 ``forge.context.visible_history`` (the pruning after it), which fold the turn into
 the session's cached state and put it back (``forge.context.incremental``).
 
@@ -17,7 +18,9 @@ only the byte cap evicts. Prints a row every N/10 turns: the process's RSS
 
 ``--trace`` adds a second table: the estimate against the memory the cache really
 holds, measured with ``tracemalloc`` (the traced bytes freed by ``cache.clear()``,
-after a ``gc.collect()``), for ``--trace-turns`` turns over ``--trace-sessions``.
+after a ``gc.collect()``), for ``--trace-turns`` turns over ``--trace-sessions``; the
+estimate is the states' ``cost``, of which *memo* is the snapshot memo's chunks
+(``Derived.memo_bytes``).
 
     .venv/bin/python bench/cache_memory.py [--turns 10000] [--sessions 500]
                                            [--caps 4194304,67108864] [--trace]
@@ -51,7 +54,11 @@ def rss_bytes() -> int:
 
 def write_turn(session: Any) -> None:
     """One turn's writes in the runtime's three units, ids in the runtime's order (the
-    step-start's before the text part's, as ``forge.runtime.processor`` makes them)."""
+    step-start's before the text part's, as ``forge.runtime.processor`` makes them);
+    the last with the context snapshot, when one is due."""
+    from django.db import transaction
+
+    from forge.context import store_snapshot
     from sessions import services
     from sessions.ids import new_message_id, new_part_id
     from sessions.log import format_time, now_ms
@@ -78,23 +85,25 @@ def write_turn(session: Any) -> None:
         ],
     )
     done = format_time(now_ms())
-    services.append_batch(
-        session=session,
-        writes=[
-            part(part={**text, "text": REPLY_TEXT, "time": {"start": started, "end": done}}),
-            part(
-                part={
-                    "id": finish_id,
-                    "message_id": assistant_id,
-                    "type": "step-finish",
-                    "reason": "stop",
-                    "tokens": tokens,
-                    "cost": 0.0,
-                }
-            ),
-            message(info={"id": assistant_id, "finish": "stop", "completed_at": done}),
-        ],
-    )
+    with transaction.atomic():
+        last = services.append_batch(
+            session=session,
+            writes=[
+                part(part={**text, "text": REPLY_TEXT, "time": {"start": started, "end": done}}),
+                part(
+                    part={
+                        "id": finish_id,
+                        "message_id": assistant_id,
+                        "type": "step-finish",
+                        "reason": "stop",
+                        "tokens": tokens,
+                        "cost": 0.0,
+                    }
+                ),
+                message(info={"id": assistant_id, "finish": "stop", "completed_at": done}),
+            ],
+        )
+        store_snapshot(session, last)
 
 
 def sessions_for(count: int) -> list[Any]:
@@ -157,10 +166,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     held, estimate, entries = tracemalloc.get_traced_memory()[0], cache.nbytes, len(cache)
     messages = sum(len(d) for d in cache._entries.values())
+    memo = sum(getattr(d, "memo_bytes", 0) for d in cache._entries.values())
     cache.clear()
     gc.collect()
     real = held - tracemalloc.get_traced_memory()[0]
-    return {"estimate": estimate, "real": real, "entries": entries, "messages": messages}
+    return {
+        "estimate": estimate,
+        "memo": memo,
+        "real": real,
+        "entries": entries,
+        "messages": messages,
+    }
 
 
 def child(args: argparse.Namespace, worker_arg: str) -> dict[str, Any]:
@@ -213,12 +229,13 @@ def main() -> None:
             f"{args.trace_sessions:,} sessions, no byte cap"
         )
         print_table(
-            ["entries", "messages", "estimate MiB", "traced MiB", "traced / estimate"],
+            ["entries", "messages", "estimate MiB", "memo MiB", "traced MiB", "traced / estimate"],
             [
                 [
                     f"{traced['entries']:,}",
                     f"{traced['messages']:,}",
                     f"{traced['estimate'] / MB:.2f}",
+                    f"{traced['memo'] / MB:.2f}",
                     f"{traced['real'] / MB:.2f}",
                     f"{traced['real'] / traced['estimate']:.2f}",
                 ]

@@ -36,8 +36,10 @@ Invariants:
   fold (see :func:`held`); it depends only on what the state holds, so a state
   folded to ``seq`` and one seeded at ``seq`` from the same log estimate alike
   (unless a rolled cut moved forward meanwhile: the folded state still holds the
-  messages it hid, which a seed may not read). The cache holds at most
-  ``FORGE_CONTEXT_CACHE_BYTES`` of estimate in all.
+  messages it hid, which a seed may not read). The snapshot memo's chunks are
+  counted apart (:attr:`Derived.memo_bytes`); the cache holds at most
+  ``FORGE_CONTEXT_CACHE_BYTES`` of both (:attr:`Derived.cost`) in all, an upper
+  bound of the memory the states hold (measured with ``tracemalloc``).
 """
 
 from __future__ import annotations
@@ -73,9 +75,18 @@ FOLD_FROM_START_EVENTS = 200
 # The estimate (see ``held``): the fixed cost of one message in a state beyond its
 # info, parts and rendering (its ``items`` entry and ``{info, parts}`` dict, its
 # parts list, its slots in ``order``, ``kept``, ``rendered`` and ``messages``, its
-# ``sizes`` list), and of a state. From sys.getsizeof of each on CPython 3.11.
-MESSAGE_OVERHEAD = 600
-STATE_OVERHEAD = 2_000
+# ``sizes`` list: 600; its entries in ``appended`` and ``tool_tokens``, whether it has
+# them or not: 128 and 152), and of a state (the dataclass, its containers, empty, and
+# the ``rest`` tuple). From sys.getsizeof of each on CPython 3.11, a hash table's entry
+# counted as just after the table grew (the most it costs an entry).
+MESSAGE_OVERHEAD = 880
+STATE_OVERHEAD = 4_000
+# The request's length memos, per model message of ``messages``: its ``chars`` entry
+# (the dict's slot, the (dict, length) tuple and the length: up to 152 + 56 + 32 by
+# tracemalloc) and its ``prefix`` slot and sum (40). Counted with the rendering, whether
+# the memos hold it yet or not (they do once the state is served again), so the
+# estimate still depends only on what the state derives from.
+MEMO_PER_MODEL_MESSAGE = 280
 # String values up to this long are interned too: roles, part types, finish reasons,
 # statuses, repeated in every turn. Longer ones (ids, times, texts) are mostly unique,
 # and an interned string costs an entry in the interpreter's table.
@@ -120,6 +131,20 @@ def held(value: Any, shared: Mapping[str, str] | None = None) -> tuple[Any, int]
     return value, sys.getsizeof(value)
 
 
+def rebuilt(value: Any, shared: Mapping[str, str]) -> Any:
+    """``held(value, shared)[0]`` without counting: for a value already counted (an item
+    decoded from a snapshot chunk, whose sizes the chunk holds)."""
+    if isinstance(value, str):
+        if value in shared:
+            return shared[value]
+        return sys.intern(value) if len(value) <= INTERN_VALUES else value
+    if isinstance(value, dict):
+        return {sys.intern(key): rebuilt(item, shared) for key, item in value.items()}
+    if isinstance(value, list):
+        return [rebuilt(item, shared) for item in value]
+    return value
+
+
 def size_of(value: Any) -> int:
     """What :func:`held` counts for ``value`` without ``shared``, without rebuilding it."""
     if isinstance(value, dict):
@@ -134,14 +159,33 @@ def size_of(value: Any) -> int:
 def rendering_bytes(rendering: list[dict[str, Any]], item: Mapping[str, Any]) -> int:
     """The memory one message's rendering holds beyond its item's: counted like
     :func:`held`, less a content string that is its part's text itself (a message
-    of one text part renders to that very string object)."""
+    of one text part renders to that very string object), plus the request's length
+    memos for each of its model messages (:data:`MEMO_PER_MODEL_MESSAGE`)."""
     texts = {id(part["text"]) for part in item["parts"] if isinstance(part.get("text"), str)}
-    size = size_of(rendering)
+    size = size_of(rendering) + MEMO_PER_MODEL_MESSAGE * len(rendering)
     for message in rendering:
         content = message.get("content")
         if isinstance(content, str) and id(content) in texts:
             size -= sys.getsizeof(content)
     return size
+
+
+def share_texts(rendering: list[dict[str, Any]], item: Mapping[str, Any]) -> None:
+    """Make a decoded rendering's contents that equal a text of its item's parts that
+    very string, as :func:`forge.context.messages.item_messages` renders them (a
+    message of one text part renders to the part's text itself), and as
+    :func:`rendering_bytes` counts them: decoded apart, each would be held twice. The
+    value is an equal string, so the message's JSON (and its length memo) is the same;
+    the dict is changed in place, its key's value swapped, nothing else."""
+    texts = {p["text"]: p["text"] for p in item["parts"] if isinstance(p.get("text"), str)}
+    if not texts:
+        return
+    for message in rendering:
+        content = message.get("content")
+        if isinstance(content, str):
+            text = texts.get(content)
+            if text is not None and text is not content:
+                message["content"] = text
 
 
 class Fallback(Exception):
@@ -183,17 +227,30 @@ class Derived:
     ``nbytes`` estimates the memory the state holds: each message's info and parts
     as :func:`held` counts them (computed once, when an event brings them, and kept
     per part in ``sizes`` so that a replaced part or info swaps its own count), its
-    rendering as :func:`rendering_bytes` counts it (when it is rendered), a fixed
-    :data:`MESSAGE_OVERHEAD` per message, the context blocks (counted again at each
-    ``context.updated``: the blocks, never the whole state) and
-    :data:`STATE_OVERHEAD`. Measured with ``tracemalloc`` (``bench/cache_memory.py
-    --trace``, CPython 3.11, turns of ~400 characters a side), the memory that
-    ``cache.clear()`` frees is 0.89 x the estimate at 2,000 turns over 100
-    sessions (0.90 x at 1,000 over 20): it errs high (short values counted though
-    interned). RSS grew 0.87 x the estimate in the same bench (55.3 MiB for an
-    estimate of 63.9 MiB at 10,000 turns over 500 sessions). A message hidden by the rolled cut
-    keeps its info and parts (a later event about it still needs them), so it
-    keeps their count; its rendering's leaves it.
+    rendering as :func:`rendering_bytes` counts it (when it is rendered; with the
+    request's length memos for it, ``chars`` and ``prefix``), a fixed
+    :data:`MESSAGE_OVERHEAD` per message (with its ``appended`` and ``tool_tokens``
+    entries), the context blocks (counted again at each ``context.updated``: the
+    blocks, never the whole state) and :data:`STATE_OVERHEAD`. It depends only on
+    what the state derives from (a seed of the same log counts the same), so the
+    one memo that depends on the state's past, the snapshot's chunks, is counted
+    apart: ``memo_bytes`` (set where ``chunks`` and ``rchunks`` are). ``cost``, their
+    sum, is what the cache's byte cap bounds.
+
+    An upper bound of what the state holds by ``tracemalloc`` (the memory freed when
+    it leaves the cache): the length memo holds only dicts that are in ``messages``
+    (a rendering's entries leave it when the rendering is replaced or hidden), and
+    each hash table's entry is counted as just after the table grew. Measured
+    (``bench/cache_memory.py --trace``, CPython 3.11, turns of ~400 characters a
+    side, snapshots stored) freed / cost is 0.82 at 2,000 turns over 100 sessions
+    (0.99 before the memos were counted); 0.75-0.86 for tiny turns, tool outputs
+    with stored snapshots, replies read between steps and a state unpacked from a
+    snapshot (``test_the_estimate_bounds_the_memory_each_state_holds``), ~0.35 for a
+    lazy one (estimated as if unpacked). What a process's RSS pays for it
+    is more (the allocators' rounding and the free space they keep after an
+    eviction: ``bench/daphne_rss.py``). A message hidden by the rolled cut keeps its
+    info and parts (a later event about it still needs them), so it keeps their
+    count; its rendering's leaves it.
     """
 
     tenant_id: int
@@ -236,7 +293,8 @@ class Derived:
     snapshot_seq: int = 0  # the newest snapshot this state knows is stored (0: none)
     # id(model message dict) -> (that dict, its JSON length): each message of ``messages``
     # encoded once, for the compaction's estimate (:meth:`messages_chars`). The dict is
-    # held, so its id is not reused while the entry lives; dicts are never changed in place.
+    # held, so its id is not reused while the entry lives; dicts are never changed in place
+    # (but for ``share_texts``, which swaps a value for an equal string: same JSON).
     chars: dict[int, tuple[dict[str, Any], int]] = field(default_factory=dict, repr=False)
     # (the blocks it was derived from, the model name, the request's JSON length without
     # its messages): the same until a context block changes (``blocks`` is then replaced)
@@ -248,6 +306,14 @@ class Derived:
     # (a cold load: encoding its whole history would cost what the estimate saves), from
     # its first reuse on (a cache hit), or for a short log folded from its start.
     sized: bool = field(default=False, repr=False)
+    # What ``chunks`` and ``rchunks`` hold (``snapshot.chunk_bytes``): set wherever they are.
+    memo_bytes: int = 0
+
+    @property
+    def cost(self) -> int:
+        """The state's estimated memory in all: ``nbytes`` and the snapshot memo's
+        chunks (what the cache's byte cap bounds)."""
+        return self.nbytes + self.memo_bytes
 
     @classmethod
     def seed(cls, session: Session) -> Derived:
@@ -339,26 +405,45 @@ class Derived:
 
     def unpack(self) -> None:
         """Decode what a snapshot left in chunks, and split the joined renderings per
-        message: the first need of an old item (its fold, ``history``, a moved cut)."""
+        message: the first need of an old item (its fold, ``history``, a moved cut).
+
+        The decoded items are rebuilt as a seed holds them (:func:`rebuilt`: keys
+        interned, the session's and the message's ids shared, the message's id the
+        chunk's key), the ids in ``order``, ``kept`` and ``replies`` become the items'
+        own (``tool_tokens``' and ``last_id`` too), and the renderings' texts their
+        parts' (:func:`share_texts`): decoded, each of those is a copy of its own, which
+        the estimate (a seed's) does not count."""
         if not self.lazy:
             return
         items: dict[str, dict[str, Any]] = {}
         sizes: dict[str, list[int]] = {}
+        session = self.session_id
         try:
             for chunk in self.chunks:
                 for message_id, (item, size) in snapshot.unpack_items(chunk).items():
-                    items[message_id] = item
+                    shared = {session: session, message_id: message_id}
+                    items[message_id] = {
+                        "info": rebuilt(item["info"], shared),
+                        "parts": [rebuilt(part, shared) for part in item["parts"]],
+                    }
                     sizes[message_id] = size
         except Exception as exc:
             raise Fallback("snapshot chunk unreadable") from exc
         items.update(self.items)
         sizes.update(self.sizes)
+        ids = {key: key for key in items}
+        self.order = [ids.get(i, i) for i in self.order]
+        self.kept = [ids.get(i, i) for i in self.kept]
+        self.replies = {ids.get(p, p): ids.get(r, r) for p, r in self.replies.items()}
+        self.tool_tokens = {ids.get(i, i): n for i, n in self.tool_tokens.items()}
+        self.last_id = ids.get(self.last_id, self.last_id) if self.last_id else self.last_id
         rendered: dict[str, list[dict[str, Any]]] = {}
         at = 0
         # Only new messages were added to ``kept`` and ``messages`` since: the old ones are
         # still their prefixes (anything else unpacks first).
         for message_id, length in zip(self.kept, self.lengths or (), strict=False):
             rendered[message_id] = self.messages[at : at + length]
+            share_texts(rendered[message_id], items[message_id])
             at += length
         rendered.update(self.rendered)
         self.items, self.sizes, self.rendered = items, sizes, rendered
@@ -369,6 +454,7 @@ class Derived:
         """Drop the snapshot memo (after ``unpack``): the next snapshot packs all anew."""
         self.chunks, self.chunked, self.appended = [], 0, set()
         self.rchunks, self.rchunked = [], 0
+        self.memo_bytes = 0
 
     def joined(self) -> list[dict[str, Any]]:
         """The kept messages' renderings, joined (``messages``, joined again if dirty)."""
@@ -471,8 +557,10 @@ class Derived:
         self.order = [i for i in self.order if i not in hidden]
         self.kept = [i for i in self.kept if i not in hidden]
         for message_id in hidden:
-            if self.rendered.pop(message_id, None) is not None:
+            old = self.rendered.pop(message_id, None)
+            if old is not None:
                 self._resize(message_id, 1, 0)
+                self._unsized(old)
             self.tool_tokens.pop(message_id, None)
         self.replies = {p: r for p, r in self.replies.items() if r not in hidden}
         self.dirty = True
@@ -512,11 +600,13 @@ class Derived:
             self.tool_tokens.pop(message_id, None)
 
     def _render(self, message_id: str) -> None:
-        if message_id not in self.rendered:
+        old = self.rendered.get(message_id)
+        if old is None:
             return  # read but not sent (behind a boundary, or superseded)
         rendering = item_messages(self.items[message_id])
         self.rendered[message_id] = rendering
         self._resize(message_id, 1, rendering_bytes(rendering, self.items[message_id]))
+        self._unsized(old)
         if not self.dirty and self.kept[-1] == message_id:
             del self.messages[self.tail_start :]
             del self.prefix[self.tail_start :]
@@ -527,6 +617,15 @@ class Derived:
             # must happen while ``messages`` still holds them.
             self.unpack()
             self.dirty = True
+
+    def _unsized(self, rendering: list[dict[str, Any]]) -> None:
+        """A rendering left ``rendered`` (replaced, or hidden by the cut): its messages'
+        length memo entries go with it, so that ``chars`` holds only dicts of
+        ``messages`` (what :data:`MEMO_PER_MODEL_MESSAGE` counts), never an old one."""
+        memo = self.chars
+        if memo:
+            for message in rendering:
+                memo.pop(id(message), None)
 
     def history(self) -> list[dict[str, Any]]:
         """The visible history, oldest first: new item dicts and part lists (the info
@@ -549,7 +648,8 @@ class Derived:
         model = model_of(self.blocks)
         _, _, name = model.partition("/")
         # A copy of the list: the caller may add to it. The message dicts are shared
-        # with the cache and are never changed in place (a new rendering replaces them).
+        # with the cache and are never changed in place (a new rendering replaces them; an
+        # unpack may swap a content for an equal string, ``share_texts``).
         request = request_with(
             blocks=self.blocks,
             messages=list(messages),
@@ -567,11 +667,11 @@ class Derived:
     def messages_chars(self) -> int:
         """``len(json.dumps(self.messages, ensure_ascii=False))``, encoding only the messages
         not seen before (a turn's new ones): the list's brackets and ``", "`` separators
-        plus each message's own length. Entries of messages that left ``messages`` (old
-        renderings of a reply) are dropped once there are 64 of them: the memo holds at
-        most 64 dicts the state does not (a few KB, outside its byte estimate)."""
+        plus each message's own length. The memo holds only messages of ``messages``
+        (:meth:`_unsized` drops a rendering's entries when it leaves); more entries than
+        messages would break that, and are dropped (never seen: a guard)."""
         messages, prefix, memo = self.messages, self.prefix, self.chars
-        if len(memo) > len(messages) + 64:
+        if len(memo) > len(messages):
             memo = self.chars = {id(m): memo[id(m)] for m in messages if id(m) in memo}
         total = prefix[-1] if prefix else 0
         for message in messages[len(prefix) :]:
@@ -589,7 +689,7 @@ class ContextCache:
     Three caps, the least recently used state evicted first until all hold:
 
     * ``FORGE_CONTEXT_CACHE_BYTES``: the states' estimated memory in all
-      (:attr:`Derived.nbytes`); 0 or less: no byte cap;
+      (:attr:`Derived.cost`); 0 or less: no byte cap;
     * ``FORGE_CONTEXT_CACHE_SIZE``: sessions (0 turns the cache off);
     * ``FORGE_CONTEXT_CACHE_MESSAGES``: messages held in all.
 
@@ -616,7 +716,8 @@ class ContextCache:
 
     @property
     def nbytes(self) -> int:
-        """The cached states' estimated memory in all (what the byte cap bounds)."""
+        """The cached states' estimated memory in all (their ``cost``: what the byte cap
+        bounds)."""
         return self._bytes
 
     def peek(self, session: Session) -> Derived | None:
@@ -626,7 +727,7 @@ class ContextCache:
         with self._lock:
             derived = self._entries.pop(key, None)
             if derived is not None:
-                self._bytes -= derived.nbytes
+                self._bytes -= derived.cost
                 self._messages -= len(derived)
             return derived
 
@@ -635,17 +736,18 @@ class ContextCache:
         budget = int(settings.FORGE_CONTEXT_CACHE_MESSAGES)
         cap = int(settings.FORGE_CONTEXT_CACHE_BYTES)
         limit = cap if cap > 0 else None
-        if len(derived) > budget or (limit is not None and derived.nbytes > limit):
+        cost = derived.cost
+        if len(derived) > budget or (limit is not None and cost > limit):
             self.stats["too large"] += 1
             return
         key = (derived.tenant_id, derived.session_id)
         with self._lock:
             replaced = self._entries.pop(key, None)  # a concurrent request's, put back first
             if replaced is not None:
-                self._bytes -= replaced.nbytes
+                self._bytes -= replaced.cost
                 self._messages -= len(replaced)
             self._entries[key] = derived
-            self._bytes += derived.nbytes
+            self._bytes += cost
             self._messages += len(derived)
             while self._entries and (
                 len(self._entries) > size
@@ -653,7 +755,7 @@ class ContextCache:
                 or (limit is not None and self._bytes > limit)
             ):
                 _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
+                self._bytes -= evicted.cost
                 self._messages -= len(evicted)
                 self.stats["evicted"] += 1
 

@@ -5,14 +5,19 @@ daphne, past the cache's capacity) load its next model input from one row instea
 of folding the whole log: it decodes the snapshot and folds only the events after
 it. ``sessions.snapshots`` stores the bytes; this module encodes and checks them.
 
-Format (:data:`VERSION` 2)::
+Format (:data:`VERSION` 3)::
 
     MAGIC (4 bytes: b"FCS" + version) | crc32 of the body (4 bytes, big-endian) | body
     body = msgpack [session id, seq, hash, head, [rendered chunk, ...], [chunk, ...]]
     head = zlib(msgpack [start, through, last_id, order, kept, replies, blocks,
                          blocks_bytes, nbytes, items in chunks, tool_tokens])
+    replies = [[parent id, reply id], ...]; tool_tokens = [[message id, tokens], ...]
     rendered chunk = zlib(msgpack [lengths, messages])
-    chunk = zlib(msgpack {message id: [{info, parts}, sizes], ...})
+    chunk = zlib(msgpack [[message id, {info, parts}, sizes], ...])
+
+Nothing is a map keyed by message ids: msgpack interns every map key it decodes
+(``sys.intern``), and interned ids would grow the interpreter's table of interned
+strings with the sessions a process loads (a table never shrinks).
 
 The head and the rendered chunks are what a request needs, decoded at load: the
 ids in order, the blocks, and the kept messages' renderings, joined (in kept
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -49,11 +55,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-VERSION = 2  # 2: the head holds ``tool_tokens``
+# 2: the head holds ``tool_tokens``; 3: ``sizes`` and ``nbytes`` count the request's
+# length memos (``incremental.MEMO_PER_MODEL_MESSAGE``, ``MESSAGE_OVERHEAD``: a state
+# decoded from version 2 would keep a lower estimate than its seed), and the maps keyed
+# by message ids are lists of pairs.
+VERSION = 3
 MAGIC = b"FCS" + bytes([VERSION])
 LEVEL = 1  # zlib: the fastest level; the text compresses ~10x at it already
 MAX_CHUNKS = 8  # more, and the next snapshot repacks the items as one chunk
 _PREFIX = struct.Struct(">4sI")
+# A chunk's memory beyond its length: the bytes object's header and its list slot.
+CHUNK_OVERHEAD = sys.getsizeof(b"") + 8
 
 
 class Unencodable(ValueError):
@@ -73,16 +85,22 @@ def _unpack(blob: bytes) -> Any:
 
 def unpack_items(chunk: bytes) -> dict[str, list[Any]]:
     """One chunk: ``{message id: [item, sizes]}`` (``Derived.items`` and ``Derived.sizes``)."""
-    items = _unpack(chunk)
-    if not isinstance(items, dict):
-        raise ValueError("a chunk is not a map")
-    return items
+    rows = _unpack(chunk)
+    if not isinstance(rows, list):
+        raise ValueError("a chunk is not a list")
+    return {message_id: [item, sizes] for message_id, item, sizes in rows}
+
+
+def chunk_bytes(*lists: list[bytes]) -> int:
+    """The memory the chunk lists hold (``Derived.memo_bytes``): their bytes, their
+    overhead (:data:`CHUNK_OVERHEAD`)."""
+    return sum(len(chunk) + CHUNK_OVERHEAD for chunks in lists for chunk in chunks)
 
 
 def encode(derived: Derived) -> bytes:
     """The snapshot of ``derived`` (raises :class:`Unencodable`). Updates the state's
-    chunk memo (``chunks``, ``chunked``, ``appended``); a state decoded from a snapshot
-    stays lazy (what was added since is in a chunk now, like the rest)."""
+    chunk memo (``chunks``, ``chunked``, ``appended``, ``memo_bytes``); a state decoded
+    from a snapshot stays lazy (what was added since is in a chunk now, like the rest)."""
     if max(len(derived.chunks), len(derived.rchunks)) >= MAX_CHUNKS:
         derived.unpack()
         derived.forget_chunks()
@@ -92,7 +110,7 @@ def encode(derived: Derived) -> bytes:
         new = [k for k in derived.items if k in derived.appended]
     if new or not derived.chunks:
         items, sizes = derived.items, derived.sizes
-        chunk = _pack({k: [items[k], sizes[k]] for k in new})
+        chunk = _pack([[k, items[k], sizes[k]] for k in new])
         derived.chunks = [*derived.chunks, chunk]
         derived.chunked += len(new)
     derived.appended = set()
@@ -104,6 +122,7 @@ def encode(derived: Derived) -> bytes:
         rchunk = _pack([new_lengths, messages[at : at + sum(new_lengths)]])
         derived.rchunks = [*derived.rchunks, rchunk]
         derived.rchunked = len(derived.kept)
+    derived.memo_bytes = chunk_bytes(derived.chunks, derived.rchunks)
     head = _pack(
         [
             derived.start,
@@ -111,12 +130,12 @@ def encode(derived: Derived) -> bytes:
             derived.last_id,
             derived.order,
             derived.kept,
-            derived.replies,
+            list(derived.replies.items()),
             derived.blocks,
             derived.blocks_bytes,
             derived.nbytes,
             derived.chunked,
-            derived.tool_tokens,
+            list(derived.tool_tokens.items()),
         ]
     )
     if derived.lazy:  # in a chunk and in ``messages`` now, like the rest
@@ -149,6 +168,7 @@ def decode(
             return None
         (start, through, last_id, order, kept, replies, blocks,
          blocks_bytes, nbytes, chunked, tool_tokens) = _unpack(head)  # fmt: skip
+        replies, tool_tokens = dict(replies), dict(tool_tokens)  # lists of pairs
         lengths: list[int] = []
         messages: list[dict[str, Any]] = []
         for rchunk in rchunks:
@@ -183,6 +203,7 @@ def decode(
         "chunked": chunked,
         "rchunks": rchunks,
         "rchunked": len(kept),
+        "memo_bytes": chunk_bytes(chunks, rchunks),
         "lazy": True,
         "snapshot_seq": seq,
     }

@@ -412,6 +412,14 @@ def test_incremental_equals_full_after_every_event(user, ops):
         rest = len(json.dumps({**result[1].as_dict(), "messages": []}, ensure_ascii=False))
         assert result[1].rest_chars in (None, rest), ops[: n + 1]
         assert visible_history(session) == full_history(session), ops[: n + 1]
+        # the length memo holds only messages sent (an old rendering's entries left
+        # with it), and the estimate is a seed's (but for a rolled cut moved forward:
+        # the folded state keeps the items it hid, which a seed does not read)
+        derived = cache.peek(session)
+        if derived is not None:
+            assert set(derived.chars) <= {id(m) for m in derived.messages}, ops[: n + 1]
+            if not any(o == "roll" for o, _ in ops[: n + 1]):
+                assert derived.nbytes == Derived.seed(session).nbytes, ops[: n + 1]
         # and replay (the log folded up to its head) gives the same bytes
         head = selectors.head_seq(tenant=session.tenant, session_id=session.pk)
         assert request_bytes(request_for(session, at=head)) == request_bytes(
@@ -500,3 +508,133 @@ def test_pruning_reads_no_history_until_the_outputs_could_reach_its_minimum(
     request_for(session)  # folds the marks
     assert sum(derived.tool_tokens.values()) < settings.FORGE_PRUNE_MINIMUM_TOKENS
     assert prune_choice(session) == [] == choose(full_history(session))
+
+
+def _cached(session: Any) -> Derived:
+    derived = cache.peek(session)
+    assert derived is not None
+    return derived
+
+
+def _reply_in_steps(session: Any, n: int) -> None:
+    """A prompt answered in three steps, the request read before each (as the run loop
+    does between steps): each read renders the reply so far, which the next replaces."""
+    parent = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=session, part={"message_id": parent, "type": "text", "text": f"steps {n}"}
+    )
+    aid = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": parent}
+    ).data["id"]
+    for step in range(3):
+        request_for(session)
+        services.update_part(session=session, part={"message_id": aid, "type": "step-start"})
+        services.update_part(
+            session=session,
+            part={"message_id": aid, "type": "text", "text": f"step {step} of {n} " * 20},
+        )
+    services.update_message(
+        session=session, info={"id": aid, "finish": "stop", "completed_at": DONE}
+    )
+
+
+def test_the_estimate_bounds_the_memory_each_state_holds(session, user, settings):
+    """Each cached state's estimate (``Derived.cost``: ``nbytes`` and the snapshot memo)
+    is at least the memory freed when it leaves the cache, measured with ``tracemalloc``,
+    and not far above it: for tiny turns (the fixed costs per message dominate), turns
+    with tool outputs whose snapshots are stored (the chunk memo), replies read between
+    their steps (renderings replaced after the request's length memo saw them), each
+    read again after every turn (a hit: its requests carry their JSON lengths); and
+    states decoded from a snapshot, lazy and unpacked (decoded, every key and id is a
+    copy of its own unless rebuilt)."""
+    import gc
+    import tracemalloc
+
+    from forge.context import store_snapshot
+
+    settings.FORGE_CONTEXT_SNAPSHOT_EVENTS = 1
+    tools, steps, lazy, cold = (
+        services.create_session(user=user, title=t) for t in ("tools", "steps", "lazy", "cold")
+    )
+    tiny = session
+    tracemalloc.start()
+    try:
+        for n in range(40):
+            turn(tiny, n)
+            request_for(tiny)
+        for n in range(12):
+            turn(tools, n, tool=True)
+            request_for(tools)
+            with transaction.atomic():
+                store_snapshot(tools)
+        for n in range(12):
+            _reply_in_steps(steps, n)
+            request_for(steps)
+        for each in (lazy, cold):
+            for n in range(12):
+                turn(each, n, tool=n % 3 == 0)
+            with transaction.atomic():
+                store_snapshot(each)
+            cache._take((each.tenant_id, each.pk))
+            turn(each, 12)
+            request_for(each)  # decoded from the snapshot (lazy), then the turn folded
+            request_for(each)  # served again
+        assert _cached(lazy).lazy
+        visible_history(cold)  # its items decoded
+        assert not _cached(cold).lazy
+        shapes = (tiny, tools, steps, lazy, cold)
+        costs = {}
+        for each in shapes:
+            derived = _cached(each)
+            assert derived.sized
+            # the length memo holds only the messages sent, no old rendering
+            assert set(derived.chars) <= {id(m) for m in derived.messages}
+            costs[each.pk] = derived.cost
+            del derived
+        assert _cached(tools).chunks
+        assert cache.nbytes == sum(costs.values())
+        freed = {}
+        for each in shapes:
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0]
+            cache._take((each.tenant_id, each.pk))  # dropped: freed with what only it holds
+            gc.collect()
+            freed[each.pk] = held - tracemalloc.get_traced_memory()[0]
+        ratios = {each.title: freed[each.pk] / costs[each.pk] for each in shapes}
+        assert all(ratio <= 1 for ratio in ratios.values()), ratios
+        # Not far above either; but a lazy state is estimated as if unpacked (its items,
+        # still in chunks, are counted): ~0.35 of it.
+        assert all(ratios[each.title] >= 0.6 for each in shapes if each != lazy), ratios
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_state_decoded_from_a_snapshot_interns_no_message_id(session, settings):
+    """msgpack interns every map key it decodes: a snapshot keyed by message ids would
+    put each id of every session a process loads into the interpreter's table of
+    interned strings (which never shrinks). The snapshot has no such map: neither the
+    lazy state nor the unpacked one holds an interned id."""
+    import sys
+
+    from forge.context import store_snapshot
+
+    settings.FORGE_CONTEXT_SNAPSHOT_EVENTS = 1
+    for n in range(3):
+        turn(session, n, tool=n == 1)
+    with transaction.atomic():
+        store_snapshot(session)
+    cache.clear()
+    request_for(session)
+    derived = _cached(session)
+    assert derived.lazy
+    assert derived.replies
+    assert derived.tool_tokens
+
+    def interned(value: str) -> bool:
+        return sys.intern("".join(list(value))) is value
+
+    lazy_ids = [*derived.replies, *derived.replies.values(), *derived.tool_tokens]
+    assert not any(interned(i) for i in lazy_ids)
+    derived.unpack()
+    assert len(derived.items) == 6
+    assert not any(interned(i) for i in [*derived.items, *derived.replies, *derived.order])
