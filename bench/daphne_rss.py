@@ -42,33 +42,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server_path import ROOT, manage, server_env
+from server_path import ROOT, database_url, drop_database, manage, server_env
 from serving import free_port, server_arguments, start_daphne, static_root, wait_until_up
 from table import print_table  # bench/ comes first on sys.path: python bench/<name>.py
 
 # A database of its own (``server_path.py``'s would be dropped by a run of that bench).
 BENCH_DB = f"forge_bench_daphne_rss_{os.getpid()}"
-
-
-def database_url(args: argparse.Namespace, scratch: Path) -> str:
-    """SQLite in ``scratch`` (``--sqlite``), else a fresh PostgreSQL database of this run's."""
-    if args.sqlite:
-        return f"sqlite:///{scratch / 'forge.sqlite3'}"
-    import psycopg
-
-    with psycopg.connect(args.postgres_url, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {BENCH_DB}")
-    return args.postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
-
-
-def drop_database(args: argparse.Namespace) -> None:
-    if args.sqlite:
-        return
-    import psycopg
-
-    with psycopg.connect(args.postgres_url, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
 
 
 PROBE = "FORGE_BENCH_RSS_PROBE"
@@ -368,7 +347,7 @@ def main() -> None:
     for cap in [int(c) for c in args.caps.split(",") if c]:
         args.cap = cap
         scratch = Path(tempfile.mkdtemp(prefix="forge-daphne-rss-"))
-        env = static_root(server_env(args, database_url(args, scratch), scratch))
+        env = static_root(server_env(args, database_url(args, scratch, BENCH_DB), scratch))
         env["FORGE_CONTEXT_CACHE_BYTES"] = str(cap)
         env["FORGE_CONTEXT_CACHE_SIZE"] = str(args.sessions * 2)
         env["FORGE_CONTEXT_CACHE_MESSAGES"] = str(10**9)
@@ -391,7 +370,7 @@ def main() -> None:
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(10)
-    drop_database(args)
+    drop_database(args, BENCH_DB)
     engine = "SQLite + in-memory layer" if args.sqlite else "PostgreSQL + Redis"
     print(
         f"a daphne's RSS over {args.turns:,} turns through HTTP ?wait=1, {args.sessions} "

@@ -61,15 +61,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
-def database_url(args: argparse.Namespace, scratch: Path) -> str:
+def database_url(args: argparse.Namespace, scratch: Path, name: str = BENCH_DB) -> str:
+    """SQLite in ``scratch`` (``--sqlite``), else the PostgreSQL database ``name``, made
+    anew (a bench that runs beside this one passes a name of its own)."""
     if args.sqlite:
         return f"sqlite:///{scratch / 'forge.sqlite3'}"
     import psycopg
 
     with psycopg.connect(args.postgres_url, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {BENCH_DB}")
-    return args.postgres_url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    return args.postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_database(args: argparse.Namespace, name: str = BENCH_DB) -> None:
+    """Drop what :func:`database_url` made (nothing for ``--sqlite``)."""
+    if args.sqlite:
+        return
+    import psycopg
+
+    with psycopg.connect(args.postgres_url, autocommit=True, connect_timeout=3) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def server_env(args: argparse.Namespace, db_url: str, scratch: Path) -> dict[str, str]:

@@ -50,6 +50,11 @@ class Receiver:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
 
+    @property
+    def receiving(self) -> bool:
+        """Whether its receive loop still runs (not stopped, not ended)."""
+        return self.task is not None and not self.task.done()
+
     @classmethod
     async def join(
         cls,

@@ -150,7 +150,7 @@ async def _open_inbox() -> None:
         if _fresh(inbox, loop):
             return  # another turn opened it meanwhile
         receiver = inbox.receiver
-        if receiver is not None and receiver.task is not None and not receiver.task.done():
+        if receiver is not None and receiver.receiving:
             await layer.group_add(receiver.group, receiver.channel)  # refreshed
         else:
             inbox.receiver = await Receiver.join(
@@ -163,8 +163,7 @@ def _fresh(inbox: _Inbox, loop: asyncio.AbstractEventLoop) -> bool:
     receiver = inbox.receiver
     return (
         receiver is not None
-        and receiver.task is not None
-        and not receiver.task.done()
+        and receiver.receiving
         and loop.time() - inbox.joined_at < INBOX_REFRESH
     )
 

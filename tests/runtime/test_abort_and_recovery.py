@@ -6,11 +6,8 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +22,10 @@ from forge.tools import Tool, temporary_tools
 from sessions import services
 from tests.live import server_env
 
+from . import turn_process
 from .conftest import ahistory, alog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def slow_text(words: int, pause: float) -> list[dict]:
@@ -313,14 +310,7 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     env = server_env(
         FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path), FORGE_LEASE_SECONDS="1"
     )
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = turn_process.popen(session.pk, env)
     try:
         await wait_until(lambda: _part_states(session).get("tool") == "running", timeout=60)
         os.kill(process.pid, signal.SIGKILL)
@@ -444,14 +434,7 @@ async def test_kill_9_after_a_text_finished_keeps_the_whole_text(session, agents
     if redis == "without Redis":  # the process runs with no in-flight mirror
         env.pop("REDIS_URL", None)
         env.pop("FORGE_REDIS_PREFIX", None)
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = turn_process.popen(session.pk, env)
     try:
         await wait_until(lambda: _finished_text_logged(session), timeout=60)
         os.kill(process.pid, signal.SIGKILL)

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +19,12 @@ from forge.runtime import lease, runner, start_turn
 from forge.runtime.processor import Processor
 from tests.live import server_env
 
+from . import turn_process
 from .conftest import ahistory
+from .test_abort_and_recovery import wait_until
 from .test_turns import text_reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def statuses(frames: list[dict[str, Any]]) -> list[str]:
@@ -130,32 +127,10 @@ async def test_a_reply_that_fails_to_complete_leaves_the_lease_to_the_runner(
     assert await database_sync_to_async(lease.current)(session_id=session.pk) is None
 
 
-async def test_a_process_local_layer_joins_no_abort_inbox(session, agents, script, monkeypatch):
-    """With the in-memory layer, an abort can only come from this process, which finds
-    the turn itself: no group is joined for aborts."""
+@pytest.fixture
+def joins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The groups the channel layer is asked to join from here on."""
     layer = get_channel_layer()
-    if not isinstance(layer, InMemoryChannelLayer):
-        pytest.skip("this run's layer is Redis: aborts come from other processes too")
-    groups: list[str] = []
-    group_add = layer.group_add
-
-    async def recording_add(group: str, channel: str) -> None:
-        groups.append(group)
-        await group_add(group, channel)
-
-    monkeypatch.setattr(layer, "group_add", recording_add)
-    script([text_reply("an answer")])
-    started = await start_turn(session=session, text="go")
-    await asyncio.wait_for(started.task, timeout=30)
-    assert groups == []
-
-
-async def test_turns_share_one_abort_inbox_per_process(session, agents, script, monkeypatch):
-    """With Redis, the process joins its abort inbox once (the first turn), not a group
-    per turn: later turns cost the layer nothing before they stream."""
-    layer = get_channel_layer()
-    if isinstance(layer, InMemoryChannelLayer):
-        pytest.skip("the in-memory layer has no abort inbox")
     joined: list[str] = []
     group_add = layer.group_add
 
@@ -164,11 +139,32 @@ async def test_turns_share_one_abort_inbox_per_process(session, agents, script, 
         await group_add(group, channel)
 
     monkeypatch.setattr(layer, "group_add", recording_add)
+    return joined
+
+
+async def test_a_process_local_layer_joins_no_abort_inbox(session, agents, script, joins):
+    """With the in-memory layer, an abort can only come from this process, which finds
+    the turn itself: no group is joined for aborts."""
+    layer = get_channel_layer()
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("this run's layer is Redis: aborts come from other processes too")
+    script([text_reply("an answer")])
+    started = await start_turn(session=session, text="go")
+    await asyncio.wait_for(started.task, timeout=30)
+    assert joins == []
+
+
+async def test_turns_share_one_abort_inbox_per_process(session, agents, script, joins):
+    """With Redis, the process joins its abort inbox once (the first turn), not a group
+    per turn: later turns cost the layer nothing before they stream."""
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("the in-memory layer has no abort inbox")
     script([text_reply("one"), text_reply("two"), text_reply("three")])
     for text in ("a", "b", "c"):
         started = await start_turn(session=session, text=text)
         await asyncio.wait_for(started.task, timeout=30)
-    assert joined == [runner.runner_group(lease.OWNER)]  # this test's loop: joined once
+    assert joins == [runner.runner_group(lease.OWNER)]  # this test's loop: joined once
 
 
 @pytest.mark.timeout(120)
@@ -192,14 +188,7 @@ async def test_a_turn_in_another_process_is_aborted_through_its_inbox(session, a
         )
     )
     env = server_env(FORGE_MODEL="offline/script", FORGE_SCRIPT=str(script_path))
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("turn_process.py")), session.pk],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = turn_process.popen(session.pk, env)
     try:
         await wait_until(lambda: _tool_status(session) == "running", timeout=60)
         current = await database_sync_to_async(lease.current)(session_id=session.pk)
@@ -226,10 +215,3 @@ def _tool_status(session: Any) -> str | None:
 
     parts = [p.data for p in Part.objects.filter(session=session, type="tool")]
     return parts[0]["state"]["status"] if parts else None
-
-
-async def wait_until(predicate: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not await database_sync_to_async(predicate)():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)

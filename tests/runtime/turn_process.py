@@ -1,4 +1,5 @@
-"""Run one turn of a session in this process (used by the kill -9 test).
+"""Run one turn of a session in this process (the kill -9 and cross-process abort
+tests start it with :func:`popen`).
 
     python tests/runtime/turn_process.py SESSION_ID
 
@@ -10,11 +11,26 @@ process while a tool runs.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def popen(session_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """This script, running the session's turn in a process of its own (its output,
+    stderr included, in ``stdout``)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, session_id],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 async def main(session_id: str) -> None:
