@@ -8,7 +8,8 @@ replay what the model was sent.
 :func:`request_for` is the one way a request is made: the run loop before each
 step, the ``context/`` route, and replay all call it. At the log's end it comes
 from :mod:`forge.context.incremental` (a per-session cache that folds only the
-events since the last step), byte-for-byte what the full derivation gives.
+events since the last step onto each session's :mod:`forge.context.derived` state),
+byte-for-byte what the full derivation gives.
 The derivation itself lives in :mod:`forge.context.messages` (history to model
 messages) and :mod:`forge.context.visible` (the history read from the newest
 boundary on). The history the model sees is ``filter_compacted`` (the newest

@@ -40,7 +40,7 @@ def derive_messages(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
 
 def item_messages(item: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What one history item ``{info, parts}`` becomes in :func:`derive_messages`: it
-    depends on that item alone, which is what lets :mod:`forge.context.incremental`
+    depends on that item alone, which is what lets :mod:`forge.context.derived`
     re-render only the messages an event touched."""
     info, parts = item["info"], item["parts"]
     if info["role"] == "user":

@@ -1,4 +1,4 @@
-"""The snapshot format: a :class:`forge.context.incremental.Derived` as bytes, and back.
+"""The snapshot format: a :class:`forge.context.derived.Derived` as bytes, and back.
 
 A snapshot lets a process that never served a session (after a deploy, on another
 daphne, past the cache's capacity) load its next model input from one row instead
@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 if TYPE_CHECKING:
-    from .incremental import Derived
+    from .derived import Derived
 
 logger = logging.getLogger(__name__)
 
 # 2: the head holds ``tool_tokens``; 3: ``sizes`` and ``nbytes`` count the request's
-# length memos (``incremental.MEMO_PER_MODEL_MESSAGE``, ``MESSAGE_OVERHEAD``: a state
+# length memos (``sizing.MEMO_PER_MODEL_MESSAGE``, ``MESSAGE_OVERHEAD``: a state
 # decoded from version 2 would keep a lower estimate than its seed), and the maps keyed
 # by message ids are lists of pairs.
 VERSION = 3

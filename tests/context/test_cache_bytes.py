@@ -14,7 +14,9 @@ import pytest
 from forge.context import request_for, visible_history
 from forge.context.blocks import set_block
 from forge.context.boundary import record_compaction
-from forge.context.incremental import Derived, cache, full_request, held, request_bytes
+from forge.context.derived import Derived
+from forge.context.incremental import cache, full_request, request_bytes
+from forge.context.sizing import held
 from sessions import selectors, services
 from tests.runtime.test_context_incremental import DONE, turn
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from forge.context import request_for, store_snapshot, visible_history
 from forge.context import snapshot as codec
-from forge.context.incremental import Derived, cache, full_request, request_bytes
+from forge.context.derived import Derived
+from forge.context.incremental import cache, full_request, request_bytes
 from forge.context.pruning import candidate_tokens
 from forge.context.visible import visible_history as full_history
 from sessions import selectors, services, snapshots

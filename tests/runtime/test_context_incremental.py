@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from forge.context import request_for, visible_history
 from forge.context.blocks import set_block
 from forge.context.boundary import record_compaction
+from forge.context.derived import Derived
 from forge.context.incremental import (
     ContextCacheMismatch,
-    Derived,
     cache,
     full_request,
     request_bytes,

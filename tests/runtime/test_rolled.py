@@ -14,7 +14,8 @@ from forge.context import request_for, visible_history
 from forge.context.blocks import set_block, set_blocks
 from forge.context.boundary import record_compaction
 from forge.context.compacted import filter_compacted
-from forge.context.incremental import Derived, cache, full_request, request_bytes
+from forge.context.derived import Derived
+from forge.context.incremental import cache, full_request, request_bytes
 from forge.context.rolled import drop_rolled, rolled_through
 from forge.context.visible import read_history
 from forge.context.visible import visible_history as full_history
