@@ -15,8 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .backends import caches, channel_layers, database_config
 from .base import *  # noqa: F403
-from .base import caches, channel_layers, database_config
 from .env import env_str
 
 SECRET_KEY = "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"

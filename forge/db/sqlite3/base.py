@@ -5,7 +5,7 @@ expression, on every ``execute``. A turn runs the same few dozen statements each
 (``sessions.sql``, the ORM's compiled queries), so the conversion is remembered per
 statement text: ~3 µs of each execute, a tenth of the Python a plain statement costs
 through Django's cursor. Everything else is Django's backend as configured in
-``forge.settings.base.database_config`` (WAL, ``BEGIN IMMEDIATE``).
+``forge.settings.backends.database_config`` (WAL, ``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
