@@ -28,15 +28,15 @@ A slice indexed a moment ago is found by the next query.
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import connection
 
+from .budget import BudgetCache
 from .models import MemoryCore, MemorySlice, MemoryUnit
 
 SLICE = MemorySlice._meta.db_table
@@ -245,35 +245,15 @@ def signatures(tenant_id: int, core_ids: Sequence[str]) -> dict[str, Signature]:
         return {core: (int(n), int(total), int(top)) for core, n, total, top in cursor.fetchall()}
 
 
-class Cache:
+class Cache(BudgetCache[tuple[int, str], CoreTerms]):
     """``CoreTerms`` by (tenant, core), least recently used dropped past the budget
     (``FORGE_MEMORY_TERMS_CACHE_MB``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[int, str], CoreTerms] = OrderedDict()
+        super().__init__(setting="FORGE_MEMORY_TERMS_CACHE_MB", default_mb=CACHE_MB)
 
-    def get(self, tenant_id: int, core_id: str) -> CoreTerms:
-        key = (tenant_id, core_id)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = CoreTerms(tenant_id, core_id)
-            self._entries.move_to_end(key)
-            return entry
-
-    def trim(self) -> None:
-        budget = float(getattr(settings, "FORGE_MEMORY_TERMS_CACHE_MB", CACHE_MB)) * 2**20
-        with self._lock:
-            while len(self._entries) > 1 and sum(e.nbytes for e in self._entries.values()) > budget:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def terms(self, tenant_id: int, core_id: str) -> CoreTerms:
+        return self.get((tenant_id, core_id), lambda: CoreTerms(tenant_id, core_id))
 
 
 cache = Cache()

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
+from .budget import BudgetCache
 from .embeddings import Embedder, embed_texts
 from .models import MemoryVectors
 from .times import now_ms
@@ -338,35 +337,19 @@ def _block_sums(stacked: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
     return sums
 
 
-class Cache:
+class Cache(BudgetCache[tuple[str, str], CoreVectors]):
     """``CoreVectors`` by (core, model), least recently used dropped past the budget
     (``FORGE_MEMORY_VECTOR_CACHE_MB``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], CoreVectors] = OrderedDict()
+        super().__init__(setting="FORGE_MEMORY_VECTOR_CACHE_MB", default_mb=CACHE_MB)
 
-    def get(self, core_id: str, model: str, dim: int) -> CoreVectors:
-        key = (core_id, model)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry.dim != dim:
-                entry = self._entries[key] = CoreVectors(core_id, model, dim)
-            self._entries.move_to_end(key)
-            return entry
-
-    def trim(self) -> None:
-        budget = float(getattr(settings, "FORGE_MEMORY_VECTOR_CACHE_MB", CACHE_MB)) * 2**20
-        with self._lock:
-            while len(self._entries) > 1 and sum(e.nbytes for e in self._entries.values()) > budget:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def vectors(self, core_id: str, model: str, dim: int) -> CoreVectors:
+        return self.get(
+            (core_id, model),
+            lambda: CoreVectors(core_id, model, dim),
+            usable=lambda entry: entry.dim == dim,
+        )
 
 
 cache = Cache()
@@ -374,7 +357,7 @@ cache = Cache()
 
 def core_vectors(core_id: str, embedder: Embedder) -> CoreVectors:
     """The core's vectors of the embedder's model, refreshed. Use under its ``lock``."""
-    return cache.get(core_id, embedder.name, embedder.dim)
+    return cache.vectors(core_id, embedder.name, embedder.dim)
 
 
 def dense_ranking(

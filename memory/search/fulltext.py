@@ -114,7 +114,7 @@ def held_lexical(
     for core_id in scope.core_ids:
         if core_id not in seen:
             continue
-        entry = postings.cache.get(scope.tenant_id, core_id)
+        entry = postings.cache.terms(scope.tenant_id, core_id)
         with entry.lock:  # a snapshot: the arrays are never changed in place
             entry.refresh(seen[core_id])
             if entry.count:

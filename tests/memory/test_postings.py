@@ -49,7 +49,7 @@ def test_a_slice_indexed_after_a_search_is_found_by_the_next(tenant, user):
     second = add_slice(tenant, core, "zeppelin flight", ["apple juice on the zeppelin"])
     assert found(tenant, user, "zeppelin") == [second.pk]
     assert set(found(tenant, user, "apple")) == {first.pk, second.pk}
-    entry = postings.cache.get(tenant.pk, core.pk)
+    entry = postings.cache.terms(tenant.pk, core.pk)
     assert entry.count == 2
     assert len(entry.segments) == 2  # the new slice read alone
 
@@ -64,7 +64,7 @@ def test_a_rebuilt_slice_is_read_again(tenant, user):
     assert found(tenant, user, "walrus") == [item.pk]
     assert found(tenant, user, "tea") == [other.pk]
     # The messages still hold "apple"; the summary no longer does.
-    entry = postings.cache.get(tenant.pk, core.pk)
+    entry = postings.cache.terms(tenant.pk, core.pk)
     assert entry.count == 2
 
 
