@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connection
 
-from sessions import services, sql
+from sessions import services, sql, turn_sql
 from sessions.models import Session, SessionEvent
 from sessions.projector import fold_context
 
@@ -32,7 +32,7 @@ def blocks_update(
     """The ``context.updated`` write that logs the blocks changing what is in force, or
     None when none does (for a caller that appends it with other writes, in one batch)."""
     with connection.cursor() as cursor:  # every prompt: plain SQL, no ORM compile
-        updates = sql.context_updates(
+        updates = turn_sql.context_updates(
             cursor, sql.Dialect(cursor), tenant_id=session.tenant_id, session_id=session.pk
         )
     current = fold_context(updates)

@@ -46,7 +46,7 @@ from forge.context import store_snapshot
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
-from sessions import services
+from sessions import services, turn_sql
 from sessions import sql as session_sql
 from sessions.models import Session
 
@@ -108,7 +108,7 @@ def _complete_and_record(turn: Turn, info: dict[str, Any], held: Sequence[servic
         )
         return
     with connection.cursor() as cursor:
-        exchange = session_sql.read_messages(
+        exchange = turn_sql.read_messages(
             cursor,
             session_sql.Dialect(cursor),
             tenant_id=session.tenant_id,

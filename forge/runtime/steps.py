@@ -33,7 +33,7 @@ from forge.providers.base import Provider
 from forge.providers.events import Usage
 from forge.telemetry import metrics, tracing
 from forge.tools import ToolError
-from sessions import selectors, services, sql
+from sessions import selectors, services, sql, turn_sql
 from sessions.log import format_time, now_ms
 from sessions.models import Session
 
@@ -391,7 +391,7 @@ def _last_usage(session: Any) -> Usage | None:
     new ``dialog_history`` block (a rolling trims what the model is sent: the old usage
     would overstate it, and compact a context that no longer needs it)."""
     with connection.cursor() as cursor:  # before every step: one plain statement
-        tokens = sql.last_step_tokens(
+        tokens = turn_sql.last_step_tokens(
             cursor,
             sql.Dialect(cursor),
             tenant_id=session.tenant_id,

@@ -4,10 +4,10 @@
   speaker's first with an agent) writes the rows and counters ``append_dialogue``
   writes, and writes nothing for a core that is not there or a user who left the
   tenant;
-* ``sessions.sql.read_messages`` is ``selectors.messages_by_id``;
-* ``sessions.sql.last_step_tokens`` is ``selectors.last_step_tokens``, compaction
+* ``sessions.turn_sql.read_messages`` is ``selectors.messages_by_id``;
+* ``sessions.turn_sql.last_step_tokens`` is ``selectors.last_step_tokens``, compaction
   and ``dialog_history`` blocks included;
-* ``sessions.sql.context_updates`` is ``selectors.context_updates``;
+* ``sessions.turn_sql.context_updates`` is ``selectors.context_updates``;
 * the runtime's plain Agent read is the ORM's row;
 * ``append_batch`` inside the caller's transaction takes no savepoint: a refused
   batch leaves that transaction usable, a write that fails dooms it.
@@ -25,7 +25,7 @@ from forge.models import Agent
 from forge.runtime import agents as runtime_agents
 from memory import services as memory_services
 from memory.models import DialogueMessage, MemoryCore
-from sessions import selectors, services, sql
+from sessions import selectors, services, sql, turn_sql
 from sessions.exceptions import InvalidPart
 from sessions.models import Message
 
@@ -121,7 +121,7 @@ def test_read_messages_is_messages_by_id(session, other_user):
     ids = [asked, answered, foreign, "msg_missing"]
     expected = selectors.messages_by_id(tenant=session.tenant, session=session, message_ids=ids)
     with connection.cursor() as cursor:
-        found = sql.read_messages(
+        found = turn_sql.read_messages(
             cursor,
             sql.Dialect(cursor),
             tenant_id=session.tenant_id,
@@ -137,7 +137,7 @@ def _tokens(session: Any) -> tuple[Any, Any]:
         tenant=session.tenant, session=session, stale_after_blocks=("dialog_history",)
     )
     with connection.cursor() as cursor:
-        found = sql.last_step_tokens(
+        found = turn_sql.last_step_tokens(
             cursor,
             sql.Dialect(cursor),
             tenant_id=session.tenant_id,
@@ -181,7 +181,7 @@ def test_context_updates_is_the_selectors(session):
         )
     _exchange(session)
     with connection.cursor() as cursor:
-        found = sql.context_updates(
+        found = turn_sql.context_updates(
             cursor, sql.Dialect(cursor), tenant_id=session.tenant_id, session_id=session.pk
         )
     assert found == selectors.context_updates(tenant=session.tenant, session=session)
