@@ -57,7 +57,7 @@ def read_messages(
 
 
 # The condition of the partial index ``sessionevent_context`` as literal SQL (SQLite uses
-# a partial index only when the query repeats it; see ``selectors._CONTEXT_INDEX_CONDITION``).
+# a partial index only when the query repeats it; see ``selectors.context._CONTEXT_INDEX_CONDITION``).
 _CONTEXT_EVENTS = "c.type IN ('context.updated', 'session.compacted')"
 
 

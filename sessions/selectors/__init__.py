@@ -1,5 +1,8 @@
 """All reads of the session store. Every selector takes the tenant.
 
+The reads of what the model sees (context events, the newest step's usage) live in
+``selectors.context`` and are imported here, so that callers say ``selectors.X``.
+
 An object of another tenant is indistinguishable from a missing one: both
 raise ``NotFound``.
 """
@@ -7,7 +10,7 @@ raise ``NotFound``.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +21,19 @@ from django.db.models import Q, QuerySet
 from accounts.models import Tenant
 from accounts.selectors import member
 
-from . import sql
-from .exceptions import InvalidCursor, NotFound
-from .ids import is_valid_id
-from .log import ChainProblem, event_body, format_time, log_header, verify_chain
-from .models import Message, Part, Session, SessionEvent, wire_data_sql
-from .projector import Projection, fold
+from .. import sql
+from ..exceptions import InvalidCursor, NotFound
+from ..ids import is_valid_id
+from ..log import ChainProblem, event_body, format_time, log_header, verify_chain
+from ..models import Message, Part, Session, SessionEvent, wire_data_sql
+from ..projector import Projection, fold
+from .context import (  # noqa: F401 - re-exported
+    CONTEXT_TYPES,
+    context_updates,
+    last_compaction,
+    last_step_tokens,
+    progress_since_compaction,
+)
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200
@@ -235,100 +245,6 @@ def projection_from_log(*, tenant: Tenant, session: Session) -> Projection:
 def verify_log(*, tenant: Tenant, session: Session) -> list[ChainProblem]:
     """Sequence and hash-chain problems of the session's log (empty when it verifies)."""
     return verify_chain(iter_log(session=session), session_id=session.pk)
-
-
-CONTEXT_TYPES = ("context.updated",)
-# The condition of the partial index ``sessionevent_context``, as literal SQL: SQLite
-# uses a partial index only when the query repeats its condition (a bound
-# parameter does not prove it), so reads of those events say it this way.
-_CONTEXT_INDEX_CONDITION = "\"type\" IN ('context.updated', 'session.compacted')"
-
-
-def _indexed_context_events(*, tenant: Tenant, session: Session) -> QuerySet[SessionEvent]:
-    """The session's ``context.updated`` and ``session.compacted`` events, read through
-    their partial index (a handful of rows, whatever the log's length)."""
-    return SessionEvent.objects.filter(tenant=tenant, session=session).extra(  # noqa: S610
-        where=[_CONTEXT_INDEX_CONDITION]
-    )
-
-
-def context_updates(
-    *, tenant: Tenant, session: Session, upto_seq: int | None = None
-) -> list[dict[str, Any]]:
-    """The data of the session's ``context.updated`` events, oldest first (up to a seq)."""
-    events = _indexed_context_events(tenant=tenant, session=session).filter(type__in=CONTEXT_TYPES)
-    if upto_seq is not None:
-        events = events.filter(seq__lte=upto_seq)
-    return list(events.order_by("seq").values_list("data", flat=True))
-
-
-def last_compaction(
-    *, tenant: Tenant, session: Session, upto_seq: int | None = None
-) -> dict[str, Any] | None:
-    """The data of the session's newest ``session.compacted`` event (up to a seq): the
-    marker a finished compaction logs, ``{message_id, parent_id, tail_start_id, …}``.
-    One indexed read (the ``sessionevent_context`` index), whatever the log's length."""
-    events = _indexed_context_events(tenant=tenant, session=session).filter(
-        type="session.compacted"
-    )
-    if upto_seq is not None:
-        events = events.filter(seq__lte=upto_seq)
-    data = events.order_by("-seq").values_list("data", flat=True).first()
-    return data if isinstance(data, dict) else None
-
-
-def last_step_tokens(
-    *, tenant: Tenant, session: Session, stale_after_blocks: Collection[str] = ()
-) -> dict[str, Any] | None:
-    """The tokens the newest finished model step reported (its ``step-finish`` part),
-    unless a compaction was logged after it (that usage no longer describes the
-    context), or a ``context.updated`` holding a block of a kind in
-    ``stale_after_blocks`` (a block that changes which history the model sees).
-    Reads back from the newest part (index ``part_session_id``), then the context
-    events after it (their partial index)."""
-    row = (
-        Part.objects.filter(tenant=tenant, session=session, type="step-finish")
-        .order_by("-id")
-        .values_list("seq", "data")
-        .first()
-    )
-    if row is None:
-        return None
-    seq, data = row
-    later = _indexed_context_events(tenant=tenant, session=session).filter(seq__gt=seq)
-    stale = later.filter(type="session.compacted").exists()
-    if not stale and stale_after_blocks:
-        updates = later.filter(type__in=CONTEXT_TYPES).values_list("data", flat=True)
-        stale = any(
-            isinstance(block, dict) and block.get("kind") in stale_after_blocks
-            for update in updates
-            for block in (update.get("blocks") or [] if isinstance(update, dict) else [])
-        )
-    tokens = data.get("tokens") if isinstance(data, dict) else None
-    return None if stale or not isinstance(tokens, dict) else tokens
-
-
-def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
-    """Whether the conversation moved on since the newest ``session.compacted`` marker:
-    a new prompt, or a model step that finished (outside the summary). True when
-    the session was never compacted. Reads only the events after the marker."""
-    marker = (
-        _indexed_context_events(tenant=tenant, session=session)
-        .filter(type="session.compacted")
-        .order_by("-seq")
-        .values_list("seq", "data")
-        .first()
-    )
-    if marker is None:
-        return True
-    seq, data = marker
-    summary_id = data.get("message_id") if isinstance(data, dict) else None
-    after = SessionEvent.objects.filter(tenant=tenant, session=session, seq__gt=seq)
-    steps = after.filter(type="part.updated", data__type="step-finish").exclude(
-        data__message_id=summary_id
-    )
-    prompts = after.filter(type="message.updated", data__role="user")
-    return steps.exists() or prompts.exists()
 
 
 def open_assistant_messages(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
