@@ -59,9 +59,28 @@ format: $(VENV)/.dev-deps
 # and the server stack (PostgreSQL + Redis from FORGE_TEST_DATABASE_URL and
 # FORGE_TEST_REDIS_URL). Without those variables the server pass is skipped
 # with a notice, except under CI=true, where it fails.
-test: lint test-js node-deps
-	$(BIN)/pytest $(PYTEST_ARGS)
-	FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS)
+#
+# With the server stack configured the two passes run side by side (TEST_PASSES=
+# sequential runs one after the other): they share no state (temporary SQLite
+# files and the in-memory layer; a database of their own and a key prefix per run
+# in PostgreSQL and Redis; free ports for the processes they start), and much of
+# each is waiting on the servers, browsers and daphnes it starts. The server pass
+# prints as it goes; the embedded pass's output follows it, from
+# var/test-embedded.log. Either failing fails the target.
+TEST_PASSES ?= parallel
+
+test: lint test-js node-deps | var
+	@if [ "$(TEST_PASSES)" = parallel ] && [ -n "$$FORGE_TEST_DATABASE_URL" ]; then \
+		echo "the embedded pass runs beside the server pass (var/test-embedded.log)"; \
+		$(BIN)/pytest $(PYTEST_ARGS) > var/test-embedded.log 2>&1 & embedded=$$!; \
+		FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS); server=$$?; \
+		wait $$embedded; embedded=$$?; \
+		echo "== the embedded pass (SQLite + in-memory layer) =="; cat var/test-embedded.log; \
+		echo "server pass: exit $$server; embedded pass: exit $$embedded"; \
+		[ $$server = 0 ] && [ $$embedded = 0 ]; \
+	else \
+		$(BIN)/pytest $(PYTEST_ARGS) && FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS); \
+	fi
 
 # The chat page's pure state logic (static/forge/sessionlog.js) under Node's own test
 # runner. Without Node it is skipped with a notice, except under CI=true.
