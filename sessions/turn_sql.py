@@ -56,8 +56,9 @@ def read_messages(
     return found
 
 
-# The condition of the partial index ``sessionevent_context`` as literal SQL (SQLite uses
-# a partial index only when the query repeats it; see ``selectors.context._CONTEXT_INDEX_CONDITION``).
+# The condition of the partial index ``sessionevent_context`` as literal SQL (SQLite
+# uses a partial index only when the query repeats it; see
+# ``selectors.context._CONTEXT_INDEX_CONDITION``).
 _CONTEXT_EVENTS = "c.type IN ('context.updated', 'session.compacted')"
 
 
