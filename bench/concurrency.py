@@ -228,7 +228,7 @@ async def run_size(
     sessions: int,
     deltas: int,
     rate: int,
-    profile: tuple[str, Path] | None = None,
+    profile: tuple[str, Path, float | None] | None = None,
 ) -> dict[str, Any]:
     headers = {"Authorization": f"Token {token}", "Origin": bases[0]}
     limits = httpx.Limits(max_connections=20)
@@ -267,7 +267,7 @@ async def run_size(
         started = time.monotonic()
         spies = []
         if profile is not None:  # py-spy on each server while the replies stream
-            spy, folder = profile
+            spy, folder, seconds = profile
             spies = [
                 subprocess.Popen(
                     [
@@ -276,7 +276,7 @@ async def run_size(
                         "--pid",
                         str(pid),
                         "--duration",
-                        str(int(deltas / rate * 2)),
+                        str(max(1, round(seconds if seconds else deltas / rate * 2))),
                         "--rate",
                         "250",
                         "--format",
@@ -357,7 +357,7 @@ def run_direct(
             wait_until_up(base, server, logs / f"daphne-{n}.log")
         pids = [s.pid for s in servers]
         for size in [int(s) for s in args.sessions.split(",")]:
-            profile = (args.py_spy, logs) if args.py_spy else None
+            profile = (args.py_spy, logs, args.py_spy_seconds) if args.py_spy else None
             rows.append(
                 asyncio.run(run_size(bases, pids, token, size, args.deltas, args.rate, profile))
             )
@@ -435,6 +435,12 @@ def main() -> None:
     parser.add_argument("--daphnes", type=int, default=3, help="the cluster's daphnes")
     parser.add_argument(
         "--py-spy", help="the py-spy executable: record each server while replies stream"
+    )
+    parser.add_argument(
+        "--py-spy-seconds",
+        type=float,
+        help="how long py-spy records from the prompts (default: twice a reply's time); "
+        "1 records the turns' start",
     )
     server_arguments(parser)
     args = parser.parse_args()
