@@ -41,18 +41,27 @@ def context_updates(
     return list(events.order_by("seq").values_list("data", flat=True))
 
 
+def _newest_compaction(
+    *, tenant: Tenant, session: Session, upto_seq: int | None = None
+) -> tuple[int, Any] | None:
+    """``(seq, data)`` of the session's newest ``session.compacted`` event (up to a
+    seq), through the partial index."""
+    events = _indexed_context_events(tenant=tenant, session=session).filter(
+        type="session.compacted"
+    )
+    if upto_seq is not None:
+        events = events.filter(seq__lte=upto_seq)
+    return events.order_by("-seq").values_list("seq", "data").first()
+
+
 def last_compaction(
     *, tenant: Tenant, session: Session, upto_seq: int | None = None
 ) -> dict[str, Any] | None:
     """The data of the session's newest ``session.compacted`` event (up to a seq): the
     marker a finished compaction logs, ``{message_id, parent_id, tail_start_id, …}``.
     One indexed read (the ``sessionevent_context`` index), whatever the log's length."""
-    events = _indexed_context_events(tenant=tenant, session=session).filter(
-        type="session.compacted"
-    )
-    if upto_seq is not None:
-        events = events.filter(seq__lte=upto_seq)
-    data = events.order_by("-seq").values_list("data", flat=True).first()
+    marker = _newest_compaction(tenant=tenant, session=session, upto_seq=upto_seq)
+    data = None if marker is None else marker[1]
     return data if isinstance(data, dict) else None
 
 
@@ -91,13 +100,7 @@ def progress_since_compaction(*, tenant: Tenant, session: Session) -> bool:
     """Whether the conversation moved on since the newest ``session.compacted`` marker:
     a new prompt, or a model step that finished (outside the summary). True when
     the session was never compacted. Reads only the events after the marker."""
-    marker = (
-        _indexed_context_events(tenant=tenant, session=session)
-        .filter(type="session.compacted")
-        .order_by("-seq")
-        .values_list("seq", "data")
-        .first()
-    )
+    marker = _newest_compaction(tenant=tenant, session=session)
     if marker is None:
         return True
     seq, data = marker
