@@ -29,7 +29,8 @@ case "$*" in
     echo '{{"system": "Stub SDK", "workload": "store", "base_bytes": 0, "at": {{'\\
 '"10": {{"append_ms": 1.0, "load_ms": 1.0, "bytes": {STUB_BYTES}}}, '\\
 '"20": {{"append_ms": 1.0, "load_ms": 1.0, "bytes": {STUB_BYTES}}}, '\\
-'"40": {{"append_ms": 1.0, "load_ms": 1.0, "bytes": {STUB_BYTES}}}}}}}' ;;
+'"40": {{"append_ms": 1.0, "load_ms": 1.0, "bytes": {STUB_BYTES}, '\\
+'"append_mean_ms": 1.5, "append_p99_ms": 3.0}}}}}}' ;;
   *"--workload turn"*)
     echo '{{"system": "Stub SDK", "workload": "turn", "turns": 10, '\\
 '"median_ms": {STUB_TURN_MS}, "mean_ms": {STUB_TURN_MS}}}' ;;
@@ -67,14 +68,16 @@ def test_quick_run_measures_forge_and_prints_the_ratio_to_each_peer(tmp_path):
     assert done.returncode == 0, done.stderr
     table = rows(done.stdout)
     header = table["system"]
-    assert header[-1] == "turn ms (10 turns)"
+    turn = header.index("turn ms (10 turns)")
+    assert header[turn + 1 :] == ["append mean ms N=40", "append p99 ms N=40"]
     assert [h for h in header if h.startswith("MB")] == ["MB N=10", "MB N=20", "MB N=40"]
     forge, stub, ratio = table["Forge"], table["Stub SDK"], table["Forge / Stub SDK"]
     assert all(float(cell) > 0 for cell in forge), forge  # every column measured
-    assert stub[-1] == "2.00"
+    assert stub[turn] == "2.00"
+    assert stub[turn + 1 :] == ["1.50", "3.00"]
     assert stub[header.index("MB N=40")] == "4.00"
     # The ratio is Forge's median over the stub's, column by column (cells are rounded).
-    for column in (header.index("MB N=40"), len(header) - 1):
+    for column in (header.index("MB N=40"), turn, len(header) - 1):
         expected = float(forge[column]) / float(stub[column])
         assert float(ratio[column].rstrip("x")) == pytest.approx(expected, rel=0.06)
     notes = [line for line in done.stdout.splitlines() if line.startswith("note:")]

@@ -123,6 +123,13 @@ def median_ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1000
 
 
+def p99_ms(seconds: list[float]) -> float:
+    """The 99th percentile (nearest rank) in ms: the turns that pay for a periodic
+    write (a snapshot, a checkpoint), which a median does not show."""
+    ordered = sorted(seconds)
+    return ordered[max(0, -(-len(ordered) * 99 // 100) - 1)] * 1000
+
+
 class StoreRun:
     """Collects a store run: append times per turn, and per size the load time and bytes."""
 
@@ -135,6 +142,8 @@ class StoreRun:
     def record_size(self, size: int, loads: list[float], size_bytes: int) -> None:
         self.at[str(size)] = {
             "append_ms": median_ms(self.appends[:size]),
+            "append_mean_ms": statistics.fmean(self.appends[:size]) * 1000,
+            "append_p99_ms": p99_ms(self.appends[:size]),
             "load_ms": median_ms(loads),
             "bytes": size_bytes,
         }

@@ -7,6 +7,8 @@ by round (the order rotating) so that the machine's noise falls on all alike:
 * store — N = 100, 400, 1,600 turns (a user message and a ~400-character reply each):
   append one turn (median ms over turns 1..N), load the next turn's model input at N
   (median ms), bytes on disk at N (database file + WAL after a checkpoint);
+  and the append's mean and 99th percentile at the largest N (the turns that pay for
+  periodic work, which the median hides);
 * turn — 100 whole turns through the system's own agent loop, the model an in-process
   fake streaming 80 deltas with no delay: median ms per turn.
 
@@ -178,6 +180,13 @@ def column_values(runs: dict[str, list[dict[str, Any]]], sizes: list[int]) -> li
                 [r["at"][str(size)][field] for r in runs["store"] if str(size) in r["at"]]
             )
     columns.append([r["median_ms"] for r in runs["turn"]])
+    # The append's mean and p99 at the largest N: what periodic work (Forge's context
+    # snapshot, every FORGE_CONTEXT_SNAPSHOT_EVENTS events) costs, which the median hides.
+    last = str(sizes[-1])
+    for field in ("append_mean_ms", "append_p99_ms"):
+        columns.append(
+            [r["at"][last][field] for r in runs["store"] if field in r["at"].get(last, {})]
+        )
     return columns
 
 
@@ -194,7 +203,8 @@ def report(
     header += [f"load ms N={n:,}" for n in sizes]
     header += [f"MB N={n:,}" for n in sizes]
     header += [f"turn ms ({args.turns} turns)"]
-    scale = [1.0] * (2 * len(sizes)) + [1e-6] * len(sizes) + [1.0]
+    header += [f"append mean ms N={sizes[-1]:,}", f"append p99 ms N={sizes[-1]:,}"]
+    scale = [1.0] * (2 * len(sizes)) + [1e-6] * len(sizes) + [1.0, 1.0, 1.0]
 
     def median(values: list[float]) -> float | None:
         return statistics.median(values) if values else None
@@ -228,7 +238,8 @@ def report(
         f"store: N turns of a user message + a {len(common.REPLY_TEXT)}-character reply; "
         f"turn: a fake model streaming {len(common.DELTAS)} deltas, no delay; "
         "cells: median over the rounds (store: append = median over turns 1..N, "
-        f"load = median of {args.loads}; turn = median over the turns)"
+        f"load = median of {args.loads}; turn = median over the turns; the last two "
+        "columns: the append's mean and 99th percentile over turns 1..N at the largest N)"
     )
     print(
         f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "

@@ -82,7 +82,7 @@ class Derived:
     blocks, never the whole state) and :data:`STATE_OVERHEAD`. It depends only on
     what the state derives from (a seed of the same log counts the same), so the
     one memo that depends on the state's past, the snapshot's chunks, is counted
-    apart: ``memo_bytes`` (set where ``chunks`` and ``rchunks`` are). ``cost``, their
+    apart: ``memo_bytes`` (set where the chunks are). ``cost``, their
     sum, is what the cache's byte cap bounds.
 
     An upper bound of what the state holds by ``tracemalloc`` (the memory freed when
@@ -134,10 +134,16 @@ class Derived:
     appended: set[str] = field(default_factory=set)
     lazy: bool = False
     lengths: list[int] | None = None
+    # The lists' memo: compressed chunks of the first ``hchunked`` ids of ``order``,
+    # ``kept`` and ``replies`` (which only grow until the memos are dropped).
+    hchunks: list[bytes] = field(default_factory=list)
+    hchunked: tuple[int, int, int] = (0, 0, 0)
     # The renderings' memo: compressed chunks of the first ``rchunked`` kept messages'
-    # renderings (unchanged since: a change to one of them drops both memos).
+    # renderings, ``rmessages`` model messages (unchanged since: a change to one of them
+    # drops the memos).
     rchunks: list[bytes] = field(default_factory=list)
     rchunked: int = 0
+    rmessages: int = 0
     snapshot_seq: int = 0  # the newest snapshot this state knows is stored (0: none)
     # id(model message dict) -> (that dict, its JSON length): each message of ``messages``
     # encoded once, for the compaction's estimate (:meth:`messages_chars`). The dict is
@@ -154,7 +160,8 @@ class Derived:
     # (a cold load: encoding its whole history would cost what the estimate saves), from
     # its first reuse on (a cache hit), or for a short log folded from its start.
     sized: bool = field(default=False, repr=False)
-    # What ``chunks`` and ``rchunks`` hold (``snapshot.chunk_bytes``): set wherever they are.
+    # What ``chunks``, ``hchunks`` and ``rchunks`` hold (``snapshot.chunk_bytes``): set
+    # wherever they are.
     memo_bytes: int = 0
 
     @property
@@ -301,7 +308,8 @@ class Derived:
     def forget_chunks(self) -> None:
         """Drop the snapshot memo (after ``unpack``): the next snapshot packs all anew."""
         self.chunks, self.chunked, self.appended = [], 0, set()
-        self.rchunks, self.rchunked = [], 0
+        self.hchunks, self.hchunked = [], (0, 0, 0)
+        self.rchunks, self.rchunked, self.rmessages = [], 0, 0
         self.memo_bytes = 0
 
     def joined(self) -> list[dict[str, Any]]:
@@ -314,11 +322,6 @@ class Derived:
                 self.messages.extend(self.rendered[message_id])
             self.dirty = False
         return self.messages
-
-    def render_lengths(self) -> list[int]:
-        """How many model messages each kept message renders to, in ``kept``'s order."""
-        old = self.lengths or []
-        return [*old, *(len(self.rendered[i]) for i in self.kept[len(old) :])]
 
     def _item(self, message_id: str) -> dict[str, Any] | None:
         """The read item ``message_id``, or None; decodes the chunks only for an id that

@@ -339,8 +339,12 @@ class ContextCache:
             except snapshot.Unencodable as exc:
                 self.stats[f"snapshot unencodable: {exc}"[:80]] += 1
                 return False
-            except Fallback as exc:  # a chunk it was decoded from does not decode
-                self.stats[f"snapshot:{exc}"] += 1
+            except (Fallback, snapshot.ChunkUnreadable) as exc:
+                # a chunk it was decoded from does not decode (merging it, or unpacking)
+                unreadable = isinstance(exc, snapshot.ChunkUnreadable)
+                self.stats[
+                    "snapshot:snapshot chunk unreadable" if unreadable else f"snapshot:{exc}"
+                ] += 1
                 cached = False  # not put back: the next request derives anew
                 return False
             snapshots.write(

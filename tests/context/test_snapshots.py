@@ -9,6 +9,7 @@ intact, is ignored.
 from __future__ import annotations
 
 import zlib
+from itertools import pairwise
 from typing import Any
 
 import msgpack
@@ -123,21 +124,105 @@ def assert_equal(session: Any) -> None:
     assert visible_history(session) == full_history(session)
 
 
-def test_a_lazy_state_stores_again_and_repacks_its_chunks(session):
+def test_a_lazy_state_stores_again_and_merges_its_chunks(session):
     """A state decoded from a snapshot stores the next one without decoding its items
-    (one more chunk), and past ``MAX_CHUNKS`` repacks them as one."""
+    (one more chunk of each kind), and its chunks merge as they accumulate: the older
+    ones larger, never more than ``MAX_CHUNKS``."""
     turn(session, 0)
     store(session)
-    for n in range(1, codec.MAX_CHUNKS + 3):
+    for n in range(1, 24):
         cache.clear()
         turn(session, n, tool=n % 2 == 0)
         request_for(session)  # decoded from the previous snapshot, lazy
         store(session)
         derived = cache.peek(session)
         assert derived is not None
-        assert 1 <= len(derived.chunks) <= codec.MAX_CHUNKS
+        assert derived.lazy  # storing did not decode the items
+        for chunks in (derived.chunks, derived.hchunks, derived.rchunks):
+            assert 1 <= len(chunks) <= codec.MAX_CHUNKS, [len(c) for c in chunks]
+            assert all(len(a) > len(b) for a, b in pairwise(chunks))
         assert derived.chunked == len(derived)
+        assert derived.hchunked == (len(derived.order), len(derived.kept), len(derived.replies))
+        assert derived.rchunked == len(derived.kept)
         assert_cold_load_is_full(session)
+
+
+def test_a_warm_state_packs_only_what_came_since_its_last_snapshot(session):
+    """Stored after every turn by the process that serves the session, each snapshot
+    packs the items, ids and renderings that came since the last one (the chunks'
+    merges left out here: :func:`test_tiered_chunks_stay_few_ordered_and_whole`), so
+    that over the turns about the state's size is packed, once; packing the whole state
+    each time would be the sum of its sizes, ~n/2 times. And the cold load of the last
+    equals the full derivation."""
+    packed: list[int] = []
+    real = codec._pack
+
+    def counting(value: Any) -> bytes:
+        packed.append(len(msgpack.packb(value, use_bin_type=True)))
+        return real(value)
+
+    turns = 40
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_pack", counting)
+        patch.setattr(codec, "tiered", lambda chunks, merge: chunks)
+        for n in range(turns):
+            turn(session, n, tool=n % 3 == 0)
+            request_for(session)
+            store(session)
+    derived = cache.peek(session)
+    assert derived is not None
+    assert not derived.lazy
+    assert len(derived.chunks) == turns
+    whole = len(msgpack.packb([list(derived.items.values()), derived.messages, derived.order]))
+    assert sum(packed) < 2 * whole, (sum(packed), whole)
+    assert_cold_load_is_full(session)
+
+
+@pytest.mark.parametrize("sizes", [[1] * 40, list(range(1, 40)), list(range(40, 0, -1))])
+def test_tiered_chunks_stay_few_ordered_and_whole(sizes):
+    """:func:`codec.tiered` after each new chunk: a few chunks (compressed, two merged
+    chunks are less than twice one, so the count grows as a log of base less than 2),
+    strictly smaller from the oldest to the newest, holding every item in order."""
+    chunks: list[bytes] = []
+    items: list[str] = []
+    for n, size in enumerate(sizes):
+        new = [f"{n}-{i}-" + "x" * 40 for i in range(size)]
+        items += new
+        chunks = codec.tiered([*chunks, codec._pack(new)], codec.merge_items)
+        assert len(chunks) <= min(codec.MAX_CHUNKS, 2 * len(items).bit_length())
+        assert all(len(a) > len(b) for a, b in pairwise(chunks))
+        assert [x for chunk in chunks for x in codec._unpack(chunk)] == items
+
+
+@pytest.mark.parametrize(
+    "sizes", [(0, 3), (3, 12), (15, 1), (40, 70_000), (65_535, 1), (70_000, 0)]
+)
+def test_merged_chunks_decode_as_their_parts_joined(sizes):
+    """The merges join encoded elements under a new array header (fix, 16- and 32-bit
+    lengths): the merged chunk decodes to the two chunks' values joined."""
+    a, b = (
+        [{"id": f"m{k}-{i}", "n": i, "t": "é" * (i % 3)} for i in range(n)]
+        for k, n in enumerate(sizes)
+    )
+    merged = codec.merge_items(codec._pack(a), codec._pack(b))
+    assert codec._unpack(merged) == a + b
+    rendered = [[[1] * len(a), a], [[2] * len(b), b]]
+    merged = codec.merge_rendered(codec._pack(rendered[0]), codec._pack(rendered[1]))
+    assert codec._unpack(merged) == [[1] * len(a) + [2] * len(b), a + b]
+    lists = [[["o1"], ["k1"], [["p", "r"]]], [["o2"], [], []]]
+    merged = codec.merge_lists(codec._pack(lists[0]), codec._pack(lists[1]))
+    assert codec._unpack(merged) == [["o1", "o2"], ["k1"], [["p", "r"]]]
+
+
+def test_a_chunk_that_does_not_merge_is_unreadable():
+    good = codec._pack([])  # smaller than each bad one: they merge
+    for bad in (b"not zlib at all", zlib.compress(b"\xc1" * 20), codec._pack({"a": "x" * 20})):
+        with pytest.raises(codec.ChunkUnreadable):
+            codec.tiered([good, bad], codec.merge_items)
+    with pytest.raises(codec.ChunkUnreadable):
+        codec.tiered(
+            [codec._pack([[1], [2], [3]]), codec._pack([[1], [2], [3]])], codec.merge_rendered
+        )
 
 
 def test_the_estimate_survives_a_snapshot(session):
@@ -235,7 +320,7 @@ def test_a_chunk_that_does_not_decode_is_derived_instead(session, settings, size
         turn(session, n, tool=n == 2)
     store(session)
     row = stored(session)
-    chunk = msgpack.unpackb(row.state[8:])[5][0]
+    chunk = msgpack.unpackb(row.state[8:])[6][0]
     _replace(session, state=_with_crc(_flip(row.state, row.state.index(chunk) + len(chunk) // 2)))
     settings.FORGE_CONTEXT_CACHE_SIZE = size
     cache.clear()
