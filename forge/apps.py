@@ -24,11 +24,16 @@ class ForgeConfig(AppConfig):
 
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
 
-        # An imported log's replies count in usage, in the import's transaction.
+        # An imported log's replies count in usage, then its open replies end as
+        # interrupted (nothing runs them here; ending one counts it, as the runtime's
+        # ending does): both in the import's transaction, in this order (receivers run
+        # in the order they were connected), so that each reply counts once.
+        from forge.runtime.recovery import on_session_imported as finalize_imported
         from forge.usage.services import on_session_imported
         from sessions.signals import session_imported
 
         session_imported.connect(on_session_imported, dispatch_uid="forge.usage-import")
+        session_imported.connect(finalize_imported, dispatch_uid="forge.import-finalize")
 
         # Rolling's metrics: the memory store says what its sweeps did.
         from forge.telemetry.metrics import rollings_done

@@ -415,3 +415,93 @@ def normalize_message(
         "created_at": created_at,
         **fields,
     }
+
+
+# --- the events that project to no rows -------------------------------------------
+# ``context.updated`` and ``session.compacted`` were free-form objects; an imported log
+# could then carry ``{"blocks": null}`` or a marker whose ids are lists, and the
+# session's every later request failed on it (the fold, the compaction plan). Their
+# shapes are declared here, checked on every append and on import alike.
+
+_TOOL_SPEC = _record(
+    {
+        "name": (v_str, _REQUIRED),
+        "description": (v_str, _REQUIRED),
+        "parameters": (v_object, _REQUIRED),
+    }
+)
+
+
+def _v_opt_number(path: str, value: Any) -> int | float | None:
+    return None if value is None else v_number(path, value)
+
+
+def _v_block(path: str, value: Any) -> dict[str, Any]:
+    """A context block ``{"kind", "key"?, ...}``: ``kind`` a non-empty string, ``key`` a
+    string, ``removed`` a boolean, ``text`` a string (whatever the kind: it reaches the
+    model as system text); the kinds the runtime reads typed further: ``tools`` a list of
+    ``{name, description, parameters}``, ``settings``' ``model`` a string and
+    ``temperature`` a number (either may be null). Other fields are the block's own."""
+    block = v_object(path, value)
+    kind = block.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise _fail(f"{path}.kind", "a non-empty string", kind)
+    if "key" in block:
+        v_str(f"{path}.key", block["key"])
+    if "removed" in block:
+        v_bool(f"{path}.removed", block["removed"])
+    if "text" in block:
+        v_str(f"{path}.text", block["text"])
+    if block.get("removed"):
+        return block
+    if kind == "tools":
+        tools = block.get("tools", [])
+        if not isinstance(tools, list):
+            raise _fail(f"{path}.tools", "a list of tools", tools)
+        for i, spec in enumerate(tools):
+            _TOOL_SPEC(f"{path}.tools[{i}]", spec)
+    elif kind == "settings":
+        if block.get("model") is not None:
+            v_str(f"{path}.model", block["model"])
+        _v_opt_number(f"{path}.temperature", block.get("temperature"))
+    return block
+
+
+def check_context_update(data: Any) -> None:
+    """``context.updated``'s data: exactly ``{"blocks": [block, ...]}`` (:func:`_v_block`).
+    Raises ``ShapeError``."""
+    fields = v_object("data", data)
+    if set(fields) != {"blocks"}:
+        raise ShapeError(
+            f"data: expected exactly the field 'blocks', got {sorted(map(str, fields))}"
+        )
+    blocks = fields["blocks"]
+    if not isinstance(blocks, list):
+        raise _fail("data.blocks", "a list of blocks", blocks)
+    for i, block in enumerate(blocks):
+        _v_block(f"data.blocks[{i}]", block)
+
+
+_COMPACTION_MARKER = _record(
+    {
+        "message_id": (v_id, _REQUIRED),
+        "parent_id": (v_id, _REQUIRED),
+        "tail_start_id": (v_opt_id, _OPTIONAL),
+        "auto": (v_bool, _OPTIONAL),
+    }
+)
+
+
+def check_compaction_marker(data: Any) -> None:
+    """``session.compacted``'s data: ``{message_id, parent_id, tail_start_id?, auto?}``
+    (the summary message, the prompt it answers, where the kept tail starts). Raises
+    ``ShapeError``."""
+    _COMPACTION_MARKER("data", data)
+
+
+def check_free_event(type: str, data: Any) -> None:
+    """The data of an event that projects to no rows, by its type. Raises ``ShapeError``."""
+    if type == "context.updated":
+        check_context_update(data)
+    elif type == "session.compacted":
+        check_compaction_marker(data)

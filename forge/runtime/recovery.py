@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -56,6 +57,15 @@ def finalize_dead_turn(session: Session) -> list[str]:
 
     transaction.on_commit(counted)
     return finished
+
+
+def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> list[str]:
+    """``sessions.signals.session_imported``: a log exported while a reply was streaming
+    carries that reply open, and no process runs it here; it ends as interrupted now, in
+    the import's transaction, as :func:`finalize_dead_turn` ends a dead runner's (a reply
+    whose tool calls await an approval stays open for the answer). Connected after usage
+    counts the log's completed replies (``forge.apps``): ending one counts it."""
+    return finalize_open_messages(session=session, reason=INTERRUPTED)
 
 
 def recover_session(session: Session) -> list[str]:

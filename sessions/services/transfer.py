@@ -9,7 +9,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from accounts.exceptions import ForgeError, NoTenant
-from accounts.selectors import tenant_for_user
+from accounts.selectors import members_of, tenant_for_user
 
 from .. import selectors, snapshots, sql
 from ..exceptions import LogIntegrityError, NotFound, SessionMismatch
@@ -17,7 +17,14 @@ from ..ids import is_valid_id, new_message_id, new_part_id
 from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context
-from ..shapes import ShapeError, normalize_message, normalize_part, nul_path, v_time
+from ..shapes import (
+    ShapeError,
+    check_free_event,
+    normalize_message,
+    normalize_part,
+    nul_path,
+    v_time,
+)
 from ..signals import session_imported
 from .messages import (
     append_event,
@@ -218,7 +225,8 @@ def import_log(
 
 
 def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool) -> Session:
-    if copy or _ids_taken(events):
+    strangers = _strangers(user=user, events=events)
+    if copy or strangers or _ids_taken(events):
         return _import_copy(user=user, events=events)
     try:
         with transaction.atomic():  # a savepoint: a taken id undoes only this attempt
@@ -227,6 +235,26 @@ def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool)
         # An id of this log is taken, perhaps in another tenant: import a copy with
         # new ids rather than say so (ids are kept only when free in the database).
         return _import_copy(user=user, events=events)
+
+
+def _strangers(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> set[int]:
+    """The speakers of the log (its messages' ``user_id``) who are not members of the
+    importing user's tenant: another tenant's users, users of another server (a user id
+    is a database's own number), deleted ones. Memory and usage go by the speaker, so
+    such a log is imported as a copy, whose speakers are the importing user."""
+    speakers = {
+        e["data"]["user_id"]
+        for e in events
+        if e["type"] == "message.updated" and "user_id" in e["data"]
+    }
+    if not speakers:
+        return set()
+    try:
+        tenant = tenant_for_user(user)
+    except NoTenant as exc:
+        raise SessionMismatch(str(exc)) from exc
+    members = members_of([tenant.pk]).filter(pk__in=speakers).values_list("pk", flat=True)
+    return speakers - set(members)
 
 
 def _ids_taken(events: list[dict[str, Any]]) -> bool:
@@ -384,14 +412,22 @@ def _canonical(
     if kind == "part.removed":
         parts.pop(data["part_id"])
         return data
-    return data  # session.compacted, context.updated: free-form objects
+    check_free_event(kind, data)  # session.compacted, context.updated
+    if kind == "session.compacted":
+        for field in ("message_id", "parent_id"):
+            if data[field] not in messages:
+                raise ValueError(f"data.{field}: no message {data[field]!r} before it")
+    return data
 
 
 def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
     """A copy of a verified log: the session, its messages and parts get new ids (in the
     same order as the originals, so every id comparison still holds) and the events
     are appended anew, so the copy has its own chain; its ``session.created`` records
-    the source's id, head seq and head hash."""
+    the source's id, head seq and head hash. The copy is the importing user's: every
+    message names them as its speaker (``user_id``), so that its memory and its usage
+    are theirs, never those of whoever spoke in the source (a copy imported again and
+    again would otherwise spend that person's budget)."""
     source = events[0]["data"]
     message_ids = sorted(
         {e["data"]["id"] for e in events if e["type"] == "message.updated"}
@@ -423,6 +459,8 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
             if key in data:
                 data[key] = remap(data[key])
         data["session_id"] = session.pk
+        if "user_id" in data:
+            data["user_id"] = user.pk
         if kind == "session.updated":
             update_session(session=session, title=data.get("title") or "", agent=data.get("agent"))
         elif kind == "message.updated":

@@ -20,7 +20,7 @@ from .. import sql
 from ..exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound, SessionMismatch
 from ..ids import is_valid_id
 from ..models import Session
-from ..shapes import ShapeError, normalize_message, normalize_part
+from ..shapes import ShapeError, check_free_event, normalize_message, normalize_part
 
 __all__ = [
     "FREE_EVENT_TYPES",
@@ -97,6 +97,10 @@ class AppendEvent(Write):
             )
         if not isinstance(self.data, Mapping):
             raise InvalidEvent("event data must be an object")
+        try:
+            check_free_event(self.type, self.data)
+        except ShapeError as exc:
+            raise InvalidEvent(f"{self.type}: {exc}") from None
 
     def build(self, session: Session, head: sql.Head) -> Built:
         self.check()

@@ -315,6 +315,23 @@ def _created_at(value: Any) -> Any:
     return tamper
 
 
+BAD_BLOCKS: list[tuple[str, dict[str, Any]]] = [
+    ("blocks-null", {"blocks": None}),
+    ("blocks-string", {"blocks": "x"}),
+    ("block-number", {"blocks": [1]}),
+    ("block-without-kind", {"blocks": [{"key": "agent", "text": "x"}]}),
+    ("tools-string", {"blocks": [{"kind": "tools", "key": "agent", "tools": "nope"}]}),
+    ("tools-numbers", {"blocks": [{"kind": "tools", "key": "agent", "tools": [1, 2]}]}),
+    ("system-text-number", {"blocks": [{"kind": "system", "text": 123}]}),
+    ("settings-temperature", {"blocks": [{"kind": "settings", "temperature": "hot"}]}),
+    ("blocks-and-more", {"blocks": [], "extra": 1}),
+]
+BAD_MARKERS: list[tuple[str, dict[str, Any]]] = [
+    ("marker-ids-not-ids", {"message_id": 5, "parent_id": [1]}),
+    ("marker-empty", {}),
+    ("marker-unknown-message", {"message_id": "msg_x", "parent_id": "msg_y"}),
+]
+
 MALFORMED = [
     ("seq-string", _first(seq="1"), False, "seq must be an integer"),
     ("seq-null", _first(seq=None), False, "seq must be an integer"),
@@ -331,6 +348,10 @@ MALFORMED = [
         True,
         "NUL",
     ),
+    # A second-round finding: each of these was imported (201), and the session's
+    # context/, prompts, fork or compact answered 500 ever after.
+    *((name, _with_event("context.updated", data), True, "data") for name, data in BAD_BLOCKS),
+    *((name, _with_event("session.compacted", data), True, "data") for name, data in BAD_MARKERS),
 ]
 
 
@@ -374,3 +395,88 @@ def test_an_import_under_row_level_security_still_sees_ids_of_other_tenants(
         imported = services.import_log(user=other_user, events=events)
         assert imported.pk != compacted.pk
         assert Session.objects.filter(pk=compacted.pk).count() == 0
+
+
+def _spoken_by(session: Any, speaker: Any) -> None:
+    """An exchange whose prompt and reply name ``speaker`` (as a turn of theirs would)."""
+    prompt = services.update_message(
+        session=session, info={"role": "user", "user_id": speaker.pk}
+    ).data["id"]
+    services.update_part(session=session, part={"message_id": prompt, "type": "text", "text": "q"})
+    reply = services.update_message(
+        session=session,
+        info={"role": "assistant", "parent_id": prompt, "user_id": speaker.pk},
+    ).data["id"]
+    services.update_message(session=session, info={"id": reply, "completed_at": DONE})
+
+
+def _speakers(session: Any) -> set[Any]:
+    return {
+        e.data.get("user_id")
+        for e in SessionEvent.objects.filter(session=session, type="message.updated")
+    } - {None}
+
+
+def test_an_imported_copy_is_the_importers_and_kept_ids_need_member_speakers(
+    session, user, tenant, other_user, tmp_path, capsys
+):
+    """Second-round findings: a log's messages name their speakers (``user_id``), and an
+    import kept them: another tenant's user, a user of another server (ids are a
+    database's own numbers), or a colleague, whose usage (and budget) every further
+    copy charged again. A copy now names the importing user as every speaker; a log
+    keeps its ids (and bytes) only when its speakers are members of the tenant."""
+    from accounts.models import Membership, User
+    from forge.models import Usage
+
+    carol = User.objects.create_user(username="carol", password="pw-carol-123")
+    Membership.objects.create(tenant=tenant, user=carol)
+    _spoken_by(session, other_user)
+    _spoken_by(session, user)
+    path = export(session, tmp_path)
+    services.delete_session(session=session)  # its ids are free again
+    call_command("import_session", str(path), "--user", user.username)
+    imported = Session.objects.get(pk=capsys.readouterr().out.strip())
+    assert imported.pk != session.pk  # a copy: a speaker is not a member
+    assert _speakers(imported) == {user.pk}
+    assert set(Usage.objects.values_list("user_id", flat=True)) == {user.pk}
+
+    path = export(imported, tmp_path)
+    for _ in range(2):  # a colleague's copies are theirs, however many
+        call_command("import_session", str(path), "--user", "carol", "--copy")
+        copy = Session.objects.get(pk=capsys.readouterr().out.strip())
+        assert _speakers(copy) == {carol.pk}
+    used = dict(Usage.objects.values_list("user_id", "turns"))
+    assert used == {user.pk: 2, carol.pk: 4}
+
+    services.delete_session(session=imported)
+    call_command("import_session", str(path), "--user", user.username)
+    again = Session.objects.get(pk=capsys.readouterr().out.strip())
+    assert again.pk == imported.pk  # every speaker a member: ids and bytes kept
+    assert _speakers(again) == {user.pk}
+
+
+def test_an_import_of_a_log_exported_mid_reply_ends_that_reply(session, user, tmp_path, capsys):
+    """A second-round finding: the open reply of a log exported while it streamed stayed
+    open in the import for ever (no process runs it there). It ends as interrupted in the
+    import's transaction, keeping its text, and counts in usage as aborted."""
+    from forge.models import Usage
+
+    _exchange(session, 0)
+    prompt = services.update_message(session=session, info={"role": "user"}).data["id"]
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": prompt}
+    ).data["id"]
+    services.update_part(
+        session=session,
+        part={"message_id": reply, "type": "text", "text": "half an ans", "time": {"start": DONE}},
+    )
+    path = export(session, tmp_path)
+    call_command("import_session", str(path), "--user", user.username, "--copy")
+    imported = Session.objects.get(pk=capsys.readouterr().out.strip())
+    last = list(selectors.iter_history(tenant=imported.tenant, session_id=imported.pk))[-1]
+    assert last["info"]["completed_at"] is not None
+    assert last["info"]["error"]["name"] == "MessageAbortedError"
+    assert last["parts"][0]["text"] == "half an ans"
+    assert selectors.open_assistant_messages(tenant=imported.tenant, session=imported) == []
+    assert sum(Usage.objects.filter(tenant=imported.tenant).values_list("aborted", flat=True)) == 1
+    call_command("rebuild_projections", "--check")

@@ -1,10 +1,11 @@
 """The one write entry (CONTRACT §6): every call appends one event, projects it, publishes it."""
 
+import re
 from typing import Any
 
 import pytest
 
-from sessions import services
+from sessions import selectors, services
 from sessions.exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound, SessionMismatch
 from sessions.models import Message, Part, Session, SessionEvent
 
@@ -264,6 +265,28 @@ def test_append_event_is_for_projectionless_types_only(session):
     assert event.seq == 2
     with pytest.raises(InvalidEvent, match="cannot be appended directly"):
         services.append_event(session=session, type="part.updated", data={})
+
+
+@pytest.mark.parametrize(
+    ("type", "data", "message"),
+    [
+        ("context.updated", {"blocks": None}, "data.blocks"),
+        ("context.updated", {"blocks": [{"kind": ""}]}, "data.blocks[0].kind"),
+        ("context.updated", {"blocks": [{"kind": "tools", "tools": [{"name": "x"}]}]}, "tools[0]"),
+        ("context.updated", {"blocks": [{"kind": "system", "text": ["x"]}]}, "text"),
+        ("context.updated", {"blocks": [{"kind": "memo", "removed": "yes"}]}, "removed"),
+        ("session.compacted", {"message_id": "msg_1", "parent_id": None}, "parent_id"),
+        ("session.compacted", {"message_id": "msg_1", "parent_id": "msg_2", "at": 1}, "unknown"),
+    ],
+)
+def test_append_event_refuses_data_its_readers_cannot_fold(session, type, data, message):
+    """The context fold and the compaction plan read these events' data every turn: a
+    malformed one, logged, broke the session for good. Nothing is written."""
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        services.append_event(session=session, type=type, data=data)
+    assert selectors.log_head(tenant=session.tenant, session=session)[0] == 1
+    block = {"kind": "memo", "key": "k", "text": "x", "extra": {"any": ["json"]}}
+    assert services.append_event(session=session, type="context.updated", data={"blocks": [block]})
 
 
 def test_delete_session_removes_the_whole_log_and_nothing_else(session, user, user_message):
