@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -11,4 +12,4 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 @login_required
 @ensure_csrf_cookie
 def chat(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat.html")
+    return render(request, "chat.html", {"max_prompt_bytes": settings.FORGE_MAX_PROMPT_BYTES})

@@ -27,6 +27,7 @@ from forge.errors import NotAuthenticated, StreamUnavailable
 from forge.params import parse_seq
 from forge.telemetry import metrics
 from forge.throttling import PromptRateThrottle
+from sessions.exceptions import NotFound
 from sessions.frames import (
     Frame,
     ack_frame,
@@ -40,6 +41,14 @@ from sessions.models import Session
 from . import hub
 from .auth import authorization, current_user
 from .stream import Heartbeat, SessionStream, check_after, live_frames
+
+try:  # what daphne's protocol raises on a send after the client closed
+    from autobahn.exception import Disconnected
+except ImportError:  # pragma: no cover (another ASGI server: no such case)
+
+    class Disconnected(Exception):  # type: ignore[no-redef]
+        pass
+
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +135,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._forward_frames(subscriber)
         except asyncio.CancelledError:
             raise
+        except NotFound as exc:  # the session was deleted while the stream read its log
+            await self._unsubscribe()
+            with contextlib.suppress(Exception):  # the client may be gone as well
+                await self._error(exc.code, str(exc))
+            await self.close(code=CLOSE_NOT_FOUND)
+        except Disconnected:  # the client went first (a frame over the limit: 1009)
+            await self._unsubscribe()
         except Exception:
             logger.exception("the socket of session %s stopped forwarding", self.session.pk)
             await self._unsubscribe()
@@ -169,12 +185,25 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if subscription is not None:
             await subscription.close()
 
-    async def _close_unauthenticated(self) -> None:
+    async def _close_refused(self, code: int) -> None:
         if self.forwarding is not None:
             self.forwarding.cancel()
             await asyncio.gather(self.forwarding, return_exceptions=True)
         await self._unsubscribe()
-        await self.close(code=CLOSE_UNAUTHENTICATED)
+        await self.close(code=code)
+
+    async def _refused(self, exc: ForgeError, **extra: Any) -> None:
+        """A prompt or an answer whose asker or session fails the check again: a session
+        deleted since the socket opened gets ``not_found`` and 4404, as at connect (the
+        page says the session does not exist; 4401 sent it to the login page); a caller
+        no longer signed in or no longer a member (a token deleted, a user deactivated,
+        logged out or gone from the tenant) gets ``not_authenticated`` and 4401."""
+        if isinstance(exc, NotFound):
+            await self._error(exc.code, str(exc), **extra)
+            await self._close_refused(CLOSE_NOT_FOUND)
+        else:
+            await self._error("not_authenticated", str(exc), **extra)
+            await self._close_refused(CLOSE_UNAUTHENTICATED)
 
     async def _send(self, frame: Frame) -> None:
         await self.send(text_data=hub.encode(frame))
@@ -230,14 +259,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
         client_id = content.get("client_id")
         # Who is asking is checked again for every prompt: a token deleted, a user
         # deactivated or logged out, or removed from the tenant since the socket
-        # opened can watch no longer and start nothing (4401). The fresh session
-        # also carries a title or agent changed since.
+        # opened can watch no longer and start nothing (4401); a session deleted since
+        # is gone (4404). The fresh session also carries a title or agent changed since.
         throttle = PromptRateThrottle()
         try:
             session, speaker, allowed = await self._admit(throttle)
         except ForgeError as exc:
-            await self._error("not_authenticated", str(exc), client_id=client_id)
-            await self._close_unauthenticated()
+            await self._refused(exc, client_id=client_id)
             return
         if not allowed:
             wait = throttle.wait()
@@ -275,8 +303,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         try:
             session, user, _ = await self._admit(None)
         except ForgeError as exc:
-            await self._error("not_authenticated", str(exc), **extra)
-            await self._close_unauthenticated()
+            await self._refused(exc, **extra)
             return
         try:
             await runtime.answer(

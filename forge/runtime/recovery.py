@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from accounts import tenancy
 from forge.telemetry import metrics, tracing
+from sessions import services
 from sessions.models import Message, Session
 
 from . import lease
@@ -81,6 +82,10 @@ def recover_session(session: Session) -> list[str]:
         finished = finalize_dead_turn(session)
         if current is not None:
             current.delete()
+        if finished or current is not None:
+            # The dead runner never said ``idle``: a page that saw ``busy`` before the
+            # crash would wait with its prompt disabled until a reload.
+            services.publish_status_on_commit(session_id=session.pk, status="idle")
     return finished
 
 

@@ -33,7 +33,10 @@ class Chat {
   constructor() {
     this.api = new Api({ base: root.dataset.api, loginUrl: root.dataset.loginUrl });
     this.wsPath = root.dataset.wsPath;
-    this.composer = new Composer(() => this.view, (text, files) => this.startChat(text, files));
+    this.composer = new Composer(() => this.view, (text, files) => this.startChat(text, files), {
+      maxBytes: Number(root.dataset.maxPromptBytes) || 0,
+      showError: (message) => this.showError(message),
+    });
     this.sessions = new Map();
     this.sessionsNext = null;
     this.loadedMore = false;

@@ -8,9 +8,13 @@ export class Composer {
   // current(): the open session's view (see view.js), or null; startChat(text, files):
   // the first message of a new chat, sent when no session is open (a promise of
   // whether it was sent).
-  constructor(current, startChat) {
+  // maxBytes: the server's prompt limit (FORGE_MAX_PROMPT_BYTES, 0: unknown);
+  // showError(message): the page's error line.
+  constructor(current, startChat, { maxBytes = 0, showError = () => {} } = {}) {
     this.current = current;
     this.startChat = startChat;
+    this.maxBytes = maxBytes;
+    this.showError = showError;
     this.form = $("composer");
     this.prompt = $("prompt");
     this.files = $("files");
@@ -39,6 +43,13 @@ export class Composer {
     const files = [...this.files.files];
     if (text.trim() === "" && files.length === 0) return;
     if (view && (view.busy || view.pending.size > 0)) return;
+    // Over the limit the server refuses it; far over, the socket closes before it can
+    // say so. Say it here, and leave the text where it is.
+    const size = new TextEncoder().encode(text).length;
+    if (this.maxBytes > 0 && size > this.maxBytes) {
+      this.showError(`The prompt is ${size} bytes; the limit is ${this.maxBytes} (too_large).`);
+      return;
+    }
     this.prompt.value = "";
     const sent = view ? await view.sendPrompt(text, files) : await this.startChat(text, files);
     if (sent) {

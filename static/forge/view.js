@@ -46,7 +46,7 @@ export class SessionView {
         // Status frames are not replayed: ask what the session is doing now.
         if (resumed) this.refreshStatus();
       },
-      onClose: () => this.updateBusy(),
+      onClose: () => this.promptsLost(),
       onUnauthorized: () => api.toLogin(),
       onRefused: (code) =>
         chat.showError(code === 4404 ? "This session does not exist." : "The server refused the connection."),
@@ -221,6 +221,18 @@ export class SessionView {
     this.retry = frame.status === "retry" ? { attempt: frame.attempt, next_at: frame.next_at } : null;
     this.updateBusy();
     if (wasBusy && frame.status === "idle") this.chat.refreshSessionsSoon();
+  }
+
+  // The socket closed with prompts not yet acknowledged (a frame over the server's
+  // limit closes it with 1009 before any answer): they were not started; give the
+  // text back rather than wait for the ack timeout with the box empty.
+  promptsLost() {
+    if (this.pending.size > 0) {
+      for (const text of this.pending.values()) this.chat.composer.giveBack(text);
+      this.pending.clear();
+      this.chat.showError("The connection closed before the prompt was acknowledged; it is back in the box.");
+    }
+    this.updateBusy();
   }
 
   applyError(frame) {

@@ -85,3 +85,26 @@ async def test_a_browser_socket_stops_prompting_once_its_session_logs_out(
     await frames_until(ws, lambda f: len(f) == 1)
     await database_sync_to_async(client.logout)()
     await _prompt_is_refused(ws)
+
+
+async def test_a_socket_whose_session_was_deleted_is_told_it_is_gone(session, token, agents):
+    """A second-round finding: a prompt on a socket whose session was deleted since it
+    opened got ``not_authenticated`` and 4401, and the chat page took that for a logout
+    (it went to the login page). It is ``not_found`` and 4404, as at connect, and nothing
+    is written."""
+    from sessions import services
+
+    ws = await _connected(session, token)
+    await database_sync_to_async(services.delete_session)(session=session)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hello", "client_id": "c"}))
+    frames = []
+    while True:  # the forwarder may see the deletion first; either way the end is 4404
+        output = await ws.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+        frames.append(json.loads(output["text"]))
+    assert output == {"type": "websocket.close", "code": 4404}
+    errors = [f for f in frames if f["kind"] == "error"]
+    assert errors
+    assert {f["code"] for f in errors} == {"not_found"}
+    assert await database_sync_to_async(Message.objects.count)() == 0

@@ -475,3 +475,39 @@ def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
     summary.locator("summary").click()
     assert "THE SUMMARY" in summary.locator(".markdown").inner_text()
     chat.assert_clean()
+
+
+def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """A second-round finding: a prompt over 1 MiB closed the socket (1009) before the
+    server could refuse it, and the page cleared the box and said nothing. The page knows
+    the limit and says it before sending; and a socket that closes with a prompt not yet
+    acknowledged gives its text back."""
+    from sessions.models import Message
+
+    chat = chat_page(FORGE_MAX_PROMPT_BYTES="2000")
+    chat.login()
+    session_id = chat.new_session()
+    page = chat.page
+    text = "é" * 1500  # 3,000 bytes of UTF-8
+    chat.send(text)
+    banner = page.locator("#error-text")
+    banner.wait_for()
+    assert banner.inner_text() == "The prompt is 3000 bytes; the limit is 2000 (too_large)."
+    assert page.locator("#prompt").input_value() == text
+    chat.send("short")
+    chat.wait_reply_done()
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+
+    # The socket closes before the prompt is acknowledged: its text comes back.
+    page.evaluate(
+        """() => {
+            const view = window.forgeChat.view;
+            view.pending.set("c_lost", "the lost prompt");
+            view.ws.close(4000, "test");
+        }"""
+    )
+    chat.wait_until(lambda: page.locator("#prompt").input_value() == "the lost prompt")
+    assert "acknowledged" in banner.inner_text()
+    chat.assert_clean()

@@ -236,10 +236,15 @@ def _open_reply_left_by_a_dead_process(session: Any) -> str:
     return reply
 
 
-async def test_recover_sessions_finalizes_what_a_dead_process_left(session, agents, capsys):
+async def test_recover_sessions_finalizes_what_a_dead_process_left(session, agents, capsys, record):
     reply_id = await database_sync_to_async(_open_reply_left_by_a_dead_process)(session)
+    recorder = await record(session)
     await database_sync_to_async(call_command)("recover_sessions")
     assert f"{session.pk}: finalized {reply_id}" in capsys.readouterr().out
+    # The dead runner never said idle: a page that saw busy would wait until a reload.
+    frames = await recorder.settle()
+    assert [f["status"] for f in recorder.kinds("status")] == ["idle"], frames
+    assert frames[-1]["kind"] == "status"  # after the events that end the reply
     items = await ahistory(session)
     assert_nothing_open(items)
     reply = items[-1]
@@ -248,6 +253,13 @@ async def test_recover_sessions_finalizes_what_a_dead_process_left(session, agen
     tool = next(p for p in reply["parts"] if p["type"] == "tool")
     assert tool["state"]["metadata"]["interrupted"] is True
     assert not await database_sync_to_async(SessionLease.objects.exists)()
+
+
+def test_recover_sessions_of_an_unknown_session_says_so(db):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no session 'ses_bogus'"):
+        call_command("recover_sessions", "--session", "ses_bogus")
 
 
 async def test_a_live_lease_is_left_alone_by_recovery(session, agents):
