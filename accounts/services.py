@@ -43,6 +43,9 @@ def create_user(
         raise ValidationError("tenant name must not be empty")
     if len(tenant_name) > Tenant._meta.get_field("name").max_length:  # type: ignore[operator]
         raise ValidationError("tenant name is longer than 100 characters")
+    limit = User._meta.get_field("username").max_length
+    if limit is not None and len(username) > limit:  # the admin's form says the same
+        raise ValidationError(f"username is longer than {limit} characters")
     User.username_validator(username)
     if User.objects.filter(username=username).exists():
         raise ValidationError(f"a user named {username!r} already exists")

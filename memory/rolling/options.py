@@ -1,7 +1,8 @@
 """The options of a rolling and when a core is due.
 
 :class:`RollingOptions` are the arguments given, the others from settings, validated:
-``threshold`` at least 1, ``keep`` at most ``threshold - 1``, ``idle_after`` positive.
+``threshold`` at least 1, ``keep`` at most ``threshold - 1``, ``idle_after`` positive and
+at most :data:`MAX_IDLE_AFTER` (a finite span ``now - idle_after`` can hold).
 :func:`due` says which trigger a core's window meets (``idle`` before ``threshold``; an
 empty window never); :func:`candidate_core_ids` finds the cores a sweep visits, from the
 partial indexes alone.
@@ -9,6 +10,7 @@ partial indexes alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,6 +23,7 @@ from ..results import Trigger
 DEFAULT_THRESHOLD = 40
 DEFAULT_KEEP = 8
 DEFAULT_IDLE_AFTER = 1800.0
+MAX_IDLE_AFTER = timedelta(days=3650)  # "never idle" in practice; inf overflowed a datetime
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,16 @@ class RollingOptions:
         if not isinstance(idle_after, timedelta):
             if isinstance(idle_after, bool) or not isinstance(idle_after, int | float):
                 raise InvalidRollingOption("idle_after must be a number of seconds")
+            if not math.isfinite(idle_after) or idle_after > MAX_IDLE_AFTER.total_seconds():
+                raise InvalidRollingOption(
+                    f"idle_after must be a finite number of seconds, at most "
+                    f"{int(MAX_IDLE_AFTER.total_seconds())} ({MAX_IDLE_AFTER.days} days)"
+                )
             idle_after = timedelta(seconds=idle_after)
         if idle_after <= timedelta(0):
             raise InvalidRollingOption("idle_after must be positive")
+        if idle_after > MAX_IDLE_AFTER:
+            raise InvalidRollingOption(f"idle_after must be at most {MAX_IDLE_AFTER.days} days")
         return cls(threshold=threshold, keep=min(keep, threshold - 1), idle_after=idle_after)
 
 

@@ -41,6 +41,7 @@ def test_a_second_user_joins_the_existing_tenant_and_staff_is_optional():
         (["frank", "--tenant", "   "], "tenant name must not be empty"),
         (["bad name!", "--tenant", "x"], "Enter a valid username"),
         (["gina", "--tenant", "x", "--password", "123"], "too short"),
+        (["u" * 151, "--tenant", "x"], "username is longer than 150 characters"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(args, message):

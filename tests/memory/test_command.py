@@ -108,6 +108,16 @@ def test_core_option_rolls_only_that_core_and_force_rolls_under_the_threshold(co
         (["--idle-after", "0"], "--idle-after must be positive"),
         (["--idle-after", "-3"], "--idle-after must be positive"),
         (["--loop", "--interval", "0"], "--interval must be a positive number"),
+        # A second-round finding: a traceback (OverflowError, ValueError) or, for NaN, a
+        # loop that swept ~500 times a second.
+        *(
+            (["--idle-after", value], "--idle-after must be a finite number of seconds")
+            for value in ("inf", "nan", "1e308", "1e12")
+        ),
+        *(
+            (["--loop", f"--interval={value}"], "--interval must be a positive number")
+            for value in ("nan", "inf", "-inf", "1e9")
+        ),
         (["--core", "mco_NOPE"], "no memory core 'mco_NOPE'"),
         (["--core", "'; drop table"], "no memory core"),
         (["--force"], "--force needs --core"),

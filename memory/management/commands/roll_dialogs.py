@@ -12,6 +12,7 @@ hand, then stops.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import threading
@@ -24,6 +25,8 @@ from tqdm import tqdm
 from memory.exceptions import InvalidRollingOption
 from memory.models import MemoryCore
 from memory.rolling import RollingOptions, RollOutcome, SweepReport, sweep
+
+MAX_INTERVAL = 86_400.0  # a day between sweeps at most
 
 
 class Command(BaseCommand):
@@ -55,8 +58,12 @@ class Command(BaseCommand):
             )
         except InvalidRollingOption as exc:
             raise CommandError(_option_message(str(exc))) from None
-        if options["interval"] <= 0:
-            raise CommandError("--interval must be a positive number of seconds")
+        interval = options["interval"]
+        if not math.isfinite(interval) or not 0 < interval <= MAX_INTERVAL:
+            # (NaN passed ``<= 0`` and swept ~500 times a second; inf failed in wait())
+            raise CommandError(
+                f"--interval must be a positive number of seconds, at most {MAX_INTERVAL}"
+            )
         if options["force"] and not options["core"]:
             raise CommandError("--force needs --core")
         core_ids = None
