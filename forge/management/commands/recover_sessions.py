@@ -3,9 +3,10 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from forge.runtime import recover_sessions
+from sessions.models import Session
 
 
 class Command(BaseCommand):
@@ -20,6 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print nothing when idle")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if (
+            options["session"] is not None
+            and not Session.objects.filter(pk=options["session"]).exists()
+        ):
+            raise CommandError(f"no session {options['session']!r}")
         recovered = recover_sessions(session_id=options["session"])
         for session_id, message_ids in recovered.items():
             self.stdout.write(f"{session_id}: finalized {', '.join(message_ids)}")
