@@ -20,13 +20,14 @@ from django.core.files.storage import default_storage
 
 from forge.tools.base import ToolFile
 from forge.tools.sandbox import delete_workspace
-from forge.tools.session_files import upload_path, uploads_dir
+from forge.tools.session_files import file_url, upload_path, uploads_dir
 from sessions.ids import new_part_id
 from sessions.models import Session
 
 __all__ = [
     "delete_session_files",
     "file_parts",
+    "file_url",
     "on_session_deleted",
     "store_file",
     "upload_path",
@@ -42,8 +43,8 @@ def store_file(session: Session, part_id: str, filename: str, content: bytes) ->
     """Store a file the reply carries (a tool's image, say) among the session's uploads,
     under its ``file`` part's id; returns the URL the part names. Blocking."""
     name = _SAFE_NAME.sub("_", filename.rsplit("/", 1)[-1]).strip("._")[:120] or "file"
-    path = default_storage.save(upload_path(session, part_id, name), ContentFile(content))
-    return str(default_storage.url(path))
+    default_storage.save(upload_path(session, part_id, name), ContentFile(content))
+    return file_url(session.pk, part_id)
 
 
 async def file_parts(

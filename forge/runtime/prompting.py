@@ -39,7 +39,7 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
 from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
-from .files import upload_path
+from .files import file_url, upload_path
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -275,7 +275,7 @@ def begin(
                 ContentFile(attachment.content),
             )
             stored.append(path)
-            file_parts.append((part_id, attachment, default_storage.url(path)))
+            file_parts.append((part_id, attachment, file_url(session.pk, part_id)))
         own_blocks = agent_blocks(agent)  # before the transaction: it may start MCP servers
         # One transaction: the lease, any recovery it calls for, and the prompt's
         # events as one batch.

@@ -27,7 +27,7 @@ from forge.tools import ToolResult
 from sessions.ids import new_part_id
 from sessions.models import Session
 
-from .files import upload_path
+from .files import file_url, upload_path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -40,10 +40,6 @@ class Spilled:
     file_part: dict[str, Any]
     result: ToolResult
     path: str  # in the default storage, to delete if the log refuses the parts
-
-
-def file_url(session_id: str, part_id: str) -> str:
-    return f"/api/sessions/{session_id}/files/{part_id}/"
 
 
 def may_be_oversized(result: ToolResult) -> bool:

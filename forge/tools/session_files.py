@@ -19,6 +19,13 @@ def uploads_dir(*, tenant_id: int, session_id: str) -> str:
     return f"uploads/t{tenant_id}/{session_id}"
 
 
+def file_url(session_id: str, part_id: str) -> str:
+    """The URL a ``file`` part names for its stored file: the session's files route
+    (``GET /api/sessions/<id>/files/<part_id>/``, ``forge.api.files``), which checks who
+    asks. (``MEDIA_URL`` is served by nothing, and its path showed the tenant's number.)"""
+    return f"/api/sessions/{session_id}/files/{part_id}/"
+
+
 def upload_path(session: Session, part_id: str, filename: str) -> str:
     return f"{uploads_dir(tenant_id=session.tenant_id, session_id=session.pk)}/{part_id}/{filename}"
 

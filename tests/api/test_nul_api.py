@@ -24,7 +24,14 @@ BINARY_TEXT = b"header\x00\x01\x02 and more"
 
 
 def _stored_bytes(part: dict[str, Any], settings: Any) -> bytes:
-    return default_storage.open(part["url"].split(settings.MEDIA_URL, 1)[-1]).read()
+    from forge.tools.session_files import stored_file
+    from sessions.models import Session
+
+    session = Session.objects.get(pk=part["session_id"])
+    assert part["url"] == f"/api/sessions/{session.pk}/files/{part['id']}/"  # served there
+    path = stored_file(tenant_id=session.tenant_id, session_id=session.pk, part_id=part["id"])
+    assert path is not None
+    return default_storage.open(path).read()
 
 
 def _as_json(api: Any, session: Any, **file: Any) -> Any:

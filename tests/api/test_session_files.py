@@ -49,3 +49,32 @@ def test_a_workspace_is_keyed_by_tenant_as_well_as_session(session, other_user):
     theirs = workspace_path(session.pk, tenant_id=tenant_for_user(other_user).pk, create=False)
     assert theirs != mine
     assert not (theirs / "plan.md").exists()
+
+
+def test_an_uploaded_files_part_names_a_url_that_serves_it_to_the_owner_only(
+    api, session, agents, tmp_path, settings, other_user
+):
+    """A second-round finding: an upload's part named ``/media/uploads/t<tenant>/…``,
+    which nothing serves (404) and which showed the tenant's number. It names the
+    session's files route."""
+    from rest_framework.test import APIClient
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {
+            "text": "see",
+            "files": [{"filename": "a.csv", "content": base64.b64encode(b"1,2").decode()}],
+        },
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    (part,) = [p for p in history[0]["parts"] if p["type"] == "file"]
+    assert part["url"] == f"/api/sessions/{session.pk}/files/{part['id']}/"
+    served = api.get(part["url"])
+    assert served.status_code == 200
+    assert b"".join(served.streaming_content) == b"1,2"
+    stranger = APIClient()
+    stranger.force_authenticate(other_user)
+    assert stranger.get(part["url"]).status_code == 404

@@ -330,7 +330,13 @@ async def test_files_become_file_parts_and_text_files_reach_the_model_as_text(
     ]
     from django.core.files.storage import default_storage
 
-    path = file_parts[0]["url"].split(settings.MEDIA_URL, 1)[-1]
+    from forge.tools.session_files import file_url, stored_file
+
+    assert file_parts[0]["url"] == file_url(session.pk, file_parts[0]["id"])  # served there
+    path = stored_file(
+        tenant_id=session.tenant_id, session_id=session.pk, part_id=file_parts[0]["id"]
+    )
+    assert path is not None
     assert default_storage.open(path).read() == b"remember the milk"
     synthetic = [p for p in user["parts"] if p["type"] == "text" and p["synthetic"]]
     assert synthetic[0]["text"] == '<file name="notes.txt">\nremember the milk\n</file>'

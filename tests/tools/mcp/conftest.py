@@ -243,12 +243,20 @@ async def wait_running(session: Any, tool: str) -> None:
 
 
 async def stored_file(part: dict[str, Any]) -> bytes:
-    """The bytes stored for a ``file`` part (its url is under MEDIA_URL)."""
-    from django.conf import settings
+    """The bytes stored for a ``file`` part (its url is the session's files route)."""
+    from channels.db import database_sync_to_async
     from django.core.files.storage import default_storage
 
-    name = part["url"].lstrip("/").removeprefix(settings.MEDIA_URL.lstrip("/"))
-    with default_storage.open(name) as handle:
+    from forge.tools import session_files
+    from sessions.models import Session
+
+    session = await database_sync_to_async(Session.objects.get)(pk=part["session_id"])
+    assert part["url"] == session_files.file_url(session.pk, part["id"])
+    path = session_files.stored_file(
+        tenant_id=session.tenant_id, session_id=session.pk, part_id=part["id"]
+    )
+    assert path is not None
+    with default_storage.open(path) as handle:
         return bytes(handle.read())
 
 
