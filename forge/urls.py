@@ -1,9 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from forge import pages
+from forge import pages, views
 from forge.telemetry.endpoint import metrics
 
 urlpatterns = [
@@ -16,6 +16,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("metrics", metrics, name="metrics"),
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
+    # Last: any other path under /api/ is a JSON 404 whatever DEBUG says (handler404
+    # below is skipped under DEBUG, which answered Django's HTML page under make run).
+    re_path(r"^api/", views.api_not_found),
 ]
 
 handler404 = "forge.views.not_found"

@@ -374,10 +374,17 @@ def test_openapi_schema_and_offline_docs(api):
     assert b"cdn." not in docs.content
 
 
-def test_unknown_api_routes_answer_json_404(api):
-    response = api.get("/api/nothing-here/")
-    assert response.status_code == 404
-    assert error(response)["code"] == "not_found"
+@pytest.mark.parametrize("debug", [False, True])
+def test_unknown_api_routes_answer_json_404(api, settings, debug):
+    """With DEBUG on too (``make run``): Django skips handler404 then, and answered its
+    HTML page (a second-round finding)."""
+    settings.DEBUG = debug
+    for path in ("/api/nothing-here/", "/api/sessions/%F0%9F%8E%89/", "/api/sessions/a/b/c/"):
+        response = api.get(path)
+        assert response.status_code == 404, path
+        assert error(response)["code"] == "not_found", path
+    moved = api.get("/api/sessions?limit=1")  # as APPEND_SLASH did
+    assert (moved.status_code, moved["Location"]) == (301, "/api/sessions/?limit=1")
 
 
 def test_json_nested_too_deeply_is_a_400_on_every_json_route(api, session):
