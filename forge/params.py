@@ -1,8 +1,10 @@
 """Numbers in query strings and headers (``after``, ``limit``, ``at``, ``Last-Event-ID``),
-parsed one way for every face: ASCII digits only, bounded, or ``InvalidCursor`` (400)."""
+parsed one way for every face: ASCII digits only, bounded, or ``InvalidCursor`` (400);
+and yes/no flags (``wait``), or ``InvalidFlag`` (400)."""
 
 from __future__ import annotations
 
+from accounts.exceptions import ForgeError
 from sessions.exceptions import InvalidCursor
 
 MAX_DIGITS = 18  # a seq or a count fits a signed 64-bit integer
@@ -24,3 +26,24 @@ def parse_limit(raw: str | None, *, name: str = "limit", default: int, maximum: 
     if not 1 <= value <= maximum:
         raise InvalidCursor(f"{name} must be from 1 to {maximum}")
     return value
+
+
+class InvalidFlag(ForgeError, ValueError):
+    code = "invalid"
+
+
+_YES, _NO = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def parse_flag(raw: str | None, *, name: str, default: bool = False) -> bool:
+    """``1`` / ``true`` / ``yes`` or ``0`` / ``false`` / ``no`` (any case), ``default``
+    when missing or empty; anything else is ``InvalidFlag``: ``?wait=2`` meant "do not
+    wait" without a word, which a client that misspelt it never learnt."""
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _YES:
+        return True
+    if value in _NO:
+        return False
+    raise InvalidFlag(f"{name} must be 1, true, yes, 0, false or no, got {raw[:40]!r}")

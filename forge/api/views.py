@@ -31,7 +31,7 @@ from forge.access import session_of, tenant_of
 from forge.context import request_for
 from forge.db.routing import lagging_iter, lagging_read
 from forge.errors import InvalidAnswer, SessionBusy
-from forge.params import parse_limit, parse_seq
+from forge.params import parse_flag, parse_limit, parse_seq
 from forge.runtime.agents import get_agent
 from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
@@ -220,7 +220,7 @@ class SessionViewSet(GenericViewSet):
             runtime.Attachment(filename=f["filename"], content=f["content"], mime=f["mime"])
             for f in prompt.validated_data["files"]
         ]
-        wait = request.query_params.get("wait") in ("1", "true", "yes")
+        wait = parse_flag(request.query_params.get("wait"), name="wait")
         result = runtime.prompt(
             session=session,
             text=prompt.validated_data["text"],

@@ -217,6 +217,24 @@ def test_bad_prompts_get_a_clear_error_and_write_nothing(api, session, agents, b
     assert SessionEvent.objects.count() == before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_wait_that_is_not_a_yes_or_no_is_400_and_writes_nothing(api, session, agents):
+    """``?wait=2`` or ``?wait=abc`` meant "do not wait", silently."""
+    before = SessionEvent.objects.count()
+    for value in ("2", "abc", "on"):
+        response = api.post(
+            f"/api/sessions/{session.pk}/messages/?wait={value}", {"text": "hi"}, format="json"
+        )
+        assert response.status_code == 400, value
+        assert error(response)["code"] == "invalid"
+        assert "wait must be 1, true, yes, 0, false or no" in error(response)["message"]
+    assert SessionEvent.objects.count() == before
+    done = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=TRUE", {"text": "hi"}, format="json"
+    )
+    assert done.status_code == 200
+
+
 def test_prompts_are_rate_limited(api, session, user, monkeypatch):
     from django.core.cache import cache
     from rest_framework.throttling import SimpleRateThrottle
