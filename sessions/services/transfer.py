@@ -136,6 +136,8 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
                 line = line.decode("utf-8")
             except UnicodeDecodeError:
                 raise LogIntegrityError(f"line {number} is not UTF-8") from None
+        if number == 1 and line.startswith("\ufeff"):
+            line = line[1:]  # a byte order mark, as editors on Windows save UTF-8
         if not line.strip():
             continue
         try:

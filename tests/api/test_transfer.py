@@ -480,3 +480,12 @@ def test_an_import_of_a_log_exported_mid_reply_ends_that_reply(session, user, tm
     assert selectors.open_assistant_messages(tenant=imported.tenant, session=imported) == []
     assert sum(Usage.objects.filter(tenant=imported.tenant).values_list("aborted", flat=True)) == 1
     call_command("rebuild_projections", "--check")
+
+
+def test_an_export_saved_with_a_byte_order_mark_imports(compacted, user, tmp_path, capsys):
+    """Editors on Windows save UTF-8 with a BOM; it was "line 1 is not JSON"."""
+    path = export(compacted, tmp_path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    call_command("import_session", str(path), "--user", user.username)
+    imported = Session.objects.get(pk=capsys.readouterr().out.strip())
+    assert contents(imported) == contents(compacted)

@@ -87,6 +87,30 @@ def test_a_run_stopped_by_the_embedder_keeps_its_batches_and_the_next_goes_on(
     assert models() == sorted((item.pk, NEW) for item in made)
 
 
+def test_ctrl_c_keeps_its_batches_and_says_what_is_left(tenant, user, settings, monkeypatch):
+    """It ended in a KeyboardInterrupt traceback."""
+    from memory import vectors
+
+    [remember(tenant, user, [f"Note {n} about the espresso."]) for n in range(3)]
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.renamed"
+    calls = 0
+    real = vectors.store
+
+    def interrupted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vectors, "store", interrupted)
+    with pytest.raises(CommandError, match="interrupted; 2 slices still need vectors") as info:
+        reindex("--batch", "1")
+    assert info.value.returncode == 130
+    monkeypatch.setattr(vectors, "store", real)
+    assert (reindex("--batch", "1")["embedded"], reindex()["left"]) == (2, 0)
+
+
 def test_core_and_fulltext(tenant, user, settings, espresso):
     other = remember(tenant, user, ["An espresso for the explorer."], agent="explore")
     settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.renamed"

@@ -34,6 +34,8 @@ def test_set_budget_sets_changes_and_clears(tenant, user):
         "set_budget", "--tenant", "acme", "--monthly-tokens", "0", "--monthly-cost", "0"
     )
     assert not Budget.objects.exists()
+    # Clearing what is not there says so (it printed "removed").
+    assert "tenant acme had no budget" in run("set_budget", "--tenant", "acme", "--clear")
 
 
 @pytest.mark.parametrize(
@@ -62,5 +64,7 @@ def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
     assert "tenant acme" in run("rebuild_usage", "--tenant", "acme", "--since", "2026-01-01")
     with pytest.raises(CommandError, match="YYYY-MM-DD"):
         run("rebuild_usage", "--since", "last week")
+    with pytest.raises(CommandError, match="YYYY-MM-DD"):  # it meant all days, silently
+        run("rebuild_usage", "--since", "")
     with pytest.raises(CommandError, match="no tenant"):
         run("rebuild_usage", "--tenant", "nope")

@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         since = None
-        if options["since"]:
+        if options["since"] is not None:  # (an empty one meant all days, silently)
             try:
                 since = dt.date.fromisoformat(options["since"])
             except ValueError:

@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Membership, Tenant
+from forge.models import Budget
 from forge.usage.services import KEEP, InvalidBudget, set_budget
 
 
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             tokens = cost = "0"
         elif tokens is None and cost is None:
             raise CommandError("give --monthly-tokens and/or --monthly-cost, or --clear")
+        had = Budget.objects.filter(tenant=tenant, user=user).exists()
         try:
             budget = set_budget(
                 tenant=tenant,
@@ -55,7 +57,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         whose = f"user {user.get_username()} in {tenant.name}" if user else f"tenant {tenant.name}"
         if budget is None:
-            self.stdout.write(f"budget of {whose} removed")
+            self.stdout.write(f"budget of {whose} removed" if had else f"{whose} had no budget")
             return
         self.stdout.write(
             f"budget of {whose}: {budget.monthly_tokens or 'no'} tokens, "

@@ -12,8 +12,8 @@ own: a run that stops (Ctrl-C, a failing embedder) keeps what it did, and the
 next run goes on from there; a run with nothing to do changes nothing.
 
 Exit status: 0 done; 1 the embedder failed (the count done so far is printed; run
-again later); 2 bad input (an unknown core, a batch out of range, no embedder
-configured).
+again later); 130 interrupted (Ctrl-C: what is left is printed); 2 bad input (an
+unknown core, a batch out of range, no embedder configured).
 """
 
 from __future__ import annotations
@@ -72,9 +72,17 @@ class Command(BaseCommand):
         show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
         started = time.monotonic()
         report: dict[str, Any] = {"model": embedder.name, "core": core_id}
-        if options["fulltext"]:
-            report["fulltext"] = self._fulltext(core_id, batch, show)
-        report["embedded"], failure = self._embed(core_id, batch, embedder, show)
+        try:
+            if options["fulltext"]:
+                report["fulltext"] = self._fulltext(core_id, batch, show)
+            report["embedded"], failure = self._embed(core_id, batch, embedder, show)
+        except KeyboardInterrupt:  # Ctrl-C: each batch committed is kept; say what is left
+            left = missing(core_id, embedder).count()
+            raise CommandError(
+                f"interrupted; {left} slices still need vectors: run reindex_memory again "
+                "to go on from there",
+                returncode=130,
+            ) from None
         report["removed"] = stale(core_id, embedder).delete()[0] if failure is None else 0
         report["left"] = missing(core_id, embedder).count()
         report["elapsed"] = round(time.monotonic() - started, 3)
