@@ -43,11 +43,11 @@ from forge.runtime import start_janitor  # noqa: E402
 start_janitor()
 
 from channels.routing import URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from forge.nul import RefuseNulSockets  # noqa: E402
 from forge.realtime.auth import SocketAuthStack  # noqa: E402
 from forge.realtime.frame_limit import close_oversized_cleanly  # noqa: E402
+from forge.realtime.origin import SameOriginValidator  # noqa: E402
 from forge.realtime.routing import websocket_urlpatterns  # noqa: E402
 
 close_oversized_cleanly()  # under daphne: an oversized socket frame gets close 1009
@@ -56,7 +56,7 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": RefuseNulSockets(
-            AllowedHostsOriginValidator(SocketAuthStack(URLRouter(websocket_urlpatterns)))
+            SameOriginValidator(SocketAuthStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -139,6 +139,42 @@ async def test_a_foreign_origin_is_refused(session, token):
     await ws.disconnect()
 
 
+@pytest.mark.parametrize(
+    ("host", "origin", "trusted", "accepted"),
+    [
+        (b"testserver:8000", b"http://testserver:8000", [], True),
+        (b"testserver:8000", b"http://testserver:9999", [], False),  # another app, same host
+        (b"testserver:8000", b"http://testserver", [], False),  # port 80
+        (b"testserver:443", b"https://testserver", [], True),  # https's default port
+        (b"testserver", b"http://testserver:9999", [], True),  # no port to compare (a proxy)
+        (b"testserver:8000", b"http://testserver:3000", ["http://testserver:3000"], True),
+        (b"[::1]:8000", b"http://[::1]:9999", [], False),
+        (b"testserver:8000", b"http://testserver:99999", [], False),  # not a port
+    ],
+)
+async def test_an_origin_on_another_port_is_refused(
+    session, token, settings, host, origin, trusted, accepted
+):
+    """A second-round finding: the Origin's host alone was compared with ALLOWED_HOSTS,
+    so a page of another application on the same host and another port opened sockets
+    with the user's cookie. The port must be the one the handshake reached, unless the
+    origin is trusted (CSRF_TRUSTED_ORIGINS)."""
+    settings.ALLOWED_HOSTS = ["testserver", "[::1]"]
+    settings.CSRF_TRUSTED_ORIGINS = trusted
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[
+            (b"host", host),
+            (b"origin", origin),
+            (b"authorization", f"Token {token}".encode()),
+        ],
+    )
+    connected, _ = await ws.connect()
+    assert connected is accepted
+    await ws.disconnect()
+
+
 async def test_on_connect_the_log_after_the_seq_is_replayed_in_order(session, token, user_message):
     for n in range(5):
         await database_sync_to_async(services.update_part)(
