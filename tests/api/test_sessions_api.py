@@ -401,6 +401,10 @@ def test_unknown_api_routes_answer_json_404(api, settings, debug):
         response = api.get(path)
         assert response.status_code == 404, path
         assert error(response)["code"] == "not_found", path
+    from django.test import Client
+
+    posted = Client(enforce_csrf_checks=True).post("/api/nothing-here/", {})
+    assert posted.status_code == 404  # not a 403 for the missing CSRF token: no such route
     moved = api.get("/api/sessions?limit=1")  # as APPEND_SLASH did
     assert (moved.status_code, moved["Location"]) == (301, "/api/sessions/?limit=1")
 
