@@ -11,8 +11,10 @@ were stored removes them again.
 
 from __future__ import annotations
 
+import html
 import mimetypes
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,10 +79,33 @@ def clean_text(text: Any) -> str:
     return text
 
 
+def display_name(filename: str) -> str:
+    """The name a file part keeps, as the user gave it: its last path segment, control
+    and format characters (a NUL, a right-to-left override) as ``_``, spaces at its
+    ends trimmed, at most 120 characters; ``file`` when nothing is left. (Until
+    2026-12-05 it was reduced to ``[A-Za-z0-9._-]``, and ``é 日本.txt`` was logged as
+    ``txt``; the stored file's name still is: :func:`storage_name`.)"""
+    last = re.split(r"[/\\]", filename)[-1]
+    cleaned = "".join("_" if unicodedata.category(c)[0] == "C" else c for c in last)
+    cleaned = cleaned.strip()[:120].strip()
+    return "file" if cleaned in ("", ".", "..") else cleaned
+
+
+def storage_name(filename: str) -> str:
+    """The stored file's name: ``[A-Za-z0-9._-]`` only, its extension kept (``é 日本.txt``
+    is stored as ``file.txt``)."""
+    stem, dot, extension = filename.rpartition(".")
+    if not dot:
+        stem, extension = filename, ""
+    stem = _SAFE_NAME.sub("_", stem).strip("._") or "file"
+    extension = _SAFE_NAME.sub("", extension)[:16]
+    return f"{stem}.{extension}"[:120] if extension else stem[:120]
+
+
 def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
     """The attachments as they are stored: at most :data:`MAX_FILES` of at most
-    :data:`MAX_FILE_BYTES` each, names reduced to ``[A-Za-z0-9._-]`` (a NUL or any
-    other character becomes ``_``), and a media type that is one (``type/subtype``
+    :data:`MAX_FILE_BYTES` each, names as :func:`display_name` keeps them (stored
+    under :func:`storage_name`), and a media type that is one (``type/subtype``
     and parameters, printable ASCII; else ``InvalidPrompt``). The content is stored
     as it is, NUL bytes included: a file is bytes (see :func:`_is_inlined`)."""
     if len(files) > MAX_FILES:
@@ -89,7 +114,7 @@ def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
     for attachment in files:
         if len(attachment.content) > MAX_FILE_BYTES:
             raise PromptTooLarge(f"{attachment.filename!r} is larger than {MAX_FILE_BYTES} bytes")
-        name = _SAFE_NAME.sub("_", attachment.filename.rsplit("/", 1)[-1]).strip("._") or "file"
+        name = display_name(attachment.filename)
         if attachment.mime and not _MEDIA_TYPE.fullmatch(attachment.mime):
             raise InvalidPrompt(f"{name!r}: {attachment.mime[:60]!r} is not a media type")
         mime = attachment.mime or mimetypes.guess_type(name)[0] or "application/octet-stream"
@@ -232,7 +257,7 @@ def _user_parts(
                     "message_id": user_id,
                     "type": "text",
                     "synthetic": True,
-                    "text": f'<file name="{attachment.filename}">\n'
+                    "text": f'<file name="{html.escape(attachment.filename)}">\n'
                     f"{attachment.content.decode()}\n</file>",
                 }
             )
@@ -271,7 +296,7 @@ def begin(
         for attachment in attachments:
             part_id = new_part_id()
             path = default_storage.save(
-                upload_path(session, part_id, attachment.filename),
+                upload_path(session, part_id, storage_name(attachment.filename)),
                 ContentFile(attachment.content),
             )
             stored.append(path)

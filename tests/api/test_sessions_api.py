@@ -198,6 +198,42 @@ def test_files_arrive_as_json_base64_or_multipart(api, session, agents, settings
 
 
 @pytest.mark.parametrize(
+    ("given", "kept", "stored"),
+    [
+        ("é 日本.txt", "é 日本.txt", "file.txt"),
+        ("../../etc/passwd", "passwd", "passwd"),
+        ("C:\\Users\\me\\résumé (final).pdf", "résumé (final).pdf", "r_sum_final.pdf"),
+        ("evil\u202etxt.exe", "evil_txt.exe", "evil_txt.exe"),
+        ("  ..  ", "file", "file"),
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+def test_an_uploads_name_is_kept_as_given_and_stored_safely(
+    api, session, agents, settings, tmp_path, given, kept, stored
+):
+    """A second-round finding: names were reduced to [A-Za-z0-9._-] in the log too, so
+    ``é 日本.txt`` became ``txt``. The part keeps the name (its path, control and format
+    characters out); the stored file's name is reduced."""
+    from django.core.files.storage import default_storage
+
+    from forge.tools.session_files import stored_file
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [{"filename": given, "content": "aGk=", "mime": "text/plain"}]},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    (part,) = [p for p in answer.json()["message"]["parts"] if p["type"] == "file"]
+    assert part["filename"] == kept
+    path = stored_file(tenant_id=session.tenant_id, session_id=session.pk, part_id=part["id"])
+    assert path is not None
+    assert path.rsplit("/", 1)[-1] == stored
+    assert default_storage.open(path).read() == b"hi"
+
+
+@pytest.mark.parametrize(
     ("body", "status", "code"),
     [
         ({"text": ""}, 400, "invalid"),
