@@ -21,6 +21,7 @@ from rest_framework.request import Request
 
 from forge.access import session_of
 from forge.tools.session_files import stored_file
+from sessions import selectors
 from sessions.exceptions import NotFound
 
 from .schema import errors
@@ -39,7 +40,13 @@ def session_file(request: Request, session_id: str, part_id: str) -> FileRespons
     path = stored_file(tenant_id=session.tenant_id, session_id=session.pk, part_id=part_id)
     if path is None:
         raise NotFound(f"no file {part_id!r} in this session")
-    name = path.rsplit("/", 1)[-1]
-    response = FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+    # Named as the part names it (an upload's name as given; the stored one is reduced).
+    part = selectors.part_data(tenant=session.tenant, session=session, part_id=part_id) or {}
+    name = part.get("filename") if isinstance(part.get("filename"), str) else None
+    response = FileResponse(
+        default_storage.open(path, "rb"),
+        as_attachment=True,
+        filename=name or path.rsplit("/", 1)[-1],
+    )
     response["X-Content-Type-Options"] = "nosniff"
     return response

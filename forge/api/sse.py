@@ -4,7 +4,8 @@ Durable frames carry ``id: <seq>``, so a browser's ``EventSource`` resumes with
 ``Last-Event-ID`` and misses nothing; ``?after=`` does the same for other
 clients (an id past the log's head is 400 ``invalid_cursor``). Snapshots, deltas
 and status frames have no id. An idle stream gets a comment every
-``FORGE_SSE_HEARTBEAT`` seconds. The subscription is open before the view answers:
+``FORGE_SSE_HEARTBEAT`` seconds; a stream whose session was deleted ends at the next one
+with an error frame (``not_found``). The subscription is open before the view answers:
 a channel layer that is away is 503 ``stream_unavailable`` with ``Retry-After``,
 never a stream that hangs. When the client goes, Django cancels the response and
 the subscription is dropped.
@@ -30,7 +31,7 @@ from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
 from forge.telemetry import metrics
-from sessions.frames import Frame, is_delta
+from sessions.frames import Frame, error_frame, is_delta
 from sessions.models import Session
 
 from .errors import error_body, error_response
@@ -44,6 +45,12 @@ def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int
     seq = parse_seq(after, name="Last-Event-ID / after", default=0)
     check_after(session, seq)
     return user.pk, session, seq
+
+
+@sync_to_async
+def _still_there(session: Session) -> bool:
+    """Whether the session still exists (one primary-key read, at each heartbeat)."""
+    return Session.objects.filter(pk=session.pk, tenant_id=session.tenant_id).exists()
 
 
 def encode(frame: Frame) -> bytes:
@@ -86,6 +93,11 @@ async def _frames(
     async with contextlib.aclosing(frames):
         async for frame in frames:
             if isinstance(frame, Heartbeat):
+                if not await _still_there(session):
+                    # Deleted while watched: say so and end (a browser's EventSource
+                    # reconnects, and gets the 404 then).
+                    yield encode(error_frame("not_found", "the session was deleted"))
+                    return
                 yield b": heartbeat\n\n"
                 continue
             metrics.frames_sent("sse", frames=1, deltas=is_delta(frame))

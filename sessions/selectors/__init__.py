@@ -288,6 +288,18 @@ def message_info(*, tenant: Tenant, session: Session, message_id: str) -> dict[s
     return data
 
 
+def part_data(*, tenant: Tenant, session: Session, part_id: str) -> dict[str, Any] | None:
+    """One part's wire data, or None when the session has no such part."""
+    if not is_valid_id(part_id):
+        return None
+    data: dict[str, Any] | None = (
+        Part.objects.filter(tenant=tenant, session=session, pk=part_id)
+        .values_list("data", flat=True)
+        .first()
+    )
+    return data
+
+
 def speaker(*, tenant: Tenant, session: Session, message_id: str) -> AbstractBaseUser | None:
     """Who spoke the turn of message ``message_id``: the user its info's ``user_id``
     names (on a reply, whose prompt or regeneration it answers), when still a member

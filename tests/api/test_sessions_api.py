@@ -231,6 +231,9 @@ def test_an_uploads_name_is_kept_as_given_and_stored_safely(
     assert path is not None
     assert path.rsplit("/", 1)[-1] == stored
     assert default_storage.open(path).read() == b"hi"
+    served = api.get(part["url"])  # downloaded under the part's name
+    assert served.status_code == 200
+    assert served.filename == kept
 
 
 @pytest.mark.parametrize(

@@ -131,6 +131,23 @@ def test_an_idle_stream_gets_heartbeat_comments(server: LiveServer, session, tok
         assert 0.4 < time.monotonic() - started < 5
 
 
+def test_a_stream_whose_session_is_deleted_ends_with_an_error(server: LiveServer, session, token):
+    """A second-round finding: it stayed open, sending heartbeats, for ever."""
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("GET", url, headers=headers(token)) as response,
+    ):
+        sse = SSE(response)
+        sse.next()  # session.created
+        services.delete_session(session=session)
+        started = time.monotonic()
+        event_id, frame = sse.next()
+        assert (event_id, frame["kind"], frame["code"]) == (None, "error", "not_found")
+        assert list(sse.lines) == []  # and the stream ends
+        assert time.monotonic() - started < 5
+
+
 @pytest.mark.parametrize(
     ("who", "extra", "status", "code"),
     [
