@@ -37,7 +37,7 @@ from forge.context.boundary import record_compaction
 from forge.context.compacted import compaction_part
 from forge.context.incremental import ContextCacheMismatch
 from forge.db.worker import db
-from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
+from forge.errors import CompactionFailed, NothingToCompact, SessionBusy, UnknownModel
 from forge.providers import events as ev
 from forge.providers import split_model
 from forge.providers.base import ModelRequest
@@ -48,6 +48,7 @@ from sessions.models import Session
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
+from .approvals.pending import any_waiting
 from .finalize import INTERRUPTED, finalize_open_messages, message_error
 from .small_model import ask
 
@@ -312,10 +313,19 @@ async def compact(
 
 def prepare_manual(session: Session) -> str:
     """Check that the session can be compacted now and take its lease (one unit of
-    work): ``NothingToCompact`` (400) or ``SessionBusy`` (409), nothing written.
+    work): ``NothingToCompact`` (400) or ``SessionBusy`` (409: a turn runs, or a reply
+    waits for its tool calls to be answered), nothing written.
     Returns the lease's placeholder id."""
     placeholder = new_message_id()
     with transaction.atomic():
+        if any_waiting(session):
+            # A reply suspended on its calls is open: a boundary now would leave its
+            # prompt, calls and results behind it, and the model would go on without
+            # them once the calls are answered.
+            raise SessionBusy(
+                "a reply waits for tool calls to be approved or denied: answer them "
+                "(or send a prompt, which denies them) before compacting"
+            )
         if lease.acquire(session=session, message_id=placeholder) is not None:
             finalize_open_messages(session=session, reason=INTERRUPTED)
         plan(session)

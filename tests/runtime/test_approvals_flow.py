@@ -216,6 +216,40 @@ async def test_a_new_prompt_denies_the_waiting_call_first(session, agents, setti
     ]
 
 
+async def test_compacting_while_a_call_waits_is_refused_and_writes_nothing(
+    session, agents, settings, script, user
+):
+    """A second-round finding: the boundary was written while the reply was suspended, and
+    once the call was answered the model went on without the prompt, the calls or their
+    results (all behind the boundary). Compacting then is 409 ``busy``."""
+    from forge.errors import SessionBusy
+    from forge.runtime import start_compaction
+    from sessions import selectors
+
+    await _suspended(
+        session,
+        settings,
+        script,
+        [tool_reply("write_file", WRITE), text_reply("done"), text_reply("summary")],
+    )
+    head = await database_sync_to_async(selectors.head_seq)(
+        tenant=session.tenant, session_id=session.pk
+    )
+    with pytest.raises(SessionBusy, match="waits for tool calls"):
+        await start_compaction(session=session)
+    assert (
+        await database_sync_to_async(selectors.head_seq)(
+            tenant=session.tenant, session_id=session.pk
+        )
+        == head
+    )
+    assert await database_sync_to_async(current)(session_id=session.pk) is None  # no lease left
+    call_id = _tool(assistant(await ahistory(session)))["call_id"]
+    await answer(session=session, user=user, call_id=call_id, approve=True)
+    reply = await _finished(session)
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["done"]
+
+
 async def test_the_admin_lists_pending_approvals(session, agents, settings, script, admin_client):
     from django.urls import reverse
 

@@ -40,6 +40,30 @@ def test_an_input_rule_comes_before_name_rules_and_matches_a_pointer():
     assert decide("write_file", {}, rules) == "ask"  # no value at the pointer: no match
 
 
+def test_a_path_rule_sees_the_path_however_it_is_written():
+    """A second-round finding: ``./secrets/k`` and ``sub/../secrets/k`` passed a deny
+    rule on ``secrets/*`` and were written. A rule sees the normalized path too; it can
+    only get stricter: deny and ask match on either form, allow only on both."""
+    rules = [
+        {"tool": "write_file", "pointer": "/path", "pattern": "secrets/*", "action": "deny"},
+        {"tool": "write_file", "pointer": "/path", "pattern": "public/*", "action": "allow"},
+        {"write_file": "ask"},
+    ]
+    for path in (
+        "secrets/k",
+        "./secrets/k",
+        "sub/../secrets/k",
+        "secrets//k",
+        "sub\\..\\secrets/k",
+    ):
+        assert decide("write_file", {"path": path}, rules) == "deny", path
+    assert decide("write_file", {"path": "public/a.txt"}, rules) == "allow"
+    # public/* would match this text as given (* crosses /), not the file it names
+    assert decide("write_file", {"path": "public/../src/a.py"}, rules) == "ask"
+    assert decide("write_file", {"path": "./public/a.txt"}, rules) == "ask"  # both forms, or no
+    assert decide("write_file", {"path": "src/a.py"}, rules) == "ask"
+
+
 def test_a_pointer_reaches_into_lists_and_escaped_keys():
     assert resolve_pointer({"a": [{"b/c": 1}]}, "/a/0/b~1c") == (True, 1)
     assert resolve_pointer({"a": []}, "/a/0") == (False, None)

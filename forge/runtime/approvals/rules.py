@@ -7,6 +7,9 @@ Rules come in two forms, and both may be mixed in one list:
   "action": ...}``: with a ``pointer``, the rule matches only when the input holds
   a value there that matches ``pattern`` (a glob, or a regular expression when it
   starts with ``re:``; a value that is not a string is matched as its JSON text).
+  A string is matched as given and as a normalized path (``./secrets/k`` and
+  ``sub/../secrets/k`` are ``secrets/k``): ``deny`` and ``ask`` rules match when
+  either form does, ``allow`` rules only when both do.
 
 Which rule wins (the most specific, then the first): rules that match on the
 input come first, in the order given; then a rule naming the tool exactly; then
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -64,9 +68,26 @@ class Rule:
             return False
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         pattern = self.pattern if self.pattern is not None else "*"
-        if pattern.startswith("re:"):
-            return re.search(pattern[3:], text) is not None
-        return fnmatch.fnmatchcase(text, pattern)
+        # A path names one file many ways (``./secrets/k``, ``sub/../secrets/k``): a rule
+        # sees the text and its normalized form, and it can only get stricter for it: a
+        # deny or ask rule matches when either does, an allow rule when both do.
+        texts = {text}
+        if isinstance(value, str):
+            texts.add(_normalized(value))
+        hits = [_match(pattern, candidate) for candidate in texts]
+        return all(hits) if self.action == "allow" else any(hits)
+
+
+def _match(pattern: str, text: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.search(pattern[3:], text) is not None
+    return fnmatch.fnmatchcase(text, pattern)
+
+
+def _normalized(path: str) -> str:
+    """``path`` as a file path normalized (``\\`` as ``/``, ``.`` and ``..`` resolved,
+    a leading ``./`` dropped): ``sub/../secrets/k`` is ``secrets/k``."""
+    return posixpath.normpath(path.replace("\\", "/")) if path else path
 
 
 def resolve_pointer(document: Any, pointer: str) -> tuple[bool, Any]:
