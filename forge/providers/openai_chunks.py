@@ -110,6 +110,11 @@ class ChunkMapper:
     def end(self) -> list[StreamEvent]:
         """The events that end the step: whatever is open, then ``FinishStep``."""
         finish = FINISH_REASONS.get(self.finish_reason or "", "other")
+        if self._calls and finish in ("stop", "other"):
+            # Some OpenAI-compatible servers end a step of tool calls with "stop" (or
+            # nothing): the calls are what the step asked for, and their results go
+            # back to the model. ("length" keeps its name: the calls may be cut.)
+            finish = "tool-calls"
         return [*self.close(), FinishStep(finish_reason=finish, usage=self.usage)]
 
     def _end_text(self) -> list[StreamEvent]:

@@ -157,6 +157,24 @@ async def test_tool_call_arguments_in_fragments(
     ]
 
 
+@pytest.mark.parametrize("reason", ["stop", None])
+async def test_tool_calls_that_end_with_stop_are_tool_calls(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, reason: str | None
+):
+    """A second-round finding: some OpenAI-compatible servers send finish_reason "stop"
+    (or none) with tool calls; the turn ended and the model never saw the results."""
+    fake_openai.push(
+        reply(
+            tool_calls=[ToolCallScript(id="call_1", name="get_weather", fragments=["{}"])],
+            finish_reason=reason,
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events[-1].finish_reason == "tool-calls"
+
+
 async def test_parallel_tool_calls(fake_openai: FakeOpenAI, make_provider: MakeProvider):
     fake_openai.push(
         reply(
