@@ -49,6 +49,7 @@ from memory import sql as memory_sql
 from sessions import services, turn_sql
 from sessions import sql as session_sql
 from sessions.models import Session
+from sessions.projector import fold_context
 
 from . import accounting, lease
 from .turn import Turn
@@ -193,4 +194,27 @@ def memory_blocks(
     through = memory_selectors.last_rolled_message(
         tenant=tenant, core=core, session_id=session.pk, before=keep_from
     )
+    # A fork or an imported copy holds turns the core rolled under their original ids:
+    # the copy's block names the copy's own newest one (``sessions.services.transfer``),
+    # which the core's rows cannot say; that cut stands while the block is this core's.
+    logged = _logged_through(session, core_id=core.pk)
+    if logged is not None and (keep_from is None or logged < keep_from):
+        through = logged if through is None else max(through, logged)
     return [{**block, "rolled_through": through}]
+
+
+def _logged_through(session: Session, *, core_id: str) -> str | None:
+    """The ``rolled_through`` of the session's memory block in force, when that block is
+    core ``core_id``'s (one read of the session's context events)."""
+    with connection.cursor() as cursor:
+        updates = turn_sql.context_updates(
+            cursor,
+            session_sql.Dialect(cursor),
+            tenant_id=session.tenant_id,
+            session_id=session.pk,
+        )
+    block = fold_context(updates).get("dialog_history:memory")
+    if block is None or block.get("core_id") != core_id:
+        return None
+    through = block.get("rolled_through")
+    return through if isinstance(through, str) and through else None

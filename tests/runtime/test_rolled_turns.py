@@ -131,3 +131,45 @@ def test_a_regenerated_reply_still_sees_its_rolled_prompt(chat, session, user):
     block = block_in_force(session)
     assert block is not None
     assert block["rolled_through"] < asked["info"]["id"]
+
+
+@pytest.mark.parametrize("how", ["fork", "copy"])
+def test_a_fork_or_a_copy_hides_the_rolled_turns_it_holds_too(chat, session, user, how, tmp_path):
+    """A second-round finding: a fork (or an imported copy) holds the rolled turns under
+    new ids, which the core's rows do not name, so its model saw them raw and inside
+    the block's summaries at once. The copy's block names the copy's own cut, and the
+    next turns keep it."""
+    from django.core.management import call_command
+
+    from sessions import services
+    from sessions.models import Session
+
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    roll(session, user, force=False)  # rolls turns 0-1
+    say(session, "alice turn 3", user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    if how == "fork":
+        copy = services.fork_session(
+            session=session, user=user, before_message_id=history[-2]["info"]["id"]
+        )
+    else:
+        path = tmp_path / "log.jsonl"
+        call_command("export_session", session.pk, "-o", str(path))
+        copy = services.import_log(
+            user=user,
+            events=services.parse_log(path.read_bytes().splitlines()),
+            copy=True,
+        )
+    copied = list(selectors.iter_history(tenant=copy.tenant, session_id=copy.pk))
+    in_force = block_in_force(copy)
+    assert in_force is not None
+    assert in_force["rolled_through"] == copied[3]["info"]["id"]  # turn 1's reply
+    seen = [str(m["content"]) for m in request_for(copy)[1].messages]
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    assert said(seen, "alice turn 2") == 2
+    say(copy, "alice in the copy", user)
+    seen = last_step_request(copy)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    assert seen[-1] == "alice in the copy"
+    assert Session.objects.filter(pk=copy.pk).exists()
