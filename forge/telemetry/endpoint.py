@@ -17,6 +17,7 @@ from functools import cache
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -31,9 +32,9 @@ def _networks(allow: tuple[str, ...]) -> tuple[Network, ...]:
 
 def allowed(request: HttpRequest) -> bool:
     token = settings.FORGE_METRICS_TOKEN
-    header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if token and scheme.lower() == "bearer":  # schemes are case-insensitive (RFC 9110)
+        return hmac.compare_digest(credentials.strip().encode(), token.encode())
     allow = tuple(settings.FORGE_METRICS_ALLOW)
     if not allow:
         return False
@@ -52,6 +53,7 @@ def _registry() -> CollectorRegistry:
     return REGISTRY
 
 
+@csrf_exempt  # a POST is 405 (below), not the CSRF check's HTML 403
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     if not allowed(request):

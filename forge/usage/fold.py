@@ -83,9 +83,12 @@ def key_of(info: Mapping[str, Any], *, owner_id: int | None) -> Key | None:
 
 
 def completes(existing: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
-    """Whether logging ``info`` over the stored ``existing`` completes a reply."""
+    """Whether logging ``info`` over the stored ``existing`` completes a reply (a
+    compaction's summary is no reply: the live count never counts it, and a rebuild
+    counted each as a turn)."""
     return (
         info.get("role") == "assistant"
+        and not info.get("summary")
         and existing is not None
         and not existing.get("completed_at")
         and bool(info.get("completed_at"))

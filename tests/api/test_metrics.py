@@ -48,6 +48,15 @@ def test_metrics_are_refused_without_the_token(client, settings, metrics_token):
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
 
 
+def test_the_bearer_scheme_is_any_case_and_a_post_is_405(settings, metrics_token):
+    """Second-round findings: ``bearer <token>`` was refused (schemes are
+    case-insensitive), and a POST got the CSRF check's HTML 403 instead of 405."""
+    strict = Client(enforce_csrf_checks=True)
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        assert strict.get("/metrics", HTTP_AUTHORIZATION=f"{scheme} {TOKEN}").status_code == 200
+    assert strict.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+
+
 def test_with_nothing_configured_nobody_gets_metrics(client, settings):
     settings.FORGE_METRICS_TOKEN = ""
     settings.FORGE_METRICS_ALLOW = []

@@ -37,6 +37,9 @@ def test_a_reply_counts_when_it_goes_from_open_to_completed():
     assert not completes(DONE, {**DONE, "title": "again"})  # counted once
     assert not completes(OPEN, {**OPEN, "tokens": {"input": 3}})  # still open
     assert not completes({**OPEN, "role": "user"}, {**DONE, "role": "user"})
+    # a compaction's summary is logged open then completed, and is no reply: the live
+    # count never counted it, and rebuild_usage did (a second-round finding)
+    assert not completes({**OPEN, "summary": True}, {**DONE, "summary": True})
 
 
 def test_the_key_is_the_speaker_agent_model_and_the_utc_day_of_creation():
