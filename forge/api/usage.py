@@ -1,7 +1,8 @@
 """``GET /api/usage/?from=&to=&group_by=&user=``: what was used, per UTC day range.
 
-* ``from`` / ``to``: UTC days ``YYYY-MM-DD``, both included; default: the first day
-  of this month to today. ``to`` before ``from``, or a range over 366 days, is a 400.
+* ``from`` / ``to``: UTC days ``YYYY-MM-DD``, both included; default: ``to`` today,
+  ``from`` the first day of ``to``'s month. ``to`` before ``from``, or a range over
+  366 days, is a 400.
 * ``group_by``: ``user``, ``agent``, ``model`` or ``day`` (default ``day``).
 * Staff see their tenant's usage (every user; ``user=<id>`` narrows it to one);
   anyone else sees their own only (``user`` naming someone else is a 403).
@@ -97,8 +98,10 @@ class UsageView(APIView):
     def get(self, request: Request) -> Response:
         params = request.query_params
         today = dt.datetime.now(dt.UTC).date()
-        start = _day(params.get("from"), name="from", default=today.replace(day=1))
         end = _day(params.get("to"), name="to", default=today)
+        # Without ``from``: the first day of ``to``'s month (this month's, by default), so
+        # that "up to the 30th of last month" needs no ``from`` (it was a 400).
+        start = _day(params.get("from"), name="from", default=end.replace(day=1))
         if end < start:
             raise ValidationError({"to": "must not be before from"})
         if (end - start).days >= MAX_DAYS:

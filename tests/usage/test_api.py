@@ -71,6 +71,10 @@ def test_staff_see_their_tenant_by_user_agent_model_and_day(used):
     assert [(r["agent"], r["turns"]) for r in one["results"]] == [("build", 2)]
     empty = client.get("/api/usage/", {"from": "2020-01-01", "to": "2020-01-31"}).json()
     assert empty["results"] == []
+    # ``to`` alone: from the first of its month (it was a 400 for a day of an earlier month)
+    alone = client.get("/api/usage/", {"to": "2020-01-31"})
+    assert alone.status_code == 200
+    assert (alone.json()["from"], alone.json()["to"]) == ("2020-01-01", "2020-01-31")
 
 
 @pytest.mark.parametrize(
