@@ -46,8 +46,9 @@ import asyncio
 import os
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +155,30 @@ class Processor(ToolCalls):
         self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
         self.mcp_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
+        # The model's call ids as logged (:meth:`_call_id`): the ids this turn used, and
+        # per id the calls opened under it and not yet called, first opened first.
+        self.used_call_ids: set[str] = set()
+        self.opened_calls: dict[str, deque[str]] = {}
         # The texts the current step finished, kept only while traces capture content.
         self.step_texts: list[str] = []
+
+    def _call_id(self, given: str, *, opening: bool = False) -> str:
+        """The id a tool call is logged under: the model's, unless this turn used it
+        already or it is empty; then the model's with a suffix (``x1_2``). A model that
+        gave two calls of one step the same id made one call's answer run the other,
+        and the model could not tell their results apart. A call's start and its call
+        name the same logged id (per model id, the first opened is the first called)."""
+        queue = self.opened_calls.setdefault(given, deque())
+        if not opening and queue:
+            return queue.popleft()
+        logged, n = given, 1
+        while not logged or logged in self.used_call_ids:
+            n += 1
+            logged = f"{given or 'call'}_{n}"
+        self.used_call_ids.add(logged)
+        if opening:
+            queue.append(logged)
+        return logged
 
     # --- writes -------------------------------------------------------------------
 
@@ -250,9 +273,9 @@ class Processor(ToolCalls):
             elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
                 await self._close(event.id, with_step_end=await events.step_ends_now())
             elif isinstance(event, ev.ToolInputStart):
-                await self._pending(event.call_id, event.tool)
+                await self._pending(self._call_id(event.call_id, opening=True), event.tool)
             elif isinstance(event, ev.ToolCall):
-                await self._call(event)
+                await self._call(replace(event, call_id=self._call_id(event.call_id)))
             elif isinstance(event, ev.StartStep):
                 await self._start_step()
             elif isinstance(event, ev.FinishStep):

@@ -250,6 +250,40 @@ async def test_compacting_while_a_call_waits_is_refused_and_writes_nothing(
     assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["done"]
 
 
+async def test_two_calls_with_one_id_are_logged_apart_and_answered_apart(
+    session, agents, settings, script, user
+):
+    """A second-round finding: a step whose two calls had the same id listed both as
+    waiting, approving the first ran the second, and the first could never be answered.
+    The second is logged under the id with a suffix."""
+    step = tool_reply("write_file", '{"path": "e.txt", "content": "e"}', call_id="x1")[:4]
+    step += tool_reply("write_file", '{"path": "f.txt", "content": "f"}', call_id="x1")
+    reply = await _suspended(session, settings, script, [step, text_reply("both done")])
+    tools = [p for p in reply["parts"] if p["type"] == "tool"]
+    assert [(t["call_id"], t["state"]["input"]["path"]) for t in tools] == [
+        ("x1", "e.txt"),
+        ("x1_2", "f.txt"),
+    ]
+    assert {t["state"]["status"] for t in tools} == {"awaiting-approval"}
+    await answer(session=session, user=user, call_id="x1", approve=True)
+
+    async def first_ran() -> bool:
+        first = _tool(assistant(await ahistory(session)))
+        return first["state"]["status"] == "completed" and not await database_sync_to_async(
+            current
+        )(session_id=session.pk)
+
+    await _until(first_ran)  # it ran (e.txt, not f.txt); the second still waits
+    await answer(session=session, user=user, call_id="x1_2", approve=False, reason="not f")
+    reply = await _finished(session)
+    tools = [p for p in reply["parts"] if p["type"] == "tool"]
+    assert [(t["call_id"], t["state"]["status"]) for t in tools] == [
+        ("x1", "completed"),
+        ("x1_2", "error"),
+    ]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["both done"]
+
+
 async def test_the_admin_lists_pending_approvals(session, agents, settings, script, admin_client):
     from django.urls import reverse
 
