@@ -448,14 +448,29 @@ class Processor(ToolCalls):
                 "cost": cost,
             }
         )
-        before = self.snapshot_before
+        self._hold_patch(self.snapshot_before, after)
+        return StepResult(event.finish_reason, event.usage, cost)
+
+    def _hold_patch(self, before: tools.Snapshot | None, after: tools.Snapshot) -> None:
+        """A ``patch`` part naming the files that changed from ``before`` to ``after``,
+        held for the next write (nothing when none did)."""
         if before is not None and before.hash != after.hash:
             self._hold(
                 {
-                    "message_id": turn.message_id,
+                    "message_id": self.turn.message_id,
                     "type": "patch",
                     "hash": after.hash,
                     "files": tools.changed_files(before, after),
                 }
             )
-        return StepResult(event.finish_reason, event.usage, cost)
+
+    async def run_with_patch(self, run: Callable[[], Awaitable[None]]) -> None:
+        """``run`` (an approved call, resumed outside any step), then the ``patch`` of the
+        files it changed, written at once: a step's patch is computed at the step's end,
+        which a call answered later is not part of (it changed files, and no patch said
+        so)."""
+        before = await self._workspace()
+        await run()
+        self._hold_patch(before, await self._workspace())
+        if self.held:
+            await self.write()

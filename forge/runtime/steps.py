@@ -321,7 +321,7 @@ async def _run_approved(turn: Turn, processor: Processor, resume: Resume) -> Non
     except ToolError as exc:
         await processor.tool_error(resume.call_id, call, exc, args=args)
         return
-    await processor.run_tool(resume.call_id, call, tool, args)
+    await processor.run_with_patch(lambda: processor.run_tool(resume.call_id, call, tool, args))
 
 
 def _still_waiting(turn: Turn) -> bool:

@@ -86,6 +86,10 @@ async def test_an_ask_call_suspends_the_turn_and_approving_runs_it_and_goes_on(
     texts = [p["text"] for p in reply["parts"] if p["type"] == "text"]
     assert texts == ["written"]
     assert reply["info"]["error"] is None
+    # The file it wrote is in a patch, as a call run within its step would be (a
+    # second-round finding: an approved call's changes had none).
+    (patch,) = [p for p in reply["parts"] if p["type"] == "patch"]
+    assert patch["files"] == ["notes.txt"]
     # The answer was logged before the tool ran: running (approved), then completed.
     from .conftest import alog
 
