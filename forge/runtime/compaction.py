@@ -41,6 +41,7 @@ from forge.errors import CompactionFailed, NothingToCompact, SessionBusy, Unknow
 from forge.providers import events as ev
 from forge.providers import split_model
 from forge.providers.base import ModelRequest
+from forge.usage.budgets import check_budget
 from sessions import bus, selectors, services
 from sessions.frames import error_frame
 from sessions.ids import new_message_id
@@ -313,8 +314,9 @@ async def compact(
 
 def prepare_manual(session: Session) -> str:
     """Check that the session can be compacted now and take its lease (one unit of
-    work): ``NothingToCompact`` (400) or ``SessionBusy`` (409: a turn runs, or a reply
-    waits for its tool calls to be answered), nothing written.
+    work): ``NothingToCompact`` (400), ``SessionBusy`` (409: a turn runs, or a reply
+    waits for its tool calls to be answered) or ``BudgetExceeded`` (429), nothing
+    written.
     Returns the lease's placeholder id."""
     placeholder = new_message_id()
     with transaction.atomic():
@@ -326,6 +328,10 @@ def prepare_manual(session: Session) -> str:
                 "a reply waits for tool calls to be approved or denied: answer them "
                 "(or send a prompt, which denies them) before compacting"
             )
+        # A summary is a model call: a tenant (or owner) whose monthly budget is used
+        # up gets 429 budget_exceeded here too, as a prompt does.
+        # (No owner left: the tenant's budget alone; no user has id 0.)
+        check_budget(tenant=session.tenant, user_id=session.user_id or 0)
         if lease.acquire(session=session, message_id=placeholder) is not None:
             finalize_open_messages(session=session, reason=INTERRUPTED)
         plan(session)

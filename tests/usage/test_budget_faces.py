@@ -41,6 +41,16 @@ def test_http_refuses_with_429_and_when_it_resets(api, spent):
     assert events(spent) == before  # nothing written
 
 
+def test_compacting_is_refused_too(api, spent):
+    """A second-round finding: a summary is a model call, and POST compact/ was
+    accepted with the budget used up."""
+    before = events(spent)
+    response = api.post(f"/api/sessions/{spent.pk}/compact/")
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "budget_exceeded"
+    assert events(spent) == before
+
+
 def test_the_ai_sdk_route_refuses_too(api, spent):
     before = events(spent)
     body = {
