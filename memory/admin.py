@@ -204,19 +204,20 @@ class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
             try:
                 outcome = services.roll_core(tenant=core.tenant, core=core, force=True)
             except MemoryStoreError as exc:
-                self.message_user(request, f"{core.pk}: {exc}", messages.ERROR)
+                # "Core …": the admin capitalizes a message's first letter (Mco_…)
+                self.message_user(request, f"Core {core.pk}: {exc}", messages.ERROR)
                 continue
             if outcome.status == "rolled":
                 rolled += 1
             elif outcome.status == "failed" and outcome.error:
                 self.message_user(
                     request,
-                    f"{core.pk}: {outcome.error['code']}: {outcome.error['message']}",
+                    f"Core {core.pk}: {outcome.error['code']}: {outcome.error['message']}",
                     messages.ERROR,
                 )
             else:
                 self.message_user(
-                    request, f"{core.pk}: {outcome.status.replace('_', ' ')}", messages.INFO
+                    request, f"Core {core.pk}: {outcome.status.replace('_', ' ')}", messages.INFO
                 )
         self.message_user(request, f"Rolled {rolled} core{'s' if rolled != 1 else ''}.")
 
