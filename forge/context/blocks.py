@@ -26,16 +26,27 @@ def block_key(block: Mapping[str, Any]) -> str:
     return f"{block.get('kind')}:{block.get('key', '')}"
 
 
-def blocks_update(
-    session: Session, blocks: Iterable[Mapping[str, Any]]
-) -> services.AppendEvent | None:
-    """The ``context.updated`` write that logs the blocks changing what is in force, or
-    None when none does (for a caller that appends it with other writes, in one batch)."""
-    with connection.cursor() as cursor:  # every prompt: plain SQL, no ORM compile
+def blocks_in_force(session: Session) -> dict[str, dict[str, Any]]:
+    """The session's context blocks in force, by :func:`block_key` (one plain statement:
+    every prompt reads it, no ORM compile)."""
+    with connection.cursor() as cursor:
         updates = turn_sql.context_updates(
             cursor, sql.Dialect(cursor), tenant_id=session.tenant_id, session_id=session.pk
         )
-    current = fold_context(updates)
+    return fold_context(updates)
+
+
+def blocks_update(
+    session: Session,
+    blocks: Iterable[Mapping[str, Any]],
+    *,
+    current: Mapping[str, Mapping[str, Any]] | None = None,
+) -> services.AppendEvent | None:
+    """The ``context.updated`` write that logs the blocks changing what is in force, or
+    None when none does (for a caller that appends it with other writes, in one batch).
+    ``current``: the blocks in force, when the caller read them (:func:`blocks_in_force`)."""
+    if current is None:
+        current = blocks_in_force(session)
     changed: list[dict[str, Any]] = []
     for block in blocks:
         if not isinstance(block.get("kind"), str) or not block["kind"]:

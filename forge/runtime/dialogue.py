@@ -35,7 +35,7 @@ block (their memory tools still read the speaker's memory, which they inherit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -43,13 +43,13 @@ from django.db import connection, transaction
 
 from accounts.selectors import member
 from forge.context import store_snapshot
+from forge.context.blocks import blocks_in_force
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
 from sessions import services, turn_sql
 from sessions import sql as session_sql
 from sessions.models import Session
-from sessions.projector import fold_context
 
 from . import accounting, lease
 from .turn import Turn
@@ -165,6 +165,7 @@ def memory_blocks(
     *,
     depth: int = 0,
     keep_from: str | None = None,
+    current: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The ``dialog_history`` block the turn's model should see: the speaker's core's
     current one, or a removal of any earlier one (another speaker's included) when
@@ -172,7 +173,8 @@ def memory_blocks(
 
     The block carries ``rolled_through``: the id of the newest message of this
     session the core has rolled (None: none), below ``keep_from`` when given (a
-    regenerated reply's prompt must reach the model even if it was rolled)."""
+    regenerated reply's prompt must reach the model even if it was rolled). ``current``:
+    the session's blocks in force, when the caller read them for ``blocks_update``."""
     if depth:
         return []
     removed = [{"kind": "dialog_history", "key": "memory", "removed": True}]
@@ -197,23 +199,20 @@ def memory_blocks(
     # A fork or an imported copy holds turns the core rolled under their original ids:
     # the copy's block names the copy's own newest one (``sessions.services.transfer``),
     # which the core's rows cannot say; that cut stands while the block is this core's.
-    logged = _logged_through(session, core_id=core.pk)
+    logged = _logged_through(session, core_id=core.pk, current=current)
     if logged is not None and (keep_from is None or logged < keep_from):
         through = logged if through is None else max(through, logged)
     return [{**block, "rolled_through": through}]
 
 
-def _logged_through(session: Session, *, core_id: str) -> str | None:
+def _logged_through(
+    session: Session, *, core_id: str, current: Mapping[str, Mapping[str, Any]] | None
+) -> str | None:
     """The ``rolled_through`` of the session's memory block in force, when that block is
-    core ``core_id``'s (one read of the session's context events)."""
-    with connection.cursor() as cursor:
-        updates = turn_sql.context_updates(
-            cursor,
-            session_sql.Dialect(cursor),
-            tenant_id=session.tenant_id,
-            session_id=session.pk,
-        )
-    block = fold_context(updates).get("dialog_history:memory")
+    core ``core_id``'s (``current``: the blocks in force, read here when not given)."""
+    if current is None:
+        current = blocks_in_force(session)
+    block = current.get("dialog_history:memory")
     if block is None or block.get("core_id") != core_id:
         return None
     through = block.get("rolled_through")

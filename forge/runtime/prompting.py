@@ -26,7 +26,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 
 from accounts.selectors import is_member
-from forge.context.blocks import blocks_update
+from forge.context.blocks import blocks_in_force, blocks_update
 from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.providers.base import ToolSpec
@@ -310,9 +310,14 @@ def begin(
             # Calls still waiting for an answer are denied, and their reply completed,
             # before the new prompt (docs/approvals.md).
             deny_for_new_prompt(session)
+            current = blocks_in_force(session)  # one read for both
             blocks = blocks_update(
                 session,
-                [*own_blocks, *memory_blocks(session, agent.name, speaker, depth=depth)],
+                [
+                    *own_blocks,
+                    *memory_blocks(session, agent.name, speaker, depth=depth, current=current),
+                ],
+                current=current,
             )
             user = services.UpdateMessage(
                 info={

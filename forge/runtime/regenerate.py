@@ -21,7 +21,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from forge.context.blocks import blocks_update
+from forge.context.blocks import blocks_in_force, blocks_update
 from forge.context.superseded import is_reply
 from forge.errors import (
     InvalidPrompt,
@@ -94,10 +94,9 @@ def begin_regeneration(
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
         model = model_info(agent)  # InvalidPrompt: a model that is not configured
         # The prompt answered again reaches the model even if memory rolled it.
-        blocks = blocks_update(
-            session,
-            [*agent_blocks(agent), *memory_blocks(session, agent.name, speaker, keep_from=user_id)],
-        )
+        current = blocks_in_force(session)  # one read for both
+        memory = memory_blocks(session, agent.name, speaker, keep_from=user_id, current=current)
+        blocks = blocks_update(session, [*agent_blocks(agent), *memory], current=current)
         reply = reply_message(
             message_id=assistant_id, parent_id=user_id, agent=agent, model=model, speaker=speaker
         )
