@@ -177,3 +177,24 @@ def apply_context(blocks: dict[str, dict[str, Any]], data: Mapping[str, Any]) ->
             blocks.pop(key, None)
         else:
             blocks[key] = dict(block)
+
+
+ROLLED_BLOCK = ("dialog_history", "memory")  # memory's block: kind and key
+
+
+def rolled_through_moved(
+    blocks: Iterable[Mapping[str, Any]], new_ids: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Memory's ``dialog_history`` block with its ``rolled_through`` (the newest message
+    its summaries stand for) named in the copy's ids: the copy's newest message whose
+    original is at or before it (``new_ids``: original id -> copy's id, both in creation
+    order). Left as it was, it named the original's message, older than every copied
+    one, so the copy showed the rolled turns raw and summarized at once."""
+    moved = []
+    for block in blocks:
+        through = block.get("rolled_through")
+        if (block.get("kind"), block.get("key")) != ROLLED_BLOCK or not isinstance(through, str):
+            continue
+        covered = [original for original in new_ids if original <= through]
+        moved.append({**block, "rolled_through": new_ids[max(covered)] if covered else None})
+    return moved

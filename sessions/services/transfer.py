@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -14,13 +13,13 @@ from accounts.selectors import members_of, tenant_for_user
 
 from .. import selectors, snapshots, sql
 from ..exceptions import LogIntegrityError, NotFound, SessionMismatch
+from ..free_shapes import check_free_event
 from ..ids import is_valid_id, new_message_id, new_part_id
 from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
-from ..projector import Projection, fold, fold_context
+from ..projector import Projection, fold, fold_context, rolled_through_moved
 from ..shapes import (
     ShapeError,
-    check_free_event,
     normalize_message,
     normalize_part,
     nul_path,
@@ -111,31 +110,10 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
                     "session_id": fork.pk,
                 },
             )
-    moved = _rolled_through_moved(blocks.values(), new_ids)
+    moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
     return fork
-
-
-ROLLED_BLOCK = ("dialog_history", "memory")  # memory's block: kind and key
-
-
-def _rolled_through_moved(
-    blocks: Iterable[Mapping[str, Any]], new_ids: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    """Memory's ``dialog_history`` block with its ``rolled_through`` (the newest message
-    its summaries stand for) named in the copy's ids: the copy's newest message whose
-    original is at or before it (``new_ids``: original id -> copy's id, both in creation
-    order). Left as it was, it named the original's message, older than every copied
-    one, so the copy showed the rolled turns raw and summarized at once."""
-    moved = []
-    for block in blocks:
-        through = block.get("rolled_through")
-        if (block.get("kind"), block.get("key")) != ROLLED_BLOCK or not isinstance(through, str):
-            continue
-        covered = [original for original in new_ids if original <= through]
-        moved.append({**block, "rolled_through": new_ids[max(covered)] if covered else None})
-    return moved
 
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
@@ -504,7 +482,7 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
             if kind == "context.updated":
                 moved = {
                     (b.get("kind"), b.get("key")): b
-                    for b in _rolled_through_moved(data["blocks"], message_new_ids)
+                    for b in rolled_through_moved(data["blocks"], message_new_ids)
                 }
                 data["blocks"] = [
                     moved.get((b.get("kind"), b.get("key")), b) for b in data["blocks"]

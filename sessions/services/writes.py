@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 
 from .. import sql
 from ..exceptions import InvalidEvent, InvalidMessage, InvalidPart, NotFound, SessionMismatch
+from ..free_shapes import check_free_event
 from ..ids import is_valid_id
 from ..models import Session
-from ..shapes import ShapeError, check_free_event, normalize_message, normalize_part
+from ..shapes import ShapeError, normalize_message, normalize_part
 
 __all__ = [
     "FREE_EVENT_TYPES",
