@@ -5,11 +5,14 @@
 assistant message (``summary: true``, finished, its text part), and the
 ``session.compacted`` marker that lets the context read start at the boundary
 (:func:`forge.context.visible_history`). A summary is recorded only once it
-exists: a summary model that fails writes nothing.
+exists: a summary model that fails writes nothing. ``on_summary`` runs in the same
+transaction with the completed summary as logged (the runtime counts its tokens and
+cost in usage there: ``forge.usage``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -30,8 +33,11 @@ def record_compaction(
     model: str,
     agent: str = "",
     tokens: dict[str, int] | None = None,
+    cost: float = 0.0,
+    on_summary: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
-    """Log a boundary; returns the marker ``{message_id, parent_id, tail_start_id, auto}``."""
+    """Log a boundary; returns the marker ``{message_id, parent_id, tail_start_id, auto}``.
+    ``tokens`` / ``cost``: what the summary model's call used and cost."""
     provider, _, model_name = model.partition("/")
     model_info = {"provider": provider, "model": model_name}
     user_id, summary_id = new_message_id(), new_message_id()
@@ -78,7 +84,11 @@ def record_compaction(
         }
         if tokens:
             info["tokens"] = tokens
-        services.update_message(session=session, info=info)
+        if cost:
+            info["cost"] = cost
+        completed = services.update_message(session=session, info=info)
+        if on_summary is not None:
+            on_summary(completed.data)
         marker = {
             "message_id": summary_id,
             "parent_id": user_id,

@@ -42,6 +42,7 @@ from forge.providers import events as ev
 from forge.providers import split_model
 from forge.providers.base import ModelRequest
 from forge.usage.budgets import check_budget
+from forge.usage.services import record_summary
 from sessions import bus, selectors, services
 from sessions.frames import error_frame
 from sessions.ids import new_message_id
@@ -51,6 +52,7 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import any_waiting
 from .finalize import INTERRUPTED, finalize_open_messages, message_error
+from .processor import price
 from .small_model import ask
 
 logger = logging.getLogger(__name__)
@@ -308,6 +310,8 @@ async def compact(
             model=settings.FORGE_SMALL_MODEL,
             agent=agent,
             tokens=usage.as_tokens(),
+            cost=price(settings.FORGE_SMALL_MODEL, usage),
+            on_summary=lambda info: record_summary(session=session, info=info),
         )
     )
 

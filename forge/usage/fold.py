@@ -12,6 +12,11 @@ agent and its model (``provider/model``). It adds:
 * its steps (``step-finish`` parts), their tokens and their cost;
 * its tool calls (``tool`` parts).
 
+A compaction's summary (an assistant message with ``summary: true``, logged open and
+completed in one transaction) is no reply: it adds no turn and no step, only the
+tokens and cost of the summary model's call, which its completion carries
+(``tokens``, ``cost``), to the row of its agent and model (``FORGE_SMALL_MODEL``).
+
 A message first logged already completed (a fork's copy) never counts: it ran
 nowhere. Parts logged after the completion do not count either.
 """
@@ -82,17 +87,35 @@ def key_of(info: Mapping[str, Any], *, owner_id: int | None) -> Key | None:
     )
 
 
-def completes(existing: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
-    """Whether logging ``info`` over the stored ``existing`` completes a reply (a
-    compaction's summary is no reply: the live count never counts it, and a rebuild
-    counted each as a turn)."""
+def _completes(existing: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
     return (
         info.get("role") == "assistant"
-        and not info.get("summary")
         and existing is not None
         and not existing.get("completed_at")
         and bool(info.get("completed_at"))
     )
+
+
+def completes(existing: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
+    """Whether logging ``info`` over the stored ``existing`` completes a reply (a
+    compaction's summary is no reply: :func:`completes_summary`)."""
+    return not info.get("summary") and _completes(existing, info)
+
+
+def completes_summary(existing: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
+    """Whether logging ``info`` over the stored ``existing`` completes a compaction's
+    summary."""
+    return bool(info.get("summary")) and _completes(existing, info)
+
+
+def summary_totals(info: Mapping[str, Any]) -> Totals:
+    """What the completed summary ``info`` adds: its call's tokens and cost."""
+    totals = Totals()
+    tokens = info.get("tokens") or {}
+    for name in TOKEN_FIELDS:
+        totals.tokens[name] += int(tokens.get(name, 0))
+    totals.cost = Decimal(str(info.get("cost", 0)))
+    return totals
 
 
 def reply_totals(info: Mapping[str, Any], parts: Iterable[Mapping[str, Any]]) -> Totals:
@@ -131,9 +154,14 @@ def fold_log(
         kind, data = event["type"], event["data"]
         if kind == "message.updated":
             existing = messages.get(data["id"])
-            key = key_of(data, owner_id=owner_id) if completes(existing, data) else None
-            if key is not None:
-                found.append((key, reply_totals(data, parts.get(data["id"], {}).values())))
+            if completes(existing, data):
+                key = key_of(data, owner_id=owner_id)
+                if key is not None:
+                    found.append((key, reply_totals(data, parts.get(data["id"], {}).values())))
+            elif completes_summary(existing, data):
+                key = key_of(data, owner_id=owner_id)
+                if key is not None:
+                    found.append((key, summary_totals(data)))
             messages[data["id"]] = data
         elif kind == "part.updated":
             parts.setdefault(data["message_id"], {})[data["id"]] = data

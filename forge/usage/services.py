@@ -19,7 +19,7 @@ from accounts.models import Tenant, User
 from forge.models import NANOS, Budget, Usage
 from sessions.models import Part, Session, SessionEvent
 
-from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals
+from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals, summary_totals
 
 _COLUMNS = (
     "turns",
@@ -91,6 +91,18 @@ def record_reply(
     if key is None:
         return None
     totals = reply_totals(info, parts)
+    _upsert(session.tenant_id, [(key, totals)])
+    return totals
+
+
+def record_summary(*, session: Session, info: Mapping[str, Any]) -> Totals | None:
+    """Count the compaction summary ``info``, which the write just logged completes
+    (:func:`forge.usage.fold.completes_summary`): its tokens and cost, no turn. Call it
+    inside the transaction that logged ``info``."""
+    key = key_of(info, owner_id=session.user_id)
+    if key is None:
+        return None
+    totals = summary_totals(info)
     _upsert(session.tenant_id, [(key, totals)])
     return totals
 

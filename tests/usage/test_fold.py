@@ -3,7 +3,15 @@
 import datetime as dt
 from decimal import Decimal
 
-from forge.usage.fold import Key, completes, fold_log, key_of, reply_totals
+from forge.usage.fold import (
+    Key,
+    completes,
+    completes_summary,
+    fold_log,
+    key_of,
+    reply_totals,
+    summary_totals,
+)
 
 OPEN = {
     "id": "msg_b",
@@ -119,3 +127,27 @@ def test_a_removed_message_takes_its_parts_with_it():
     ]
     ((_, totals),) = fold_log(events, owner_id=1)
     assert (totals.steps, totals.tokens["input"]) == (0, 0)
+
+
+def test_a_summary_adds_its_calls_tokens_and_cost_and_no_turn():
+    opened = {**OPEN, "summary": True}
+    done = {**DONE, "summary": True, "tokens": {"input": 50, "output": 9}, "cost": 0.25}
+    assert completes_summary(opened, done)
+    assert not completes_summary(None, done)  # a fork's copy
+    assert not completes_summary(done, done)  # counted once
+    assert not completes(opened, done)
+    totals = summary_totals(done)
+    assert (totals.turns, totals.steps, totals.tokens["input"], totals.tokens["output"]) == (
+        0,
+        0,
+        50,
+        9,
+    )
+    assert totals.cost == Decimal("0.25")
+    events = [
+        {"type": "message.updated", "data": opened},
+        {"type": "message.updated", "data": done},
+    ]
+    ((key, folded),) = fold_log(events, owner_id=1)
+    assert key.user_id == 7
+    assert folded.tokens == totals.tokens

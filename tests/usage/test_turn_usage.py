@@ -127,3 +127,30 @@ async def test_the_turn_line_carries_the_prompt_only_when_asked(session, agents,
     (line,) = [r.forge for r in caplog.records if r.name == "forge.turns"]
     assert line["prompt"] == "say this back"
     assert line["outcome"] == "finished"
+
+
+async def test_a_compactions_summary_counts_its_tokens_and_cost_but_no_turn(
+    session, agents, settings
+):
+    """A third-round finding: a compaction's summary is a call of ``FORGE_SMALL_MODEL``
+    whose tokens reached no usage row, so budgets and the usage API missed them. It
+    counts its tokens and cost (no turn, no step) under the summary's agent and model,
+    live and in the rebuilt table alike."""
+    from forge import runtime
+
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    settings.FORGE_MODEL_PRICES = {"offline/echo": {"input": 1.0, "output": 2.0}}
+    for n in range(3):
+        await run(session, f"turn {n} alpha bravo charlie delta echo foxtrot golf hotel")
+    before = await sync_to_async(rows)()
+    await sync_to_async(runtime.compact)(session=session, wait=True)
+    after = await sync_to_async(rows)()
+    assert len(after) == len(before) == 1  # the same user, agent, model and day
+    (was,), (now,) = before, after
+    turns, steps, input_tokens, output_tokens, cost = now[4:9]
+    assert (turns, steps) == (was[4], was[5])  # a summary is no turn and no step
+    assert input_tokens > was[6] and output_tokens > was[7]
+    assert cost > was[8]  # priced as the small model's call
+    await sync_to_async(rebuild_usage)()
+    assert await sync_to_async(rows)() == after  # the table is the fold of the logs
