@@ -150,7 +150,8 @@ async def test_a_compactions_summary_counts_its_tokens_and_cost_but_no_turn(
     (was,), (now,) = before, after
     turns, steps, input_tokens, output_tokens, cost = now[4:9]
     assert (turns, steps) == (was[4], was[5])  # a summary is no turn and no step
-    assert input_tokens > was[6] and output_tokens > was[7]
+    assert input_tokens > was[6]
+    assert output_tokens > was[7]
     assert cost > was[8]  # priced as the small model's call
     await sync_to_async(rebuild_usage)()
     assert await sync_to_async(rows)() == after  # the table is the fold of the logs
