@@ -458,3 +458,31 @@ async def test_a_session_without_a_workspace_is_fingerprinted_without_a_thread(
     assert walked == []
     await run(session, '/tool write_file {"path": "notes.txt", "content": "hi"}')
     assert walked  # once the workspace exists, it is walked (on a thread) as before
+
+
+async def test_a_call_whose_input_never_ended_is_an_error_not_pending_for_ever(
+    session, agents, script
+):
+    """A third-round finding: a step that ends with a call's input still open (the
+    model hit its output limit inside the arguments: ``finish_reason: "length"``) left
+    the tool part ``pending`` in a completed reply, a spinner for ever. It ends as an
+    error that says why; the reply and the text around it are kept."""
+    script(
+        [
+            [
+                {"type": "text-start", "id": "t"},
+                {"type": "text-delta", "id": "t", "delta": "let me look"},
+                {"type": "text-end", "id": "t"},
+                {"type": "tool-input-start", "call_id": "c1", "tool": "read_file"},
+                {"type": "tool-input-delta", "call_id": "c1", "delta": '{"path": "a'},
+                {"type": "finish-step", "finish_reason": "length", "usage": {"input": 5}},
+            ]
+        ]
+    )
+    await run(session, "read it")
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["completed_at"]
+    (tool,) = [p for p in reply["parts"] if p["type"] == "tool"]
+    assert tool["state"]["status"] == "error"
+    assert "input" in tool["state"]["error"]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["let me look"]
