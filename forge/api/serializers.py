@@ -13,6 +13,19 @@ from sessions.log import format_time
 from sessions.models import Session
 
 
+class TextField(serializers.CharField):
+    """A string, and only a string: DRF's ``CharField`` turns ``123`` or ``1.5`` into
+    ``"123"``, so ``{"text": 123}`` was a prompt and ``{"title": 7}`` a title, where a
+    client that sent a number has a bug it should hear of."""
+
+    default_error_messages = {"invalid": "Not a valid string: send a JSON string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class SessionSerializer(serializers.ModelSerializer):
     parent_id = serializers.CharField(read_only=True, allow_null=True)
     agent = serializers.SerializerMethodField()
@@ -39,21 +52,21 @@ class SessionSerializer(serializers.ModelSerializer):
 
 
 class SessionCreateSerializer(serializers.Serializer):
-    title = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-    agent = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+    title = TextField(max_length=255, required=False, allow_blank=True, default="")
+    agent = TextField(max_length=64, required=False, allow_null=True, default=None)
 
 
 class SessionUpdateSerializer(serializers.Serializer):
-    title = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    agent = serializers.CharField(max_length=64, required=False, allow_null=True)
+    title = TextField(max_length=255, required=False, allow_blank=True)
+    agent = TextField(max_length=64, required=False, allow_null=True)
 
 
 class FileSerializer(serializers.Serializer):
     """A JSON attachment: its name, its type, and its bytes in base64."""
 
-    filename = serializers.CharField(max_length=255)
-    mime = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-    content = serializers.CharField(help_text="the file's bytes, base64")
+    filename = TextField(max_length=255)
+    mime = TextField(max_length=255, required=False, allow_blank=True, default="")
+    content = TextField(help_text="the file's bytes, base64")
 
     def validate_content(self, value: str) -> bytes:
         try:
@@ -63,13 +76,13 @@ class FileSerializer(serializers.Serializer):
 
 
 class PromptSerializer(serializers.Serializer):
-    text = serializers.CharField(trim_whitespace=False)
-    agent = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+    text = TextField(trim_whitespace=False)
+    agent = TextField(max_length=64, required=False, allow_null=True, default=None)
     files = FileSerializer(many=True, required=False, default=list)
 
 
 class ForkSerializer(serializers.Serializer):
-    message_id = serializers.CharField(max_length=64)
+    message_id = TextField(max_length=64)
 
     def validate_message_id(self, value: str) -> str:
         if not is_valid_id(value):
@@ -88,4 +101,4 @@ class ApprovalSerializer(serializers.Serializer):
     the shape strictly, a boolean ``approve`` and no string for it)."""
 
     approve = serializers.BooleanField()
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    reason = TextField(required=False, allow_blank=True, max_length=2000)

@@ -72,6 +72,8 @@ def test_create_read_rename_and_delete_a_session(api, tenant):
         ({"title": "x" * 300}, "invalid"),
         ({"agent": "nobody"}, "unknown_agent"),
         ({"title": ["a", "list"]}, "invalid"),
+        ({"title": 7}, "invalid"),  # a number is no title (DRF made it "7")
+        ({"agent": 12}, "invalid"),
     ],
 )
 def test_bad_session_input_is_400_and_creates_nothing(api, body, code):
@@ -244,8 +246,10 @@ def test_an_uploads_name_is_kept_as_given_and_stored_safely(
         ({"text": "x" * 100_001}, 413, "too_large"),
         ({"text": "hi", "agent": "nobody"}, 400, "unknown_agent"),
         ({"text": "hi", "files": [{"filename": "a", "content": "!!not base64"}]}, 400, "invalid"),
+        ({"text": 123}, 400, "invalid"),  # DRF made it the prompt "123"
+        ({"text": 1.5}, 400, "invalid"),
     ],
-    ids=["empty", "missing", "too large", "unknown agent", "bad file"],
+    ids=["empty", "missing", "too large", "unknown agent", "bad file", "int", "float"],
 )
 @pytest.mark.django_db(transaction=True)
 def test_bad_prompts_get_a_clear_error_and_write_nothing(api, session, agents, body, status, code):
