@@ -4,8 +4,9 @@ Allowed are requests carrying ``Authorization: Bearer <FORGE_METRICS_TOKEN>`` an
 requests from an address in ``FORGE_METRICS_ALLOW`` (addresses or networks, e.g.
 ``127.0.0.1,10.0.0.0/8``; the peer's address as the server sees it, so behind a
 proxy list the proxy's address only if the proxy itself keeps ``/metrics`` off the
-public side). With neither set, nobody is: metrics are opt-in. Anyone else gets 403
-with a JSON body, whatever they send.
+public side). With neither set, nobody is: metrics are opt-in. Anyone else gets a
+JSON error: 401 ``not_authenticated`` with ``WWW-Authenticate: Bearer`` when a token
+is configured (the right one would be let in: RFC 6750), else 403 ``forbidden``.
 """
 
 from __future__ import annotations
@@ -57,14 +58,15 @@ def _registry() -> CollectorRegistry:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     if not allowed(request):
-        return JsonResponse(
-            {
-                "error": {
-                    "code": "forbidden",
-                    "message": "metrics need Authorization: Bearer <FORGE_METRICS_TOKEN> "
-                    "or an address in FORGE_METRICS_ALLOW",
-                }
-            },
-            status=403,
+        message = (
+            "metrics need Authorization: Bearer <FORGE_METRICS_TOKEN> "
+            "or an address in FORGE_METRICS_ALLOW"
         )
+        if not settings.FORGE_METRICS_TOKEN:  # no credentials would let this one in
+            return JsonResponse({"error": {"code": "forbidden", "message": message}}, status=403)
+        response = JsonResponse(
+            {"error": {"code": "not_authenticated", "message": message}}, status=401
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -41,10 +41,13 @@ def metrics_token(settings):
 
 
 def test_metrics_are_refused_without_the_token(client, settings, metrics_token):
+    """A third-round finding: a missing or wrong token was 403; with a token configured
+    it is 401 and says which scheme would be let in (RFC 6750)."""
     for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": TOKEN}):
         response = client.get("/metrics", **headers)
-        assert response.status_code == 403
-        assert response.json()["error"]["code"] == "forbidden"
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        assert response.json()["error"]["code"] == "not_authenticated"
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
 
 
