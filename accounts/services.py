@@ -32,7 +32,8 @@ def create_user(
 ) -> CreatedUser:
     """Create the tenant if needed, then a user who is a member of it.
 
-    Raises ``ValidationError`` (nothing written) for an empty or taken username,
+    Raises ``ValidationError`` (nothing written) for an empty or taken username (in
+    any case),
     an empty tenant name, or a password the validators refuse.
     """
     username = username.strip()
@@ -47,8 +48,11 @@ def create_user(
     if limit is not None and len(username) > limit:  # the admin's form says the same
         raise ValidationError(f"username is longer than {limit} characters")
     User.username_validator(username)
-    if User.objects.filter(username=username).exists():
-        raise ValidationError(f"a user named {username!r} already exists")
+    # Case-insensitive, as the admin's user form (Django's UserCreationForm) checks:
+    # "Alice" beside "alice" is one person to the people who read the names.
+    taken = User.objects.filter(username__iexact=username).values_list("username", flat=True)
+    if existing := taken.first():
+        raise ValidationError(f"a user named {existing!r} already exists")
     user = User(username=username, is_staff=staff)
     if password:
         if validate:

@@ -56,6 +56,10 @@ def test_an_existing_username_is_refused():
     with pytest.raises(CommandError, match="already exists"):
         run("hank", "--tenant", "two")
     assert not Tenant.objects.filter(name="two").exists()
+    # in any case (a third-round finding: "Hank" beside "hank"), as the admin's form
+    with pytest.raises(CommandError, match="a user named 'hank' already exists"):
+        run("Hank", "--tenant", "two")
+    assert User.objects.count() == 1
 
 
 def test_the_command_exits_nonzero_from_the_shell(tmp_path):
