@@ -114,6 +114,16 @@ def error_frame(code: str, message: str, **extra: Any) -> Frame:
     return {"kind": "error", "code": code, "message": message, **extra}
 
 
+def deleted_frame(session_id: str) -> Frame:
+    """What every subscriber of a session hears once the session is deleted (bus only):
+    an error frame ``not_found``; sockets then close with 4404 and SSE streams end."""
+    return error_frame("not_found", f"session {session_id!r} was deleted", session_id=session_id)
+
+
+def is_deleted_frame(frame: Frame) -> bool:
+    return frame.get("kind") == "error" and frame.get("code") == "not_found"
+
+
 def ack_frame(*, client_id: Any, message_id: str, assistant_message_id: str) -> Frame:
     return {
         "kind": "ack",

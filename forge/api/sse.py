@@ -4,11 +4,11 @@ Durable frames carry ``id: <seq>``, so a browser's ``EventSource`` resumes with
 ``Last-Event-ID`` and misses nothing; ``?after=`` does the same for other
 clients (an id past the log's head is 400 ``invalid_cursor``). Snapshots, deltas
 and status frames have no id. An idle stream gets a comment every
-``FORGE_SSE_HEARTBEAT`` seconds; a stream whose session was deleted ends at the next one
-with an error frame (``not_found``). The subscription is open before the view answers:
-a channel layer that is away is 503 ``stream_unavailable`` with ``Retry-After``,
-never a stream that hangs. When the client goes, Django cancels the response and
-the subscription is dropped.
+``FORGE_SSE_HEARTBEAT`` seconds. A stream whose session was deleted ends with an error
+frame (``not_found``): the deletion's own frame, or at the next heartbeat if that was
+lost. The subscription is open before the view answers: a channel layer that is
+away is 503 ``stream_unavailable`` with ``Retry-After``, never a stream that hangs.
+When the client goes, Django cancels the response and the subscription is dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
 from forge.telemetry import metrics
-from sessions.frames import Frame, error_frame, is_delta
+from sessions.frames import Frame, error_frame, is_deleted_frame, is_delta
 from sessions.models import Session
 
 from .errors import error_body, error_response
@@ -102,3 +102,5 @@ async def _frames(
                 continue
             metrics.frames_sent("sse", frames=1, deltas=is_delta(frame))
             yield encode(frame)
+            if is_deleted_frame(frame):  # published by the deletion: the stream ends
+                return

@@ -32,6 +32,7 @@ from sessions.frames import (
     Frame,
     ack_frame,
     error_frame,
+    is_deleted_frame,
     is_delta,
     pong_frame,
     snapshot_frame,
@@ -154,6 +155,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         async with contextlib.aclosing(frames):
             async for frame in frames:
                 assert not isinstance(frame, Heartbeat)
+                if is_deleted_frame(frame):  # sent by the handler below, then 4404
+                    raise NotFound(frame["message"])
                 await self._send(frame)
 
     async def disconnect(self, code: int) -> None:

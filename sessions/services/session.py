@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -11,8 +12,9 @@ from accounts.exceptions import NoTenant
 from accounts.models import Tenant
 from accounts.selectors import is_member, tenant_for_user
 
-from .. import sql
+from .. import bus, sql
 from ..exceptions import InvalidEvent, NotFound, SessionMismatch
+from ..frames import deleted_frame
 from ..ids import is_valid_id
 from ..log import format_time
 from ..models import Message, Part, Session, SessionEvent
@@ -125,7 +127,8 @@ def update_session(*, session: Session, title: Any = _UNSET, agent: Any = _UNSET
 @transaction.atomic
 def delete_session(*, session: Session) -> None:
     """Delete a session with its whole log, messages and parts; ``session_deleted`` is
-    sent after commit (the application removes the session's files on it).
+    sent after commit (the application removes the session's files on it), and its
+    subscribers get :func:`~sessions.frames.deleted_frame`.
 
     The database refuses to delete single events; marking the session as
     ``deleting`` first is what lets the triggers allow it, inside this
@@ -140,3 +143,5 @@ def delete_session(*, session: Session) -> None:
     transaction.on_commit(
         lambda: session_deleted.send(sender=Session, tenant_id=tenant_id, session_id=session_id)
     )
+    # Open sockets and streams hear of it now, not when they next send or beat.
+    transaction.on_commit(partial(bus.publish_after_commit, session_id, deleted_frame(session_id)))

@@ -108,3 +108,21 @@ async def test_a_socket_whose_session_was_deleted_is_told_it_is_gone(session, to
     assert errors
     assert {f["code"] for f in errors} == {"not_found"}
     assert await database_sync_to_async(Message.objects.count)() == 0
+
+
+async def test_an_idle_socket_is_told_at_once_that_its_session_was_deleted(session, token):
+    """A third-round finding: a socket that sent nothing heard of its session's deletion
+    only when it next sent a frame (the chat page sat on a session that was gone). The
+    deletion is published: ``not_found`` and 4404, without a word from the client."""
+    from sessions import services
+
+    ws = await _connected(session, token)
+    await database_sync_to_async(services.delete_session)(session=session)
+    frames = []
+    while True:
+        output = await ws.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+        frames.append(json.loads(output["text"]))
+    assert output == {"type": "websocket.close", "code": 4404}
+    assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_found"]
