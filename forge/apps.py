@@ -24,6 +24,12 @@ class ForgeConfig(AppConfig):
 
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
 
+        # What a deleted log had counted stays counted, through rebuild_usage too.
+        from forge.usage.services import on_session_deleting
+        from sessions.signals import session_deleting
+
+        session_deleting.connect(on_session_deleting, dispatch_uid="forge.usage-retire")
+
         # An imported log's replies count in usage, then its open replies end as
         # interrupted (nothing runs them here; ending one counts it, as the runtime's
         # ending does): both in the import's transaction, in this order (receivers run

@@ -137,16 +137,8 @@ class PendingApproval(Part):
         verbose_name = "pending approval"
 
 
-class Usage(models.Model):
-    """What the turns of one (tenant, user, agent, model, UTC day) used: a fold of the
-    logs, kept current in the transaction that completes each reply (forge.usage).
-
-    A reply counts once, when its message goes from open to completed (a finished,
-    failed or aborted reply alike), on the UTC day its message was created: its steps
-    (``step-finish`` parts), their tokens and cost, its tool calls (``tool`` parts),
-    and its outcome. A copy made by fork arrives completed and never counts;
-    ``rebuild_usage`` recomputes the table from the logs by the same rule.
-    """
+class UsageCounts(models.Model):
+    """The key and the counters of a usage row (:class:`Usage`, :class:`RetiredUsage`)."""
 
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE)
     # Who spoke, as the log says. No constraint: a reply's completion must never fail
@@ -172,6 +164,29 @@ class Usage(models.Model):
     tool_calls = models.PositiveBigIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.user_id} {self.agent} {self.model}"
+
+    @property
+    def cost(self) -> Decimal:
+        return Decimal(self.cost_nanos) / NANOS
+
+
+class Usage(UsageCounts):
+    """What the turns of one (tenant, user, agent, model, UTC day) used: a fold of the
+    logs, kept current in the transaction that completes each reply (forge.usage).
+
+    A reply counts once, when its message goes from open to completed (a finished,
+    failed or aborted reply alike), on the UTC day its message was created: its steps
+    (``step-finish`` parts), their tokens and cost, its tool calls (``tool`` parts),
+    and its outcome. A copy made by fork arrives completed and never counts;
+    ``rebuild_usage`` recomputes the table from the logs by the same rule, plus
+    :class:`RetiredUsage` (the logs deleted since).
+    """
+
+    class Meta:
         verbose_name_plural = "usage"
         constraints = [
             models.UniqueConstraint(
@@ -180,12 +195,20 @@ class Usage(models.Model):
         ]
         indexes = [models.Index(fields=["tenant", "day"], name="usage_tenant_day")]
 
-    def __str__(self) -> str:
-        return f"{self.day} {self.user_id} {self.agent} {self.model}"
 
-    @property
-    def cost(self) -> Decimal:
-        return Decimal(self.cost_nanos) / NANOS
+class RetiredUsage(UsageCounts):
+    """What the logs of deleted sessions had added to :class:`Usage`, per key: the fold
+    of each log, added in the transaction that deletes it. Deleting a session takes
+    nothing from the usage table, and ``rebuild_usage`` (which can fold only the logs
+    that remain) adds these rows, so a rebuild gives back what was counted."""
+
+    class Meta:
+        verbose_name_plural = "retired usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user", "agent", "model", "day"], name="retiredusage_key"
+            )
+        ]
 
 
 class Budget(models.Model):

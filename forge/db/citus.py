@@ -61,6 +61,7 @@ DISTRIBUTED: tuple[str, ...] = (
     "memory_memoryslice",
     "memory_memoryvectors",
     "forge_usage",
+    "forge_retiredusage",
     "forge_budget",
 )
 COLOCATE_WITH = DISTRIBUTED[0]

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from accounts.models import Tenant, User
-from forge.models import NANOS, Budget, Usage
+from forge.models import NANOS, Budget, RetiredUsage, Usage, UsageCounts
 from sessions.models import Part, Session, SessionEvent
 
 from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals, summary_totals
@@ -52,8 +52,10 @@ def _values(totals: Totals) -> list[int]:
     ]
 
 
-def _upsert(tenant_id: int, rows: Iterable[tuple[Key, Totals]]) -> None:
-    table = Usage._meta.db_table
+def _upsert(
+    tenant_id: int, rows: Iterable[tuple[Key, Totals]], *, model: type[UsageCounts] = Usage
+) -> None:
+    table = model._meta.db_table
     columns = ", ".join(_COLUMNS)
     marks = ", ".join(["%s"] * (5 + len(_COLUMNS)))
     adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in _COLUMNS)
@@ -107,17 +109,35 @@ def record_summary(*, session: Session, info: Mapping[str, Any]) -> Totals | Non
     return totals
 
 
-def record_log(*, session: Session) -> int:
-    """Count every reply a whole log completes (an imported session's); the replies."""
+def _fold_session(tenant_id: int, session_id: str, owner_id: int | None) -> list[Any]:
     events = (
-        SessionEvent.objects.filter(tenant_id=session.tenant_id, session_id=session.pk)
+        SessionEvent.objects.filter(tenant_id=tenant_id, session_id=session_id)
         .filter(type__in=_FOLDED)
         .order_by("seq")
         .values("type", "data")
     )
-    found = fold_log(events.iterator(chunk_size=2000), owner_id=session.user_id)
+    return fold_log(events.iterator(chunk_size=2000), owner_id=owner_id)
+
+
+def record_log(*, session: Session) -> int:
+    """Count every reply a whole log completes (an imported session's); the replies."""
+    found = _fold_session(session.tenant_id, session.pk, session.user_id)
     _upsert(session.tenant_id, found)
     return sum(totals.turns for _, totals in found)
+
+
+def retire_log(*, session: Session) -> int:
+    """Keep what the log of ``session``, about to be deleted, counted (its fold) in
+    :class:`~forge.models.RetiredUsage`; the replies. Call it inside the deleting
+    transaction, before the log goes. The usage table itself is not touched."""
+    found = _fold_session(session.tenant_id, session.pk, session.user_id)
+    _upsert(session.tenant_id, found, model=RetiredUsage)
+    return sum(totals.turns for _, totals in found)
+
+
+def on_session_deleting(sender: Any, session: Session, **kwargs: Any) -> None:
+    """``sessions.signals.session_deleting``: keep the deleted log's usage."""
+    retire_log(session=session)
 
 
 def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
@@ -125,10 +145,24 @@ def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
     record_log(session=session)
 
 
+def _row_totals(row: UsageCounts) -> tuple[Key, Totals]:
+    totals = Totals(
+        turns=row.turns,
+        steps=row.steps,
+        tokens={name: getattr(row, f"{name}_tokens") for name in TOKEN_FIELDS},
+        cost=Decimal(row.cost_nanos) / NANOS,
+        failed=row.failed,
+        aborted=row.aborted,
+        tool_calls=row.tool_calls,
+    )
+    return Key(user_id=row.user_id, agent=row.agent, model=row.model, day=row.day), totals
+
+
 def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None) -> int:
     """Recompute the usage table from the logs (all tenants, or ``tenant``): the rows of
     the days from ``since`` on (all days without it) are replaced by the fold of every
-    session's log. Returns the replies counted. One transaction per tenant."""
+    session's log plus what deleted logs had counted (:class:`RetiredUsage`). Returns
+    the replies counted. One transaction per tenant."""
     tenants = [tenant] if tenant is not None else list(Tenant.objects.order_by("pk"))
     counted = 0
     for one in tenants:
@@ -140,17 +174,18 @@ def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None)
             merged: dict[Key, Totals] = {}
             sessions = Session.objects.filter(tenant=one).values_list("pk", "user_id")
             for session_id, owner_id in sessions.iterator(chunk_size=500):
-                events = (
-                    SessionEvent.objects.filter(tenant=one, session_id=session_id)
-                    .filter(type__in=_FOLDED)
-                    .order_by("seq")
-                    .values("type", "data")
-                )
-                for key, totals in fold_log(events.iterator(chunk_size=2000), owner_id=owner_id):
+                for key, totals in _fold_session(one.pk, session_id, owner_id):
                     if since is not None and key.day < since:
                         continue
                     merged.setdefault(key, Totals()).add(totals)
                     counted += totals.turns
+            retired = RetiredUsage.objects.filter(tenant=one)
+            if since is not None:
+                retired = retired.filter(day__gte=since)
+            for row in retired.iterator(chunk_size=2000):
+                key, totals = _row_totals(row)
+                merged.setdefault(key, Totals()).add(totals)
+                counted += totals.turns
             _upsert(one.pk, merged.items())
     return counted
 

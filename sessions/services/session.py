@@ -18,7 +18,7 @@ from ..frames import deleted_frame
 from ..ids import is_valid_id
 from ..log import format_time
 from ..models import Message, Part, Session, SessionEvent
-from ..signals import session_deleted
+from ..signals import session_deleted, session_deleting
 from .append import commit
 
 TITLE_MAX = 255
@@ -126,9 +126,10 @@ def update_session(*, session: Session, title: Any = _UNSET, agent: Any = _UNSET
 
 @transaction.atomic
 def delete_session(*, session: Session) -> None:
-    """Delete a session with its whole log, messages and parts; ``session_deleted`` is
-    sent after commit (the application removes the session's files on it), and its
-    subscribers get :func:`~sessions.frames.deleted_frame`.
+    """Delete a session with its whole log, messages and parts. ``session_deleting`` is
+    sent first, in the transaction (the application keeps the log's usage on it);
+    ``session_deleted`` after commit (it removes the session's files), and the
+    session's subscribers get :func:`~sessions.frames.deleted_frame`.
 
     The database refuses to delete single events; marking the session as
     ``deleting`` first is what lets the triggers allow it, inside this
@@ -136,6 +137,7 @@ def delete_session(*, session: Session) -> None:
     """
     if not Session.objects.filter(pk=session.pk).update(deleting=True):
         raise NotFound(f"session {session.pk!r} does not exist")
+    session_deleting.send(sender=Session, session=session)
     Part.objects.filter(session_id=session.pk).delete()
     Message.objects.filter(session_id=session.pk).delete()
     Session.objects.filter(pk=session.pk).delete()

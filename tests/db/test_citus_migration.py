@@ -266,7 +266,9 @@ def _old_rows(cursor: Any, *, tenant: int, user: int, tag: str) -> None:
     )
 
 
-TABLES = [*citus.DISTRIBUTED]
+# The distributed tables that exist before the keys migration (forge_retiredusage came
+# after it, keyed by its own migration, and is checked by citus.problems below).
+TABLES = [t for t in citus.DISTRIBUTED if t != "forge_retiredusage"]
 
 
 def _snapshot(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:

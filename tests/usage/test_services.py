@@ -102,6 +102,31 @@ def test_rebuild_gives_what_recording_gave_and_is_idempotent(session, user, othe
     assert rows() == recorded
 
 
+def test_a_deleted_sessions_usage_survives_the_rebuild(session, user):
+    """A third-round finding: the table kept a deleted session's usage, but
+    ``rebuild_usage`` (the fold of the logs that remain) dropped it, and with it what
+    budgets had counted. A deleted log's fold is kept, and the rebuild adds it."""
+    from sessions.services import create_session, delete_session
+
+    other = create_session(user=user)
+    for each in (session, other):
+        opened, done = reply(each, steps=[{"tokens": {"input": 5, "output": 2}, "cost": 0.5}])
+        record(each, opened, done)
+    opened, done = reply(
+        other, steps=[{"tokens": {"input": 3}, "cost": 0.25}], created_at="2026-11-03T10:00:00Z"
+    )
+    record(other, opened, done)
+    before = rows()
+    delete_session(session=other)
+    assert rows() == before  # deleting takes nothing from the table
+    assert rebuild_usage() == 3
+    assert rows() == before  # nor from its rebuild
+    assert rebuild_usage(since=dt.date(2026, 11, 4)) == 2
+    assert rows() == before
+    assert rebuild_usage() == 3  # idempotent
+    assert rows() == before
+
+
 def test_a_fork_copies_history_but_not_usage(session, user):
     from sessions.services import fork_session, update_message
 
