@@ -107,6 +107,14 @@ def v_bool(path: str, value: Any) -> bool:
     return value
 
 
+# The most one event may say a step used: a trillion tokens of a kind, a million in
+# cost. Far above any model call; the usage table adds them up in 64-bit integers
+# (cost in billionths), where an imported log's 2**63 overflowed, made a tenant's
+# budget used up for every member and broke rebuild_usage.
+MAX_TOKENS = 10**12
+MAX_COST = 10**6
+
+
 def v_number(path: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _fail(path, "a finite number", value)
@@ -160,13 +168,27 @@ def v_str_list(path: str, value: Any) -> list[str]:
     return [v_str(f"{path}[{i}]", item) for i, item in enumerate(value)]
 
 
+def v_token_count(path: str, value: Any) -> int:
+    count = v_count(path, value)
+    if count > MAX_TOKENS:
+        raise ShapeError(f"{path}: at most {MAX_TOKENS} tokens, got {count}")
+    return count
+
+
+def v_cost(path: str, value: Any) -> int | float:
+    cost = v_number(path, value)
+    if cost > MAX_COST:
+        raise ShapeError(f"{path}: at most {MAX_COST}, got {cost}")
+    return cost
+
+
 def v_tokens(path: str, value: Any) -> dict[str, int]:
     if not isinstance(value, Mapping):
         raise _fail(path, "an object of token counts", value)
     unknown = set(value) - set(TOKEN_KEYS)
     if unknown:
         raise ShapeError(f"{path}: unknown keys {sorted(unknown)}; allowed: {list(TOKEN_KEYS)}")
-    return {key: v_count(f"{path}.{key}", value.get(key, 0)) for key in TOKEN_KEYS}
+    return {key: v_token_count(f"{path}.{key}", value.get(key, 0)) for key in TOKEN_KEYS}
 
 
 def zero_tokens() -> dict[str, int]:
@@ -313,7 +335,7 @@ PART_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
         "reason": (v_str, _REQUIRED),
         "snapshot": (v_opt_str, None),
         "tokens": (v_tokens, zero_tokens),
-        "cost": (v_number, 0),
+        "cost": (v_cost, 0),
     },
     "patch": {"hash": (v_str, _REQUIRED), "files": (v_str_list, _REQUIRED)},
 }
@@ -380,7 +402,7 @@ MESSAGE_FIELDS: dict[str, dict[str, tuple[Validator, Any]]] = {
         "error": (v_error, None),
         "summary": (v_bool, False),
         "tokens": (v_tokens, zero_tokens),
-        "cost": (v_number, 0),
+        "cost": (v_cost, 0),
     },
 }
 _MESSAGE_HEAD = ("id", "session_id", "role", "created_at")

@@ -9,6 +9,8 @@ from typing import Any
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
+from sessions.shapes import MAX_TOKENS
+
 from .events import (
     FinishStep,
     ReasoningDelta,
@@ -210,8 +212,12 @@ def _reasoning_text(delta: Any) -> str | None:
 
 def _usage(usage: CompletionUsage) -> Usage:
     def count(obj: object, name: str) -> int:
+        """The server's count, within what the log takes (a negative or absurd count
+        from a broken server must not fail the step's write)."""
         value = getattr(obj, name, None)
-        return value if isinstance(value, int) else 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            return 0
+        return min(max(value, 0), MAX_TOKENS)
 
     return Usage(
         input=count(usage, "prompt_tokens"),

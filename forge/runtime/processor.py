@@ -61,6 +61,7 @@ from forge.telemetry import metrics, tracing
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
+from sessions.shapes import MAX_COST
 
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
@@ -113,7 +114,7 @@ def price(model: str, usage: ev.Usage) -> float:
         + usage.cache_write * table.get("cache_write", 0.0)
         + usage.output * table.get("output", 0.0)
     )
-    return round(cost / 1_000_000, 10)
+    return min(round(cost / 1_000_000, 10), MAX_COST)  # what one event may log
 
 
 def provider_of(model: str) -> str:

@@ -315,6 +315,27 @@ def _created_at(value: Any) -> Any:
     return tamper
 
 
+def _step_finish(**changes: Any) -> Any:
+    """A step-finish part added to the first reply, with these token counts or cost."""
+
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        reply = next(line for line in lines[1:] if line["data"].get("role") == "assistant")
+        tokens = {"input": 1, "output": 1}
+        tokens.update({k: v for k, v in changes.items() if k != "cost"})
+        step = {
+            "id": "prt_forged",
+            "message_id": reply["data"]["id"],
+            "type": "step-finish",
+            "reason": "stop",
+            "snapshot": "",
+            "tokens": tokens,
+            "cost": changes.get("cost", 0),
+        }
+        return _with_event("part.updated", step)(lines)
+
+    return tamper
+
+
 BAD_BLOCKS: list[tuple[str, dict[str, Any]]] = [
     ("blocks-null", {"blocks": None}),
     ("blocks-string", {"blocks": "x"}),
@@ -340,6 +361,12 @@ MALFORMED = [
     ("data-list", _first_data([1, 2]), True, "starts with its session.created"),
     ("data-string", _first_data("session"), True, "starts with its session.created"),
     ("created-at-integer", _created_at(1764547200), True, "seq 1"),
+    # A third-round finding: 2**63 - 3001 tokens summed past the usage table's 64-bit
+    # integers (a float in the report, every member's budget used up, rebuild_usage a
+    # traceback); 10**30 was a 500.
+    ("tokens-near-2**63", _step_finish(input=2**63 - 3001), True, "at most"),
+    ("tokens-10**30", _step_finish(output=10**30), True, "at most"),
+    ("cost-10**30", _step_finish(cost=1e30), True, "at most"),
     (
         "nul-in-context-block",
         _with_event(

@@ -779,3 +779,18 @@ async def test_lenient_server_chunks(fake_openai: FakeOpenAI, make_provider: Mak
         ToolCall(call_id="call_1", tool="g", input="{}"),
         FinishStep(finish_reason="tool-calls", usage=Usage(input=9, output=4)),
     ]
+
+
+def test_a_servers_absurd_usage_is_kept_within_what_the_log_takes():
+    """A third-round finding's other side: the log now refuses more than
+    ``MAX_TOKENS`` of a kind per step, so a broken server's count (negative, 2**70, a
+    float) must not fail the step's write: it is clamped, or 0."""
+    from openai.types.completion_usage import CompletionUsage
+
+    from forge.providers.openai_chunks import _usage
+    from sessions.shapes import MAX_TOKENS
+
+    usage = _usage(
+        CompletionUsage.model_construct(prompt_tokens=2**70, completion_tokens=-5, total_tokens=1.5)
+    )
+    assert (usage.input, usage.output) == (MAX_TOKENS, 0)
