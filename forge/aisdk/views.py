@@ -58,6 +58,7 @@ from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.telemetry import metrics
 from forge.throttling import PromptRateThrottle
+from forge.usage.budgets import check_budget
 from sessions import selectors, services
 from sessions.exceptions import NotFound
 from sessions.frames import is_delta
@@ -247,6 +248,8 @@ class ChatView(APIView):
             text, files = bodies.prompt_of(body)
             text = clean_text(text)  # before anything is written (a new chat included)
             clean_files(files)
+            # The prompt checks the budget too, but a new chat is created before it.
+            check_budget(tenant=tenant, user_id=request.user.pk)
             session, subscription = _chat_stream(request.user, tenant, chat_id, owner)
 
             def start() -> runtime.PromptResult:

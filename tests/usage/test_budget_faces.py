@@ -52,7 +52,13 @@ def test_compacting_is_refused_too(api, spent):
 
 
 def test_the_ai_sdk_route_refuses_too(api, spent):
+    """A new chat is refused before it is created (a third-round finding: the chat's
+    session was left behind, and its messages route answered 200 for a chat that had
+    none)."""
+    from sessions.models import Session
+
     before = events(spent)
+    sessions = Session.objects.count()
     body = {
         "id": "budgetChat",
         "trigger": "submit-message",
@@ -62,6 +68,8 @@ def test_the_ai_sdk_route_refuses_too(api, spent):
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "budget_exceeded"
     assert events(spent) == before
+    assert Session.objects.count() == sessions
+    assert api.get("/api/chat/budgetChat/messages").status_code == 404
 
 
 def test_a_users_own_budget_refuses_only_them(api, spent, user):
