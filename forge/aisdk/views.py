@@ -249,7 +249,7 @@ class ChatView(APIView):
             text = clean_text(text)  # before anything is written (a new chat included)
             clean_files(files)
             # The prompt checks the budget too, but a new chat is created before it.
-            check_budget(tenant=tenant, user_id=request.user.pk)
+            check_budget(tenant=tenant, user_id=cast(int, request.user.pk))
             session, subscription = _chat_stream(request.user, tenant, chat_id, owner)
 
             def start() -> runtime.PromptResult:
