@@ -53,7 +53,8 @@ def finalize_open_messages(
 
     Open parts are closed as the module says, tools interrupted with ``reason``;
     the message gets ``completed_at`` and ``error`` (default: a
-    ``MessageAbortedError`` saying ``reason``). ``texts`` gives the streamed text
+    ``MessageAbortedError`` saying ``reason``), and ``finish: "error"`` unless that is
+    an abort. ``texts`` gives the streamed text
     of parts still open (from the in-flight buffer); without it, an open part
     keeps the text it has in the store. Returns the ids finalized.
     """
@@ -72,10 +73,11 @@ def finalize_open_messages(
             # A reply whose calls await an answer is suspended, not broken: it stays
             # open for the answer (forge.runtime.approvals), from any process, later.
             continue
-        completed = services.update_message(
-            session=session,
-            info={"id": info["id"], "completed_at": now, "error": error or aborted_error(reason)},
-        )
+        ending = error or aborted_error(reason)
+        completion: dict[str, Any] = {"id": info["id"], "completed_at": now, "error": ending}
+        if ending.get("name") != "MessageAbortedError":
+            completion["finish"] = "error"  # a failure (an abort keeps its last finish)
+        completed = services.update_message(session=session, info=completion)
         accounting.reply_completed(session=session, info=completed.data)
         finished.append(info["id"])
     return finished

@@ -276,6 +276,8 @@ async def test_a_stream_that_ends_without_finishing_the_step_is_an_error(session
     reply = assistant(await ahistory(session))
     assert reply["info"]["error"]["name"] == "ProviderError"
     assert "ended early" in reply["info"]["error"]["message"]
+    # as the contract notes say (a third-round finding: it was null)
+    assert reply["info"]["finish"] == "error"
     text = next(p for p in reply["parts"] if p["type"] == "text")
     assert (text["text"], bool(text["time"]["end"])) == ("cut off", True)
 
