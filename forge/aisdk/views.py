@@ -49,7 +49,7 @@ from forge.access import chat_of, tenant_of
 from forge.api.parsers import SafeJSONParser
 from forge.api.schema import errors
 from forge.context.superseded import is_reply
-from forge.db.routing import lagging_read
+from forge.db.routing import session_read
 from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.responses import SubscribedStream, open_stream
@@ -337,13 +337,15 @@ class ChatMessagesView(APIView):
             default=selectors.PAGE_DEFAULT,
             maximum=selectors.PAGE_MAX,
         )
-        page = lagging_read(  # a history page tolerates lag (forge.db.routing)
+        page = session_read(  # on the replica once it has the whole log (forge.db.routing)
             lambda: selectors.message_page(
                 tenant=tenant,
                 session_id=session.pk,
                 limit=limit,
                 before=request.query_params.get("before"),
-            )
+            ),
+            tenant=tenant,
+            session_id=session.pk,
         )
         next_url = None
         if page.next_before:

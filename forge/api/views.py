@@ -29,7 +29,7 @@ from accounts.models import Tenant
 from forge import runtime, server_limits
 from forge.access import session_of, tenant_of
 from forge.context import request_for
-from forge.db.routing import lagging_iter, lagging_read
+from forge.db.routing import lagging_read, session_iter, session_read
 from forge.errors import InvalidAnswer, SessionBusy
 from forge.params import parse_flag, parse_limit, parse_seq
 from forge.runtime.agents import get_agent
@@ -179,9 +179,10 @@ class SessionViewSet(GenericViewSet):
         )
         # Read before the page: a client that resumes the stream after this seq sees
         # every change the page might have missed (and re-applies some it has, by id).
-        # A history page tolerates lag: both reads on the replica when there is one, so
-        # head_seq is the head of what the page shows (forge.db.routing).
-        head, page = lagging_read(
+        # Both reads on the replica when there is one and it has the whole log (its
+        # head on the primary), so head_seq is the head of what the page shows, and the
+        # caller's own writes are in it (forge.db.routing).
+        head, page = session_read(
             lambda: (
                 selectors.head_seq(tenant=self.tenant, session_id=pk),
                 selectors.message_page(
@@ -190,7 +191,9 @@ class SessionViewSet(GenericViewSet):
                     limit=limit,
                     before=request.query_params.get("before"),
                 ),
-            )
+            ),
+            tenant=self.tenant,
+            session_id=pk,
         )
         next_url = _url(request, before=page.next_before, limit=limit) if page.next_before else None
         response = Response({**page_body(page.items, next_url), "head_seq": head})
@@ -342,7 +345,11 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
 
         response = StreamingHttpResponse(
-            lagging_iter(lambda using: selectors.export_lines(session=session, using=using)),
+            session_iter(
+                lambda using: selectors.export_lines(session=session, using=using),
+                tenant=self.tenant,
+                session_id=session.pk,
+            ),
             content_type="application/x-ndjson",
         )
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'

@@ -16,6 +16,11 @@ The rule (docs/deploy.md, "Reads on the replica"):
 * A read that names a log position (``at_least=(tenant, session_id, seq)``) goes to
   the primary when the replica has not replayed that session's log up to ``seq``, so
   a client is never shown less than it was already told exists.
+* A read of one session's log as it is now (a history page, an export:
+  :func:`session_read`, :func:`session_iter`) names the primary's head as that
+  position: the replica serves it only once it has the whole log, so a client reads
+  its own writes, and a session that exists is never a 404 or an empty export
+  because the replica has not replayed it yet.
 * A replica that fails a read (down, restarting, refusing connections) is left out for
   ``FORGE_REPLICA_RETRY_SECONDS`` and the read runs again on the primary.
 
@@ -160,6 +165,30 @@ def lagging_iter(
 
     head, rest = lagging_read(start, at_least=at_least)
     return itertools.chain(head, rest)
+
+
+def _primary_head(tenant: Any, session_id: str) -> tuple[Any, str, int] | None:
+    """``at_least`` for a read of the session's whole log: its head on the primary
+    (``NotFound`` when the session is not there); None when no replica could serve."""
+    if replica_alias() != REPLICA:
+        return None
+    from sessions import selectors
+
+    with reads_on(PRIMARY):
+        return tenant, session_id, selectors.head_seq(tenant=tenant, session_id=session_id)
+
+
+def session_read(fn: Callable[[], T], *, tenant: Any, session_id: str) -> T:
+    """``fn()``, a read of the session's log as it is now, on the replica only when it
+    has replayed the log up to the primary's head (see the module's rule)."""
+    return lagging_read(fn, at_least=_primary_head(tenant, session_id))
+
+
+def session_iter(
+    factory: Callable[[str], Iterator[T]], *, tenant: Any, session_id: str
+) -> Iterator[T]:
+    """:func:`lagging_iter` for a read of the session's whole log (an export)."""
+    return lagging_iter(factory, at_least=_primary_head(tenant, session_id))
 
 
 class ReplicaRouter:

@@ -61,7 +61,13 @@ def replica_config(url: str, *, pool: int | None = None) -> dict[str, Any]:
     tests it mirrors ``default``, so the suite's test database serves both."""
     config = database_config(url, pool=pool)
     if config["ENGINE"] == "forge.db.postgresql":
-        config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
+        options = config.setdefault("OPTIONS", {})
+        options.setdefault("connect_timeout", 2)
+        if isinstance(options.get("pool"), dict):
+            # The pool's wait for a connection, not the connect timeout, bounds a read
+            # while the replica is down: at the primary's 30 s, each such read (and the
+            # process's one sync thread, every request behind it) waited 30 s.
+            options["pool"]["timeout"] = 2
     config["TEST"] = {"MIRROR": "default"}
     return config
 

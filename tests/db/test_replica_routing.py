@@ -79,20 +79,62 @@ def _head(chat: dict[str, Any], alias: str) -> int:
     return newest or 0
 
 
-def test_a_history_page_and_an_export_read_the_replica(lagging: dict[str, Any]) -> None:
+def test_a_history_page_and_an_export_read_the_replica_once_it_has_the_log(
+    chat: dict[str, Any],
+) -> None:
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    session, client = chat["session"], chat["client"]
+    with CaptureQueriesContext(connections["replica"]) as on_replica:
+        page = client.get(f"/api/sessions/{session.pk}/messages/")
+        export = client.get(f"/api/sessions/{session.pk}/export/")
+        lines = b"".join(export.streaming_content).splitlines()
+    assert page.status_code == 200
+    assert _texts(page.json()) == ["first"]
+    assert len(lines) == 1 + _head(chat, "default")
+    read = " ".join(query["sql"] for query in on_replica.captured_queries)
+    assert "forge_sessions_message" in read  # the page's rows
+    assert "forge_sessions_sessionevent" in read
+
+
+def test_a_lagging_replica_never_hides_the_callers_own_writes(lagging: dict[str, Any]) -> None:
+    """A third-round finding: with the replica behind, the history page did not show
+    the reply a ``?wait=1`` prompt had just returned (for as long as the lag lasted).
+    Until the replica has the whole log, the page and the export are the primary's."""
     session, client = lagging["session"], lagging["client"]
     replica_head, primary_head = _head(lagging, "replica"), _head(lagging, "default")
     assert replica_head < primary_head  # the replica lags: the setup worked
 
     page = client.get(f"/api/sessions/{session.pk}/messages/")
     assert page.status_code == 200
-    assert _texts(page.json()) == ["first"]  # what the replica has
-    assert page.json()["head_seq"] == replica_head  # the head of what the page shows
+    assert _texts(page.json()) == ["first", "second"]
+    assert page.json()["head_seq"] == primary_head  # the head of what the page shows
 
     export = client.get(f"/api/sessions/{session.pk}/export/")
     lines = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
-    assert lines[0]["events"] == replica_head
-    assert [event["seq"] for event in lines[1:]] == list(range(1, replica_head + 1))
+    assert lines[0]["events"] == primary_head
+    assert [event["seq"] for event in lines[1:]] == list(range(1, primary_head + 1))
+
+
+def test_a_session_the_replica_has_not_replayed_is_there(
+    pg_pair: tuple[pg.Server, pg.Server], chat: dict[str, Any]
+) -> None:
+    """A third-round finding: a session created while the replica lagged was a 404 on
+    its history page and an empty log on export."""
+    from sessions.services import create_session, update_message
+
+    _, replica = pg_pair
+    replica.psql("SELECT pg_wal_replay_pause()")
+    session = create_session(user=chat["session"].user, title="new")
+    update_message(session=session, info={"role": "user"})
+    client = chat["client"]
+    page = client.get(f"/api/sessions/{session.pk}/messages/")
+    assert page.status_code == 200, page.content
+    assert len(page.json()["results"]) == 1
+    export = client.get(f"/api/sessions/{session.pk}/export/")
+    lines = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
+    assert lines[0]["events"] == 2
 
 
 def test_a_cursor_beyond_the_replica_reads_the_primary(lagging: dict[str, Any]) -> None:

@@ -23,4 +23,7 @@ def test_the_replica_settings_come_from_the_url(monkeypatch: pytest.MonkeyPatch)
     assert config["HOST"] == "10.0.0.2"
     assert config["PORT"] == 5433
     assert config["OPTIONS"]["connect_timeout"] == 2
+    # the pool's wait too (a third-round finding: 30 s, the primary's, held every
+    # request of the process while the replica was down)
+    assert config["OPTIONS"]["pool"]["timeout"] == 2
     assert config["TEST"] == {"MIRROR": "default"}
