@@ -120,7 +120,7 @@ class DeltaWindow:
         texts = _texts(batch)
         shared = mirror()
         if shared is not None:  # in Redis before it is published: snapshots never miss it
-            await shared.append_many(texts)
+            await shared.append_many(texts, _starts(batch))
         await self.publish(batch, texts)
 
     async def publish(self, batch: Batch, texts: dict[str, str]) -> None:
@@ -138,6 +138,10 @@ class DeltaWindow:
 
 def _texts(batch: Batch) -> dict[str, str]:
     return {part_id: "".join(p.pieces) for part_id, p in batch.items()}
+
+
+def _starts(batch: Batch) -> dict[str, int]:
+    return {part_id: p.offset for part_id, p in batch.items()}
 
 
 class _Ticker:
@@ -188,9 +192,11 @@ class _Ticker:
             shared = mirror()
             if shared is not None:
                 merged: dict[str, str] = {}
-                for some in texts:
+                starts: dict[str, int] = {}
+                for some, (_, batch) in zip(texts, batches, strict=True):
                     merged.update(some)
-                await shared.append_many(merged)
+                    starts.update(_starts(batch))
+                await shared.append_many(merged, starts)
             for (window, batch), some in zip(batches, texts, strict=True):
                 await window.publish(batch, some)
         except Exception:

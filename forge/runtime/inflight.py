@@ -74,6 +74,9 @@ class InflightBuffer:
         part = self._parts.get(part_id)
         return part.text if part else ""
 
+    def streaming(self, part_id: str) -> Streaming | None:
+        return self._parts.get(part_id)
+
     def close(self, part_id: str) -> None:
         self._parts.pop(part_id, None)
 
@@ -90,6 +93,12 @@ buffer = InflightBuffer()
 
 
 # --- the Redis mirror ---------------------------------------------------------------
+
+
+def _meta(part: Streaming) -> str:
+    """A part's metadata in the mirror's hash (what :meth:`RedisMirror.open` writes)."""
+    return json.dumps({"message_id": part.message_id, "field": part.field})
+
 
 TTL_SECONDS = 24 * 3600
 
@@ -143,7 +152,7 @@ class RedisMirror:
         return client
 
     async def open(self, *, session_id: str, message_id: str, part_id: str, field: str) -> None:
-        meta = json.dumps({"message_id": message_id, "field": field})
+        meta = json.dumps({"message_id": message_id, "field": field})  # as _meta
         try:
             async with self._client().pipeline(transaction=True) as pipe:
                 pipe.hset(self._parts_key(session_id), part_id, meta)
@@ -159,21 +168,55 @@ class RedisMirror:
         except _redis_errors() as exc:
             _unreachable(exc, "appending a delta")
 
-    async def append_many(self, texts: dict[str, str]) -> None:
-        """Append to several parts' texts at once (a window of deltas): one round trip."""
+    async def append_many(
+        self, texts: dict[str, str], starts: dict[str, int] | None = None
+    ) -> None:
+        """Append to several parts' texts at once (a window of deltas): one round trip.
+
+        ``starts``: where each text starts in its part (the buffer's offsets). A part
+        whose mirror is gone (Redis restarted, or was flushed, while the part streamed:
+        its metadata's ``HSETNX`` creates it again) gets its text so far back from this
+        process's :data:`buffer`, so that snapshots read elsewhere cover it again (they
+        found nothing, and a client that missed a delta then got no more until the
+        part ended)."""
         if not texts:
             return
+        starts = starts or {}
         try:
-            if len(texts) == 1:
-                [(part_id, text)] = texts.items()
-                await self._client().append(self._text_key(part_id), text)
-                return
             async with self._client().pipeline(transaction=False) as pipe:
+                checked: list[Streaming | None] = []  # per text, the part whose mirror to check
                 for part_id, text in texts.items():
                     pipe.append(self._text_key(part_id), text)
-                await pipe.execute()
+                    streaming = buffer.streaming(part_id) if part_id in starts else None
+                    if streaming is not None:
+                        key = self._parts_key(streaming.session_id)
+                        pipe.hsetnx(key, part_id, _meta(streaming))
+                    checked.append(streaming)
+                results = iter(await pipe.execute())
+            lost: list[tuple[str, Streaming]] = []
+            for part_id, streaming in zip(texts, checked, strict=True):
+                next(results)  # the APPEND's new length
+                if streaming is not None and next(results):  # metadata gone: the text too
+                    lost.append((part_id, streaming))
+            if lost:
+                await self._restore(lost, texts, starts)
         except _redis_errors() as exc:
             _unreachable(exc, "appending deltas")
+
+    async def _restore(
+        self, lost: list[tuple[str, Streaming]], texts: dict[str, str], starts: dict[str, int]
+    ) -> None:
+        logger.warning(
+            "the in-flight mirror of %d streaming parts was gone (Redis restarted?); "
+            "restored from this process's buffer",
+            len(lost),
+        )
+        async with self._client().pipeline(transaction=True) as pipe:
+            for part_id, streaming in lost:
+                end = starts[part_id] + len(texts[part_id])  # what is mirrored once this is in
+                pipe.set(self._text_key(part_id), streaming.text[:end], ex=TTL_SECONDS)
+                pipe.expire(self._parts_key(streaming.session_id), TTL_SECONDS)
+            await pipe.execute()
 
     async def close(self, *, session_id: str, part_id: str) -> None:
         try:
