@@ -152,9 +152,33 @@ def v_opt_time(path: str, value: Any) -> str | None:
     return None if value is None else v_time(path, value)
 
 
+# How deep a free-form object (a tool call's input, its metadata) may nest. Far more
+# than any tool's arguments; a 900-deep input was logged (by import), and then every
+# reader with a deeper stack of its own (the admin's conversation page) hit Python's
+# recursion limit decoding it: a 500 for good.
+MAX_DEPTH = 64
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests objects and lists deeper than :data:`MAX_DEPTH` (iterative:
+    no recursion of its own)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item
+        if not isinstance(item, Mapping | list | tuple):
+            continue
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def v_object(path: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _fail(path, "an object", value)
+    if too_deep(value):
+        raise ShapeError(f"{path}: nested deeper than {MAX_DEPTH} levels")
     try:
         canonical_json(value)
     except (TypeError, ValueError) as exc:

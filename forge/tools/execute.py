@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from forge.telemetry import metrics
-from sessions.shapes import NUL, nul_path
+from sessions.shapes import MAX_DEPTH, NUL, nul_path, too_deep
 
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
 from .registry import get_tool, tool_names
@@ -92,6 +92,8 @@ def prepare_call(
             parsed = json.loads(raw_input)
         except (ValueError, RecursionError) as exc:
             parse_error = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        if parse_error is None and too_deep(parsed):  # the log would refuse it
+            parsed, parse_error = None, f"nested deeper than {MAX_DEPTH} levels"
     nul_at = nul_path(parsed, "arguments") if parsed is not None else None
     args: dict[str, Any] = parsed if isinstance(parsed, dict) and nul_at is None else {}
 

@@ -336,6 +336,27 @@ def _step_finish(**changes: Any) -> Any:
     return tamper
 
 
+def _deep_tool_input(levels: int) -> Any:
+    """A tool part added to the first reply whose input nests ``levels`` objects."""
+
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        reply = next(line for line in lines[1:] if line["data"].get("role") == "assistant")
+        deep: dict[str, Any] = {}
+        for _ in range(levels - 1):
+            deep = {"a": deep}
+        tool = {
+            "id": "prt_deep",
+            "message_id": reply["data"]["id"],
+            "type": "tool",
+            "call_id": "c1",
+            "tool": "read_file",
+            "state": {"status": "pending", "input": deep},
+        }
+        return _with_event("part.updated", tool)(lines)
+
+    return tamper
+
+
 BAD_BLOCKS: list[tuple[str, dict[str, Any]]] = [
     ("blocks-null", {"blocks": None}),
     ("blocks-string", {"blocks": "x"}),
@@ -367,6 +388,9 @@ MALFORMED = [
     ("tokens-near-2**63", _step_finish(input=2**63 - 3001), True, "at most"),
     ("tokens-10**30", _step_finish(output=10**30), True, "at most"),
     ("cost-10**30", _step_finish(cost=1e30), True, "at most"),
+    # A third-round finding: imported, then the admin's page of the session was a 500
+    # for good (RecursionError decoding it under the admin's own stack).
+    ("tool-input-900-deep", _deep_tool_input(900), True, "nested deeper"),
     (
         "nul-in-context-block",
         _with_event(

@@ -109,6 +109,18 @@ def test_invalid_json_keeps_the_raw_input_truncated() -> None:
     assert info.value.metadata["input"] == {}
 
 
+def test_arguments_nested_deeper_than_the_log_takes_are_a_tool_error() -> None:
+    """The log refuses objects nested deeper than ``MAX_DEPTH`` (a third-round finding):
+    a model's call that deep is the model's error to see, not a failed turn."""
+    from sessions.shapes import MAX_DEPTH
+
+    raw = '{"path": ' + '{"a": ' * MAX_DEPTH + "1" + "}" * MAX_DEPTH + "}"
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", raw)
+    assert f"nested deeper than {MAX_DEPTH} levels" in info.value.message
+    assert info.value.metadata["input"] == {}
+
+
 @pytest.mark.parametrize(
     ("raw", "kind"), [("[1, 2]", "list"), ('"path"', "str"), ("3", "int"), ("null", "null")]
 )
