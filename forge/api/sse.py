@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
 
 from accounts import tenancy
 from accounts.exceptions import ForgeError
@@ -60,11 +61,14 @@ def encode(frame: Frame) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+@csrf_exempt  # it only reads; another method is the 405 below (it was CSRF's HTML 403)
 async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase:
-    """Every refusal is JSON before the stream starts: the session, the cursor, then the
-    subscription (open, and its stream slot taken) or 429 / 503."""
+    """Every refusal is JSON before the stream starts: the method, the session, the
+    cursor, then the subscription (open, and its stream slot taken) or 429 / 503."""
     if request.method != "GET":
-        return JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
+        refused = JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
+        refused["Allow"] = "GET"
+        return refused
     try:
         raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
         owner, session, after = await sync_to_async(_find)(request, session_id, raw)

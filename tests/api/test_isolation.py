@@ -54,3 +54,17 @@ def test_importing_someone_elses_exported_log_lands_in_your_tenant_not_theirs(
     assert imported.tenant == other_user.memberships.get().tenant
     assert api.get(f"/api/sessions/{imported.pk}/").status_code == 404
     assert Session.objects.get(pk=session.pk).tenant_id == session.tenant_id  # untouched
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_another_method_on_the_stream_is_a_json_405(session, token, method):
+    """A third-round finding: CSRF's HTML 403 answered (before the view's own 405)."""
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    response = getattr(client, method)(
+        f"/api/sessions/{session.pk}/stream/", HTTP_AUTHORIZATION=f"Token {token}"
+    )
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert error(response)["code"] == "method_not_allowed"
