@@ -144,3 +144,20 @@ def test_bad_input_exits_2_and_writes_nothing(espresso, settings, args, embedder
         reindex(*args)
     assert info.value.returncode == 2
     assert models() == before
+
+
+def test_an_embedder_that_cannot_be_reached_to_name_its_model_is_a_clear_error(espresso, settings):
+    """A third-round finding: an OpenAI-compatible embedder with no set dimension asks
+    the server for it to name its model; a server that was down made that a 28-line
+    traceback with nothing on stdout."""
+    settings.FORGE_MEMORY_EMBEDDER = ""
+    settings.FORGE_EMBEDDING_MODEL = "openai/text-embedding-3-small"
+    settings.FORGE_EMBEDDING_DIMENSIONS = None
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # nothing listens
+    settings.FORGE_EMBEDDING_TIMEOUT = 2
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="the embedder could not be reached") as info:
+        call_command("reindex_memory", "--json", stdout=out, stderr=io.StringIO())
+    assert info.value.returncode == 1
+    report = json.loads(out.getvalue())
+    assert (report["embedded"], report["error"]["code"]) == (0, "embedding_unavailable")

@@ -69,9 +69,21 @@ class Command(BaseCommand):
                 "FORGE_EMBEDDING_MODEL)",
                 returncode=2,
             ) from None
+        try:
+            model = embedder.name  # an OpenAI-compatible one without a set dimension asks
+        except EmbeddingError as exc:
+            failure = {"code": exc.code, "message": str(exc)}
+            if options["json"]:
+                report = {"model": None, "core": core_id, "embedded": 0, "error": failure}
+                self.stdout.write(json.dumps(report, sort_keys=True))
+            raise CommandError(
+                f"the embedder could not be reached ({failure['code']}: {failure['message']});"
+                " nothing was embedded: run reindex_memory again later",
+                returncode=1,
+            ) from None
         show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
         started = time.monotonic()
-        report: dict[str, Any] = {"model": embedder.name, "core": core_id}
+        report: dict[str, Any] = {"model": model, "core": core_id}
         try:
             if options["fulltext"]:
                 report["fulltext"] = self._fulltext(core_id, batch, show)
