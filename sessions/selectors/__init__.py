@@ -109,7 +109,12 @@ def message_page(
     session = get_session(tenant=tenant, session_id=session_id)
     messages = Message.objects.filter(tenant=tenant, session=session)
     if before is not None:
-        if not is_valid_id(before):
+        # A message id: the store's own (``msg_…``, a position whether or not that message
+        # is still there) or one of the session's (an imported log's may differ).
+        # Anything else was a position too ("zzz": the whole history, "prt_x": none).
+        if not is_valid_id(before) or (
+            not before.startswith("msg_") and not messages.filter(id=before).exists()
+        ):
             raise InvalidCursor(f"before: {before!r} is not a message id")
         messages = messages.filter(id__lt=before)
     rows = list(messages.order_by("-id").values_list("id", "data")[: limit + 1])

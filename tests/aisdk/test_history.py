@@ -52,6 +52,8 @@ def test_history_as_ui_messages_paged(api: APIClient, session, agents: Any, stra
     assert older.json()["next"] is None
 
     assert error(api.get(f"/api/chat/{session.pk}/messages?limit=0"))["code"] == "invalid_cursor"
+    bogus = api.get(f"/api/chat/{session.pk}/messages?before=bogus")  # an empty page before
+    assert (bogus.status_code, error(bogus)["code"]) == (400, "invalid_cursor")
     stranger = APIClient()
     stranger.credentials(HTTP_AUTHORIZATION=f"Token {stranger_token}")
     missing = stranger.get(f"/api/chat/{session.pk}/messages")

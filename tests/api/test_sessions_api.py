@@ -121,7 +121,17 @@ def test_history_pages_go_back_with_next_and_a_link_header(api, session):
 
 
 @pytest.mark.parametrize(
-    "query", ["limit=0", "limit=201", "limit=ten", "limit=%C2%B2", "before=not%20an%20id"]
+    "query",
+    [
+        "limit=0",
+        "limit=201",
+        "limit=ten",
+        "limit=%C2%B2",
+        "before=not%20an%20id",
+        # a third-round finding: ids that are no message's were positions too
+        "before=zzz",
+        "before=prt_x",
+    ],
 )
 def test_a_bad_cursor_or_limit_is_400(api, session, query):
     response = api.get(f"/api/sessions/{session.pk}/messages/?{query}")
