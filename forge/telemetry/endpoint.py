@@ -19,7 +19,6 @@ from functools import cache
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -55,8 +54,13 @@ def _registry() -> CollectorRegistry:
 
 
 @csrf_exempt  # a POST is 405 (below), not the CSRF check's HTML 403
-@require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
+    if request.method not in ("GET", "HEAD"):
+        refused = JsonResponse(
+            {"error": {"code": "method_not_allowed", "message": "use GET"}}, status=405
+        )
+        refused["Allow"] = "GET, HEAD"
+        return refused
     if not allowed(request):
         message = (
             "metrics need Authorization: Bearer <FORGE_METRICS_TOKEN> "

@@ -57,7 +57,9 @@ def test_the_bearer_scheme_is_any_case_and_a_post_is_405(settings, metrics_token
     strict = Client(enforce_csrf_checks=True)
     for scheme in ("bearer", "BEARER", "Bearer"):
         assert strict.get("/metrics", HTTP_AUTHORIZATION=f"{scheme} {TOKEN}").status_code == 200
-    assert strict.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+    refused = strict.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert refused.status_code == 405
+    assert refused.json()["error"]["code"] == "method_not_allowed"  # JSON, as every error
 
 
 def test_with_nothing_configured_nobody_gets_metrics(client, settings):
