@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from django.contrib.auth.password_validation import validate_password
@@ -42,6 +43,8 @@ def create_user(
         raise ValidationError("username must not be empty")
     if not tenant_name:
         raise ValidationError("tenant name must not be empty")
+    if any(unicodedata.category(c) == "Cc" for c in username + tenant_name):
+        raise ValidationError("names must not hold control characters")
     if len(tenant_name) > Tenant._meta.get_field("name").max_length:  # type: ignore[operator]
         raise ValidationError("tenant name is longer than 100 characters")
     limit = User._meta.get_field("username").max_length

@@ -10,6 +10,8 @@ prompt is refused. Without budgets the check is one indexed read that finds none
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
+from typing import Any
 
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
@@ -34,6 +36,13 @@ class BudgetExceeded(ForgeError):
         return max(1, int((self.resets_at - dt.datetime.now(dt.UTC)).total_seconds()))
 
 
+def _plain(value: Any) -> str:
+    """A cost as people write it: ``0.0000001``, ``12.5``, ``3`` (a Decimal's ``str`` was
+    ``1E-7``, and four places made a used-up budget of 1E-7 read ``0.0000 used``)."""
+    text = format(Decimal(str(value)).normalize(), "f")
+    return text
+
+
 def check_budget(*, tenant: Tenant, user_id: int, now: dt.datetime | None = None) -> None:
     """Raise :class:`BudgetExceeded` when a budget of ``tenant`` or of ``user_id`` in it is
     used up this month; return otherwise."""
@@ -54,7 +63,7 @@ def check_budget(*, tenant: Tenant, user_id: int, now: dt.datetime | None = None
             )
         if budget.monthly_cost is not None and cost >= budget.monthly_cost:
             raise BudgetExceeded(
-                f"{whose} monthly budget of {budget.monthly_cost} in cost is used up "
-                f"({cost:.4f} used); it resets at {resets_at:%Y-%m-%d %H:%M} UTC",
+                f"{whose} monthly budget of {_plain(budget.monthly_cost)} in cost is used up "
+                f"({_plain(cost)} used); it resets at {resets_at:%Y-%m-%d %H:%M} UTC",
                 resets_at=resets_at,
             )

@@ -42,6 +42,10 @@ def test_a_second_user_joins_the_existing_tenant_and_staff_is_optional():
         (["bad name!", "--tenant", "x"], "Enter a valid username"),
         (["gina", "--tenant", "x", "--password", "123"], "too short"),
         (["u" * 151, "--tenant", "x"], "username is longer than 150 characters"),
+        # third-round findings: a tenant named with a control character was made, and
+        # an empty password made a user who could never sign in, without a word
+        (["hal", "--tenant", "a\x01b"], "must not hold control characters"),
+        (["ida", "--tenant", "x", "--password", ""], "--password must not be empty"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(args, message):

@@ -33,3 +33,12 @@ def test_setup_demo_prints_its_host_and_port(settings):
     settings.DEBUG = False
     with pytest.raises(CommandError):
         call_command("setup_demo", stdout=StringIO())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("port", ["abc", "99999", "0", "-1"])
+def test_a_port_that_is_none_is_refused(settings, port):
+    """A third-round finding: it printed ``http://127.0.0.1:abc/``."""
+    settings.DEBUG = True
+    with pytest.raises(CommandError, match="--port must be a port number"):
+        call_command("setup_demo", "--port", port, stdout=StringIO())

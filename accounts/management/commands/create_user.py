@@ -23,6 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("--staff", action="store_true", help="may log in to the admin site")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["password"] is not None and not options["password"]:
+            # --password '' made a user who could not sign in, without a word
+            raise CommandError("--password must not be empty (leave it out for a token-only user)")
         try:
             created = create_user(
                 username=options["username"],

@@ -42,6 +42,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG:
             raise CommandError("setup_demo creates a known password; it runs only with DEBUG on")
+        port = str(options["port"])
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise CommandError(f"--port must be a port number from 1 to 65535, got {port!r}")
         user = User.objects.filter(username=DEMO_USERNAME).first()
         if user is None:
             user = create_user(
