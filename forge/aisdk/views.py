@@ -221,7 +221,7 @@ class ChatView(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(404, 409, 413)},
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, **errors(404, 409, 413, 503)},
     )
     def post(self, request: Request) -> StreamingHttpResponse:
         """Everything that can refuse the request does so before anything is written:
@@ -301,7 +301,9 @@ def _answer(
 class ChatStreamView(APIView):
     """``GET /api/chat/{id}/stream``: resume the running reply (204 when none runs)."""
 
-    @extend_schema(responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None})
+    @extend_schema(
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None, **errors(503)}
+    )
     def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
         tenant = tenant_of(request.user)
         session = chat_of(request.user, chat_id, tenant=tenant)

@@ -35,6 +35,7 @@ MEANINGS = {
     415: "a request body of another media type",
     429: "rate limited (throttled)",
     502: "the model behind the request failed (compaction_failed)",
+    503: "the channel layer (Redis) is away: stream_unavailable, with Retry-After",
 }
 
 
@@ -89,4 +90,66 @@ def document_errors(result: dict[str, Any], generator: Any, request: Any, public
             responses = operation.setdefault("responses", {})
             for status in statuses:
                 responses.setdefault(str(status), _response(status))
+    return result
+
+
+# The SSE route is a plain async Django view (DRF would buffer the stream), so
+# drf-spectacular does not see it: it is written out here, as its view answers.
+STREAM_PATH = "/api/sessions/{id}/stream/"
+
+
+def document_streams(result: dict[str, Any], generator: Any, request: Any, public: Any) -> Any:
+    """Add ``GET /api/sessions/{id}/stream/`` (``forge.api.sse``) to the schema."""
+    paths = result.setdefault("paths", {})
+    security = next(
+        (
+            operation["security"]
+            for item in paths.values()
+            for operation in item.values()
+            if isinstance(operation, dict) and "security" in operation
+        ),
+        None,
+    )
+    operation: dict[str, Any] = {
+        "operationId": "sessions_stream_retrieve",
+        "summary": "The session as Server-Sent Events (CONTRACT §3)",
+        "description": (
+            "Durable frames carry `id: <seq>`; resume with `Last-Event-ID` or `?after=`. "
+            "Snapshots, deltas and status frames have no id; an idle stream gets a "
+            "comment every FORGE_SSE_HEARTBEAT seconds. It never ends by itself, but "
+            "for a deleted session (a `not_found` error frame)."
+        ),
+        "tags": ["sessions"],
+        "parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+            {
+                "name": "after",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 0},
+                "description": "resume after this seq (ASCII digits)",
+            },
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "schema": {"type": "string"},
+                "description": "what a browser's EventSource sends when it reconnects",
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "the stream",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            },
+            "400": _response(400),
+            "404": _response(404),
+            "405": {
+                "description": "another method than GET (method_not_allowed)",
+                "content": {"application/json": {"schema": _ERROR_REF}},
+            },
+            "503": _response(503),
+        },
+    }
+    if security is not None:
+        operation["security"] = security
+    paths[STREAM_PATH] = {"get": operation}
     return result

@@ -158,6 +158,14 @@ class SessionViewSet(GenericViewSet):
     @extend_schema(
         methods=["POST"],
         request=PromptSerializer,
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                str,
+                enum=["1", "true", "yes", "0", "false", "no"],
+                description="answer once the reply is complete (200), not at once (202)",
+            )
+        ],
         responses={
             202: OpenApiTypes.OBJECT,
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="with ?wait=1"),

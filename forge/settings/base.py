@@ -221,6 +221,7 @@ SPECTACULAR_SETTINGS = {
     # Every route's error statuses are in the schema (forge.api.schema).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "forge.api.schema.document_streams",
         "forge.api.schema.document_errors",
     ],
 }
