@@ -1,8 +1,13 @@
 """Request bodies over their route's limit, refused by the server before they are read.
 
-Only the import route takes a large body on purpose (an export file), and it has a
-limit, ``FORGE_MAX_IMPORT_BYTES``. The view checks it (:func:`read_body`), but under
-daphne that is too late: daphne (twisted's ``http.Request``) receives the whole body,
+Every request has a limit (:func:`limit_for`): the import route's is
+``FORGE_MAX_IMPORT_BYTES`` (an export file); a prompt's (``POST …/messages/``, the AI SDK's
+``POST /api/chat``) is what the largest valid prompt takes (``MAX_FILES`` files of
+``MAX_FILE_BYTES`` in base64, and the text); any other request's is Django's
+``DATA_UPLOAD_MAX_MEMORY_SIZE``, which Django would refuse anyway, but only once the
+whole body was in memory (a 600 MB POST to the login page, without signing in, grew
+the process by 400 MB before its 400). The import view checks its own limit
+(:func:`read_body`), but under daphne that is too late: daphne (twisted's ``http.Request``) receives the whole body,
 into a temporary file, before the application sees any of it, and Django's ASGI
 handler then copies it again. So a 199 MB import was read whole before it was
 refused.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 from urllib.parse import unquote
 
@@ -36,19 +42,36 @@ logger = logging.getLogger(__name__)
 LINGER_SECONDS = 5.0  # how long what a refused client still sends is read and dropped
 
 
+_PROMPT_ROUTE = re.compile(r"/api/sessions/[^/]+/messages/?")
+
+
+def prompt_body_limit() -> int:
+    """The largest body a valid prompt can take: every file at its limit in base64, and
+    the text at its limit with every character escaped (``\\uXXXX``), and room for
+    the rest of the JSON or multipart envelope."""
+    from forge.runtime.prompting import MAX_FILE_BYTES, MAX_FILES
+
+    files = MAX_FILES * (MAX_FILE_BYTES * 4 // 3 + 4)
+    return files + 6 * int(settings.FORGE_MAX_PROMPT_BYTES) + 1024 * 1024
+
+
 def limit_for(method: bytes | str, path: bytes | str) -> int | None:
-    """The largest body a request may send, or None for no limit of ours: a POST to the
-    import route (``path`` as the request line has it, query included) may send at
-    most ``FORGE_MAX_IMPORT_BYTES``."""
+    """The largest body a request may send (``path`` as the request line has it, query
+    included): see the module's docstring. None: no limit (only when
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is None, Django's way of saying so)."""
     if isinstance(method, bytes):
         method = method.decode("latin-1")
     if isinstance(path, bytes):
         path = path.decode("latin-1")
-    if method.upper() != "POST":
-        return None
-    if unquote(path.split("?", 1)[0]) != reverse("session-import"):
-        return None
-    return int(settings.FORGE_MAX_IMPORT_BYTES)
+    if method.upper() == "POST":
+        route = unquote(path.split("?", 1)[0])
+        if route == reverse("session-import"):
+            return int(settings.FORGE_MAX_IMPORT_BYTES)
+        chat = "/" + str(settings.FORGE_AI_SDK_PREFIX).strip("/")
+        if _PROMPT_ROUTE.fullmatch(route) or route == chat:
+            return prompt_body_limit()
+    general = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return None if general is None else int(general)
 
 
 def too_large(limit: int) -> BodyTooLarge:

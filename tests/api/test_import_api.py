@@ -203,3 +203,39 @@ def test_daphne_imports_a_file_under_the_limit_with_a_length_or_chunked(
         assert Session.objects.get(pk=copy).tenant_id == session.tenant_id
     # Other routes and methods keep their bodies, and the server still answers.
     assert httpx.get(f"{server.url}/api/sessions/", headers=auth, timeout=10).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_daphne_refuses_any_body_over_its_routes_limit_as_it_arrives(server: LiveServer):
+    """A third-round finding: only the import route had a limit applied as the body
+    arrived; a 600 MB POST to the login page, signed in or not, was read whole (the
+    process grew by 400 MB) before Django's own 16 MiB check refused it."""
+    announced = 200 * 1024 * 1024
+    piece = b"x" * 65536
+    head = (
+        "POST /login/ HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{server.port}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {announced}\r\n\r\n"
+    ).encode()
+    answer, sent = _send_until_answered(
+        server.port, head, iter([piece] * (announced // len(piece)))
+    )
+    status, body = _answer_of(answer)
+    assert (status, body["error"]["code"]) == (413, "too_large")
+    assert sent < announced // 10
+
+
+def test_each_route_has_its_limit(settings):
+    from forge.runtime.prompting import MAX_FILE_BYTES, MAX_FILES
+    from forge.server_limits import limit_for
+
+    settings.FORGE_MAX_IMPORT_BYTES = 5_000_000
+    assert limit_for(b"POST", b"/api/sessions/import/?copy=1") == 5_000_000
+    prompt = limit_for("POST", "/api/sessions/ses_x/messages/?wait=1")
+    assert prompt is not None
+    assert prompt > MAX_FILES * MAX_FILE_BYTES * 4 // 3  # ten files at their limit fit
+    assert limit_for("POST", "/api/chat") == prompt
+    assert limit_for("POST", "/login/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert limit_for("PATCH", "/api/sessions/ses_x/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert limit_for("GET", "/api/sessions/ses_x/messages/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
