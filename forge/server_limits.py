@@ -7,10 +7,10 @@ Every request has a limit (:func:`limit_for`): the import route's is
 ``DATA_UPLOAD_MAX_MEMORY_SIZE``, which Django would refuse anyway, but only once the
 whole body was in memory (a 600 MB POST to the login page, without signing in, grew
 the process by 400 MB before its 400). The import view checks its own limit
-(:func:`read_body`), but under daphne that is too late: daphne (twisted's ``http.Request``) receives the whole body,
-into a temporary file, before the application sees any of it, and Django's ASGI
-handler then copies it again. So a 199 MB import was read whole before it was
-refused.
+(:func:`read_body`), but under daphne that is too late: daphne (twisted's
+``http.Request``) receives the whole body, into a temporary file, before the
+application sees any of it, and Django's ASGI handler then copies it again. So a
+199 MB import was read whole before it was refused.
 
 :func:`install` gives daphne a request class that applies the limit as the body
 arrives: a ``Content-Length`` over it is answered at once, when the headers are in;
