@@ -79,10 +79,25 @@ class AgentForm(forms.ModelForm):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    """Agents are the whole installation's, not a tenant's, and an agent's MCP servers
+    name commands this server runs: only superusers add, change or delete them, whatever
+    permissions a staff user holds (a tenant's staff user given ``change_agent`` could run
+    a shell command as the server, and change every tenant's agents). Others with
+    ``view_agent`` see them, secrets masked."""
+
     form = AgentForm
     list_display = ("name", "description", "model", "step_limit", "temperature", "is_default")
     list_filter = ("is_default",)
     search_fields = ("name", "description", "system_prompt")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
 
     @admin.display(description="MCP servers")
     def mcp_servers_masked(self, obj: Agent) -> str:

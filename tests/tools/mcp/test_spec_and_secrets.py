@@ -120,3 +120,39 @@ def test_the_admin_shows_secrets_masked_and_keeps_them_on_save(admin_client, dja
     assert page.status_code == 200
     assert SECRET not in page.text
     assert MASK in page.text
+
+
+def test_only_superusers_add_change_or_delete_agents(client, django_user_model):
+    """A third-round finding (HIGH): a tenant's staff user given ``add_agent`` /
+    ``change_agent`` could give an agent an MCP server whose command is a shell, run as
+    the server, and change the agents of every tenant."""
+    from django.contrib.auth.models import Permission
+
+    from forge.models import Agent
+
+    agent = Agent.objects.create(name="shared")
+    staff = django_user_model.objects.create_user(
+        username="sally", password="pw-sally-123", is_staff=True
+    )
+    staff.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["add_agent", "change_agent", "delete_agent", "view_agent"]
+        )
+    )
+    client.force_login(staff)
+    add = client.post(
+        reverse("admin:forge_agent_add"),
+        {
+            "name": "pwn",
+            "step_limit": 10,
+            "mcp_servers": json.dumps({"p": {"command": "/bin/sh", "args": ["-c", "id"]}}),
+        },
+    )
+    assert add.status_code == 403
+    change = reverse("admin:forge_agent_change", args=[agent.pk])
+    assert client.post(change, {"name": "shared", "step_limit": 1}).status_code == 403
+    assert client.get(change).status_code == 200  # viewing stays
+    delete = reverse("admin:forge_agent_delete", args=[agent.pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 403
+    assert not Agent.objects.filter(name="pwn").exists()
+    assert Agent.objects.get(name="shared").step_limit == 10
