@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 
-from .spec import ServerSpec
+from .spec import ServerSpec, masked_urls
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,8 @@ def _reason(exc: BaseException) -> str:
     """The first leaf of an exception (group), in a few words, for a notice."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = masked_urls(text)[:300]  # httpx quotes the URL, with its ?api_key=…
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -100,9 +100,29 @@ def merged(base: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> dic
     return {**dict(base or {}), **dict(own or {})}
 
 
+_URL = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s'\"]*@)?"
+    r"(?P<rest>[^\s'\"?#]*)(?P<query>\?[^\s'\"#]*)?"
+)
+
+
+def masked_urls(text: str) -> str:
+    """``text`` with every URL's user information and query masked: where an MCP server's
+    URL carries a key (``?api_key=…``, ``https://user:pass@…``), an error that quotes the
+    URL (httpx's do) must not show it to users, the model or the logs."""
+
+    def mask(match: re.Match[str]) -> str:
+        userinfo = f"{MASK}@" if match["userinfo"] else ""
+        query = f"?{MASK}" if match["query"] else ""
+        return f"{match['scheme']}{userinfo}{match['rest']}{query}"
+
+    return _URL.sub(mask, text)
+
+
 def redacted(raw: Any) -> Any:
-    """The ``mcpServers`` value with every env value and header value masked (for
-    showing; anything not of the shape is returned as is)."""
+    """The ``mcpServers`` value with every env value and header value masked, and the
+    user information and query of every URL (for showing; anything not of the shape is
+    returned as is)."""
     if not isinstance(raw, dict):
         return raw
     shown: dict[str, Any] = {}
@@ -112,13 +132,16 @@ def redacted(raw: Any) -> Any:
             for key in ("env", "headers"):
                 if isinstance(spec.get(key), dict):
                     spec[key] = dict.fromkeys(spec[key], MASK)
+            if isinstance(spec.get("url"), str):
+                spec["url"] = masked_urls(spec["url"])
         shown[name] = spec
     return shown
 
 
 def with_secrets_kept(new: Any, old: Any) -> Any:
-    """``new`` (an edit of a redacted value) with every masked env/header value put back
-    from ``old``: an admin edits a server without retyping its secrets."""
+    """``new`` (an edit of a redacted value) with every masked env/header value, and a URL
+    left as it was shown, put back from ``old``: an admin edits a server without retyping
+    its secrets."""
     if not isinstance(new, dict) or not isinstance(old, dict):
         return new
     result: dict[str, Any] = {}
@@ -132,5 +155,8 @@ def with_secrets_kept(new: Any, old: Any) -> Any:
                     spec[key] = {
                         k: previous.get(k, v) if v == MASK else v for k, v in values.items()
                     }
+            url, stored = spec.get("url"), before.get("url")
+            if isinstance(url, str) and isinstance(stored, str) and url == masked_urls(stored):
+                spec["url"] = stored  # shown masked, left as it was
         result[name] = spec
     return result

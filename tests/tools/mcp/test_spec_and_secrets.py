@@ -156,3 +156,28 @@ def test_only_superusers_add_change_or_delete_agents(client, django_user_model):
     assert client.post(delete, {"post": "yes"}).status_code == 403
     assert not Agent.objects.filter(name="pwn").exists()
     assert Agent.objects.get(name="shared").step_limit == 10
+
+
+def test_a_url_s_key_is_masked_where_it_is_shown() -> None:
+    """A third-round finding: a server that failed with an HTTP error put its URL, query
+    and all (``?api_key=…``), in every user's context block, the model's input and the
+    log; the admin's masked view showed it too."""
+    import httpx
+
+    from forge.tools.mcp.connection import _reason
+    from forge.tools.mcp.spec import with_secrets_kept
+
+    url = f"https://user:{SECRET}@mcp.example/mcp?api_key={SECRET}"
+    request = httpx.Request("POST", url)
+    error = httpx.HTTPStatusError(
+        "Client error '401 Unauthorized' for url " + repr(url),
+        request=request,
+        response=httpx.Response(401, request=request),
+    )
+    reason = _reason(ExceptionGroup("failed", [error]))
+    assert SECRET not in reason
+    assert "mcp.example/mcp" in reason  # which server, still
+    stored = {"remote": {"url": url}}
+    shown = redacted(stored)
+    assert SECRET not in json.dumps(shown)
+    assert with_secrets_kept(shown, stored) == stored  # saved unchanged, the key kept
