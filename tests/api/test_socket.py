@@ -146,7 +146,13 @@ async def test_a_foreign_origin_is_refused(session, token):
         (b"testserver:8000", b"http://testserver:9999", [], False),  # another app, same host
         (b"testserver:8000", b"http://testserver", [], False),  # port 80
         (b"testserver:443", b"https://testserver", [], True),  # https's default port
-        (b"testserver", b"http://testserver:9999", [], True),  # no port to compare (a proxy)
+        # a Host without a port (a proxy on 80 or 443): the Origin's default port only
+        # (a third-round finding: any port was let in)
+        (b"testserver", b"http://testserver:9999", [], False),
+        (b"testserver", b"https://testserver:8443", [], False),
+        (b"testserver", b"https://testserver", [], True),
+        (b"testserver", b"http://testserver", [], True),
+        (b"testserver", b"http://testserver:80", [], True),
         (b"testserver:8000", b"http://testserver:3000", ["http://testserver:3000"], True),
         (b"[::1]:8000", b"http://[::1]:9999", [], False),
         (b"testserver:8000", b"http://testserver:99999", [], False),  # not a port
@@ -166,6 +172,36 @@ async def test_an_origin_on_another_port_is_refused(
         f"/ws/sessions/{session.pk}/",
         headers=[
             (b"host", host),
+            (b"origin", origin),
+            (b"authorization", f"Token {token}".encode()),
+        ],
+    )
+    connected, _ = await ws.connect()
+    assert connected is accepted
+    await ws.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "origin", "accepted"),
+    [
+        (b"https", b"https://testserver", True),
+        (b"https", b"http://testserver", False),  # a plain-http page, the Secure cookie
+        (b"http", b"https://testserver", False),
+        (b"http", b"http://testserver", True),
+    ],
+)
+async def test_behind_a_tls_proxy_the_origin_s_scheme_must_agree(
+    session, token, settings, forwarded, origin, accepted
+):
+    settings.ALLOWED_HOSTS = ["testserver"]
+    settings.CSRF_TRUSTED_ORIGINS = []
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[
+            (b"host", b"testserver"),
+            (b"x-forwarded-proto", forwarded),
             (b"origin", origin),
             (b"authorization", f"Token {token}".encode()),
         ],
