@@ -96,6 +96,14 @@ class ForgeAdminSite(admin.AdminSite):
     index_title = "Operations"
     index_template = "admin/forge_index.html"
 
+    @property
+    def login_form(self) -> Any:  # type: ignore[override]
+        """Failed sign-ins counted (``forge.login_guard``); imported late: the auth forms
+        need the apps loaded, and the site is built while they load."""
+        from forge.login_guard import AdminLoginForm
+
+        return AdminLoginForm
+
     def admin_view(self, view: Any, cacheable: bool = False) -> Any:
         """Every model's list page reads the replica (issue 21: the admin's lists tolerate
         lag); the login and permission checks around it, and every other page, read the

@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from forge import pages, views
+from forge.login_guard import LoginForm
 from forge.telemetry.endpoint import metrics
 
 urlpatterns = [
@@ -13,7 +14,11 @@ urlpatterns = [
     path("api/", include("forge.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="login.html", authentication_form=LoginForm),
+        name="login",
+    ),
     path("metrics", metrics, name="metrics"),
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     # Last: any other path under /api/ is a JSON 404 whatever DEBUG says (handler404

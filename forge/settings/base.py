@@ -229,6 +229,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- Forge ----------------------------------------------------------------------
 
+# Failed sign-ins per (name, address) before the login pages refuse that pair, and for
+# how long (forge.login_guard).
+FORGE_LOGIN_FAILURES = env_int("FORGE_LOGIN_FAILURES", 5)
+FORGE_LOGIN_LOCKOUT_SECONDS = env_int("FORGE_LOGIN_LOCKOUT_SECONDS", 900)
+
 FORGE_MODEL = env_str("FORGE_MODEL", "offline/echo")
 FORGE_SMALL_MODEL = env_str("FORGE_SMALL_MODEL", FORGE_MODEL)
 FORGE_SCRIPT = env_str("FORGE_SCRIPT")
