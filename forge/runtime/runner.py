@@ -125,9 +125,17 @@ def _abort_arrived(message: dict[str, Any]) -> bool:
     if runner is None or runner.task.done():
         return False
     if runner.task.get_loop() is asyncio.get_running_loop():  # another loop has its own inbox
-        runner.turn.abort.set()
-        runner.task.cancel()
+        _stop(runner)
     return False
+
+
+def _stop(runner: Any) -> None:
+    """Abort a turn running on this loop: once. A second cancel of a task already
+    ending its abort broke it out of the ending (two aborts at once, through the
+    layer, left the reply open for good with its lease released)."""
+    runner.turn.abort.set()
+    if not runner.task.cancelling():
+        runner.task.cancel()
 
 
 async def _open_inbox() -> None:
@@ -322,8 +330,7 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     is finalized. Raises ``NotRunning`` when no turn runs."""
     runner = _runners.get(session.pk)
     if runner is not None and not runner.task.done():
-        runner.turn.abort.set()
-        runner.task.cancel()
+        _stop(runner)
         await asyncio.wait({runner.task}, timeout=timeout)
         return
     current = await db(lease.current)(session_id=session.pk)

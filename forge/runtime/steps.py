@@ -16,7 +16,7 @@ import asyncio
 import enum
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -142,19 +142,7 @@ async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
         loop.usage, loop.request = first
         await _steps(turn, processor, loop)
     except asyncio.CancelledError:
-        # What is still in the delta window reaches clients before the reply is
-        # finalized with the buffer's text: the stored text is exactly what they saw.
-        await asyncio.shield(processor.flush())
-        await asyncio.shield(
-            db(_finalize)(
-                processor.take_held(),
-                session=session,
-                reason=ABORTED,
-                texts=processor.streamed_texts(),
-                message_id=turn.message_id,
-                agent=turn.agent.name,
-            )
-        )
+        await _despite_cancels(_end_aborted(turn, processor))
         raise
     except Exception as exc:
         logger.exception("turn of session %s failed", session.pk)
@@ -340,6 +328,33 @@ def _steps_done(turn: Turn) -> tuple[int, float]:
 
 
 # --- endings --------------------------------------------------------------------
+
+
+async def _end_aborted(turn: Turn, processor: Processor) -> None:
+    """What is still in the delta window reaches clients before the reply is finalized
+    with the buffer's text: the stored text is exactly what they saw."""
+    await processor.flush()
+    await db(_finalize)(
+        processor.take_held(),
+        session=turn.session,
+        reason=ABORTED,
+        texts=processor.streamed_texts(),
+        message_id=turn.message_id,
+        agent=turn.agent.name,
+    )
+
+
+async def _despite_cancels(work: Awaitable[None]) -> None:
+    """Run an aborted turn's ending to its end, whatever cancels arrive meanwhile: a
+    second cancel (two aborts at once) interrupted the awaits of the ending, and the
+    reply stayed open for good while the lease was released."""
+    ending = asyncio.ensure_future(work)
+    while not ending.done():
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            continue
+    ending.result()
 
 
 def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:

@@ -109,6 +109,41 @@ async def test_abort_mid_text_keeps_what_streamed_and_finalizes_within_a_second(
     )
 
 
+async def test_a_second_abort_while_the_first_ends_the_reply_still_finalizes_it(
+    session, agents, script, monkeypatch
+):
+    """A third-round finding (HIGH): two aborts at once through the channel layer (two
+    tabs, a double click across daphnes) cancelled the turn twice; the second cancel
+    broke the ending of the first, and the reply stayed open for good, its lease
+    released. Here the second arrives while the first ending runs."""
+    from forge.runtime import runner as runner_module
+    from forge.runtime.processor import Processor
+
+    flush = Processor.flush
+    ending = asyncio.Event()
+
+    async def slow_flush(self: Any) -> None:  # the ending's first await, made long
+        ending.set()
+        await asyncio.sleep(0.3)
+        await flush(self)
+
+    monkeypatch.setattr(Processor, "flush", slow_flush)
+    script([slow_text(200, 0.02)])
+    started = await start_turn(session=session, text="talk slowly")
+    await wait_until(lambda: streamed_parts(session, "text"))
+    message = {"type": "forge.abort", "session_id": session.pk}
+    runner_module._abort_arrived(message)
+    await asyncio.wait_for(ending.wait(), 5)  # the turn is inside its ending
+    runner_module._abort_arrived(message)
+    started.task.cancel()  # and a cancel that does not ask first, as a shutdown's
+    await asyncio.wait({started.task}, timeout=10)
+    reply = (await ahistory(session))[-1]
+    assert reply["info"]["completed_at"]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert_nothing_open(await ahistory(session))
+    assert not await database_sync_to_async(SessionLease.objects.exists)()
+
+
 async def test_abort_stops_a_reply_whose_stream_swallows_the_cancellation(
     session, agents, settings
 ):
