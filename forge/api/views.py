@@ -141,9 +141,10 @@ class SessionViewSet(GenericViewSet):
     @extend_schema(responses={204: None, **errors(409)})
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        if runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id):
-            raise SessionBusy("the session is running a turn; abort it first")
-        services.delete_session(session=session)
+        try:
+            runtime.delete_session(session=session)
+        except SessionBusy:
+            raise SessionBusy("the session is running a turn; abort it first") from None
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # --- history and prompts ----------------------------------------------------------

@@ -27,7 +27,7 @@ from forge.errors import (
 from .approvals.pending import pending_approvals
 from .approvals.services import answer, answer_sync
 from .inflight import snapshots
-from .lease import is_busy, with_busy
+from .lease import delete_session, is_busy, with_busy
 from .prompting import Attachment
 from .recovery import recover_session, recover_sessions, start_janitor
 from .runner import (
@@ -60,6 +60,7 @@ __all__ = [
     "answer",
     "answer_sync",
     "compact",
+    "delete_session",
     "is_busy",
     "pending_approvals",
     "prompt",

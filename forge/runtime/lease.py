@@ -28,7 +28,9 @@ from django.utils import timezone
 
 from forge.errors import SessionBusy
 from forge.models import SessionLease
+from sessions import services
 from sessions.exceptions import NotFound
+from sessions.ids import new_message_id
 from sessions.models import Session
 
 # acquire() and release() run around every turn: plain SQL, no ORM compile per turn.
@@ -184,3 +186,17 @@ def with_busy(sessions: QuerySet[Session]) -> QuerySet[Session]:
         session=OuterRef("pk"), tenant=OuterRef("tenant"), expires_at__gt=timezone.now()
     )
     return sessions.annotate(busy=Exists(live))
+
+
+def delete_session(*, session: Session) -> None:
+    """Delete a session, with its log, unless a turn runs in it (``SessionBusy``, 409).
+
+    The lease is taken in the deleting transaction, under the session row's lock, as a
+    prompt, an approval's resumption and a compaction take it: whichever comes second
+    finds the session busy or gone (``NotFound``). A check of the lease before the
+    deletion, outside that lock, let a prompt and a deletion both succeed, and the
+    turn then failed on a session that was no more. A lease left by a dead runner is
+    taken over: its open reply goes with the log."""
+    with transaction.atomic():
+        acquire(session=session, message_id=new_message_id())
+        services.delete_session(session=session)

@@ -75,3 +75,28 @@ def test_acquire_on_a_missing_session_is_not_found_and_takes_nothing(session):
     with pytest.raises(NotFound), transaction.atomic():
         lease.acquire(session=ghost, message_id="msg_a")
     assert not SessionLease.objects.filter(session_id="ses_missing").exists()
+
+
+def test_deleting_takes_the_lease_so_a_turn_and_a_deletion_never_both_win(session):
+    """A third-round finding: ``DELETE`` checked the lease and then deleted, outside the
+    session row's lock; a prompt (or an approval, or a compaction) that took the lease
+    in between also succeeded, and its turn failed on a session that was gone. Now the
+    deletion takes the lease under that lock: a live one makes it 409 ``busy``."""
+    from sessions.models import SessionEvent
+
+    with transaction.atomic():
+        lease.acquire(session=session, message_id="msg_running")  # a turn runs
+    with pytest.raises(SessionBusy):
+        lease.delete_session(session=session)
+    assert Session.objects.filter(pk=session.pk).exists()
+    # a runner that died: its lease expired, the deletion takes it over
+    SessionLease.objects.filter(session=session).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    lease.delete_session(session=session)
+    assert not Session.objects.filter(pk=session.pk).exists()
+    assert not SessionEvent.objects.filter(session_id=session.pk).exists()
+    assert not SessionLease.objects.exists()
+    with pytest.raises(NotFound):  # and a prompt that comes second finds it gone
+        with transaction.atomic():
+            lease.acquire(session=session, message_id="msg_late")
