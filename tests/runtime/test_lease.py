@@ -97,6 +97,6 @@ def test_deleting_takes_the_lease_so_a_turn_and_a_deletion_never_both_win(sessio
     assert not Session.objects.filter(pk=session.pk).exists()
     assert not SessionEvent.objects.filter(session_id=session.pk).exists()
     assert not SessionLease.objects.exists()
-    with pytest.raises(NotFound):  # and a prompt that comes second finds it gone
-        with transaction.atomic():
-            lease.acquire(session=session, message_id="msg_late")
+    # and a prompt that comes second finds it gone
+    with pytest.raises(NotFound), transaction.atomic():
+        lease.acquire(session=session, message_id="msg_late")
