@@ -6,6 +6,7 @@ import logging
 
 from forge.db.worker import db
 from sessions import selectors, services
+from sessions.exceptions import NotFound
 from sessions.models import Session
 
 from .small_model import SmallModelError, ask
@@ -47,9 +48,14 @@ def clean_title(raw: str, fallback: str) -> str:
 
 
 def _set_title(session: Session, title: str) -> None:
-    session.refresh_from_db(fields=["title"])
-    if not session.title:
-        services.update_session(session=session, title=title)
+    """Title the session unless it has a title, or is gone (deleted while the small
+    model thought: nothing to title, and nothing wrong)."""
+    try:
+        session.refresh_from_db(fields=["title"])
+        if not session.title:
+            services.update_session(session=session, title=title)
+    except (Session.DoesNotExist, NotFound):
+        logger.debug("session %s was deleted before its title came", session.pk)
 
 
 async def generate_title(session: Session) -> str | None:

@@ -100,3 +100,17 @@ def test_deleting_takes_the_lease_so_a_turn_and_a_deletion_never_both_win(sessio
     # and a prompt that comes second finds it gone
     with pytest.raises(NotFound), transaction.atomic():
         lease.acquire(session=session, message_id="msg_late")
+
+
+def test_a_title_that_comes_after_the_deletion_is_no_error(session, caplog):
+    """A third-round finding: the background title task logged an ERROR with a
+    traceback when its session was deleted while the small model answered."""
+    import logging
+
+    from forge.runtime.title import _set_title
+    from sessions.services import delete_session
+
+    delete_session(session=session)
+    with caplog.at_level(logging.DEBUG, logger="forge.runtime.title"):
+        _set_title(session, "Too late")
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
