@@ -31,10 +31,21 @@ def chat_request(body: Any) -> tuple[dict[str, Any], str, str]:
 
 
 def regenerated_id(body: dict[str, Any]) -> str | None:
-    """The ``messageId`` of a regenerate request (None: the last reply)."""
+    """The ``messageId`` of a regenerate request (None: the last reply).
+
+    The id of the last user message of the client's ``messages`` means the reply to it:
+    the last reply, whatever id the client gave that message. A live chat's user
+    message has the id the client made (the server logs it under its own and says so
+    nowhere), so ``regenerate({messageId: <the user message>})`` named a message the
+    chat did not have, and was a 409 that left the client without its reply."""
     message_id = body.get("messageId")
     if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
         raise ValidationError({"messageId": "the id of the message to regenerate, or none"})
+    messages = body.get("messages")
+    if message_id is not None and isinstance(messages, list):
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        if users and users[-1].get("id") == message_id:
+            return None
     return message_id
 
 

@@ -305,8 +305,14 @@ class ChatStreamView(APIView):
         responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None, **errors(503)}
     )
     def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
+        """204 for a chat with nothing running, a chat not created yet included:
+        ``useChat({resume: true})`` asks on mount, and a new chat's id is the client's
+        own until its first message (a 404 put every new chat in an error state)."""
         tenant = tenant_of(request.user)
-        session = chat_of(request.user, chat_id, tenant=tenant)
+        try:
+            session = chat_of(request.user, chat_id, tenant=tenant)
+        except NotFound:
+            return Response(status=status.HTTP_204_NO_CONTENT)
         if not runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id):
             return Response(status=status.HTTP_204_NO_CONTENT)
         running = selectors.open_assistant_messages(tenant=tenant, session=session)

@@ -119,6 +119,12 @@ def test_a_regenerated_reply_is_a_new_message_with_the_same_parent(
         "assistant",
         "assistant",
     ]
+    # A live client names its user message by the id it made ("u1" in the messages it
+    # sends): that is the last reply too (a third-round finding: a 409, and the client
+    # had already dropped the reply it showed).
+    client_side = post_stream(scripted, token, regenerate_body("regen1", messageId="u1"))
+    assert {"type": "text", "text": "second answer"} in client_side.ui.parts
+    assert len(history("regen1")) == 7
 
 
 @pytest.fixture
