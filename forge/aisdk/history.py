@@ -30,6 +30,10 @@ def ui_message(item: Mapping[str, Any], *, approvals: bool = False) -> dict[str,
 
 def ui_part(part: Mapping[str, Any], *, approvals: bool = False) -> list[dict[str, Any]]:
     kind = part["type"]
+    if kind == "text" and part.get("synthetic"):
+        # An attachment's text, as the model is given it: not what the user wrote (the
+        # chat page folds it under "Attached text"; an AI SDK app chooses).
+        return [{"type": "data-attached-text", "id": part["id"], "data": {"text": part["text"]}}]
     if kind in BLOCKS:
         return [{"type": kind, "text": part.get("text", "")}]
     if kind == "step-start":

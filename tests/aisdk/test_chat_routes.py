@@ -192,6 +192,16 @@ def test_a_file_part_becomes_an_attachment(echo_server: LiveServer, user, token)
     prompt = chat_history("withFile")[0]
     files = [p for p in prompt["parts"] if p["type"] == "file"]
     assert [(f["filename"], f["mime"]) for f in files] == [("note.txt", "text/plain")]
+    # Restored, the message is what was sent: its text, its file; the file's text that
+    # the model is given is a data part (a third-round finding: a second text part,
+    # the whole file in the user's bubble after a reload)
+    restored = httpx.get(
+        f"{echo_server.url}/api/chat/withFile/messages", headers=headers(token), timeout=10
+    ).json()["results"][0]
+    texts = [p["text"] for p in restored["parts"] if p["type"] == "text"]
+    assert texts == [body["messages"][-1]["parts"][0]["text"]]
+    (attached,) = [p for p in restored["parts"] if p["type"] == "data-attached-text"]
+    assert "hello file" in attached["data"]["text"]
 
 
 def test_stop_aborts_and_resume_replays_the_running_reply(server: LiveServer, session, token):
