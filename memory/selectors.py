@@ -189,27 +189,35 @@ def dialog_history_block(*, tenant: Tenant, core: MemoryCore) -> dict[str, Any] 
     """The ``dialog_history`` context block of the core, or None before its first rolling.
 
     ``{"kind": "dialog_history", "key": "memory", "text", "core_id", "unit_id",
-    "memory_session_id", "slice_ids", "updated_at"}``: the summaries of the most
-    recent slices of the core's most recently updated unit, oldest first, within
-    ``FORGE_MEMORY_HISTORY_SLICES`` slices and ``FORGE_MEMORY_HISTORY_CHARS``
-    characters. A later block of the same kind and key replaces this one.
+    "memory_session_id", "slice_ids", "updated_at"}``: the summaries of the core's most
+    recent slices, oldest first, within ``FORGE_MEMORY_HISTORY_SLICES`` slices and
+    ``FORGE_MEMORY_HISTORY_CHARS`` characters; ``unit_id`` and ``memory_session_id``
+    name the most recently updated unit. A later block of the same kind and key
+    replaces this one.
+
+    The slices come from as many units as it takes, newest unit first: an idle rolling
+    starts a unit, and a block of the new unit's slices alone left the model with
+    nothing in place of the earlier turns it hides (``rolled_through``) once the new
+    unit rolled (a chat resumed the next day lost the day before).
     """
     if core.tenant_id != tenant.pk:
         raise NotFound(f"no memory core {core.pk!r}")
-    unit = (
-        MemoryUnit.objects.filter(tenant=tenant, core=core, slice_count__gt=0)
-        .order_by("-updated_at", "-id")
-        .first()
+    count = max(int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES)), 1)
+    units = MemoryUnit.objects.filter(tenant=tenant, core=core, slice_count__gt=0).order_by(
+        "-updated_at", "-id"
     )
-    if unit is None:
+    newest_unit: MemoryUnit | None = None
+    slices: list[MemorySlice] = []
+    for unit in units.iterator(chunk_size=4):  # most blocks need one or two
+        newest_unit = newest_unit or unit
+        slices += MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by(
+            "-created_at", "-id"
+        )[: count - len(slices)]
+        if len(slices) >= count:
+            break
+    if newest_unit is None:
         return None
-    count = int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES))
-    slices = list(
-        MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by("-created_at", "-id")[
-            : max(count, 1)
-        ]
-    )
-    return history_block(core=core, unit=unit, newest_first=slices)
+    return history_block(core=core, unit=newest_unit, newest_first=slices)
 
 
 def last_rolled_message(

@@ -505,6 +505,23 @@ def test_dialog_history_block_holds_the_recent_summaries(tenant, talker, setting
     assert selectors.dialog_history_block(tenant=tenant, core=core)["slice_ids"] == [slices[-1].pk]  # type: ignore[index]
 
 
+def test_after_an_idle_rolling_the_block_still_holds_the_earlier_unit(tenant, talker):
+    """A third-round finding (HIGH): an idle rolling starts a new unit; once that unit
+    rolled, the block held its slices alone, while ``rolled_through`` still hid every
+    earlier rolled turn of the chat: a chat resumed the next day lost the day before."""
+    core = talker(turns=2)
+    make_idle(core)
+    first = roll_committed(core)  # idle: a unit of its own, and a new memory session
+    talk(tenant=tenant, user=core.user, turns=3, first=10)
+    second = roll_committed(core)  # the new unit's first slice
+    assert first.unit_id != second.unit_id
+    block = selectors.dialog_history_block(tenant=tenant, core=fresh(core))
+    assert block is not None
+    assert block["slice_ids"] == [first.slice_id, second.slice_id]  # oldest first
+    assert block["unit_id"] == second.unit_id  # the unit it is current in
+    assert block["text"].index("Question 0") < block["text"].index("Question 10")
+
+
 def test_dialog_history_block_of_another_tenant_is_not_found(talker, other_tenant):
     core = talker(turns=3)
     with pytest.raises(NotFound):
