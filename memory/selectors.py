@@ -39,11 +39,15 @@ SEARCH_LIMIT = 10
 # --- cores ----------------------------------------------------------------------------
 
 
-def get_core(*, tenant: Tenant, core_id: str) -> MemoryCore:
+def get_core(*, tenant: Tenant, core_id: str, user: AbstractBaseUser | None = None) -> MemoryCore:
+    """The tenant's core ``core_id`` (only when it is ``user``'s, when given)."""
     if not is_valid_id(core_id):
         raise NotFound(f"no memory core {core_id!r}")
+    cores = MemoryCore.objects.select_related("user").filter(tenant=tenant)
+    if user is not None:
+        cores = cores.filter(user_id=user.pk)
     try:
-        return MemoryCore.objects.select_related("user").get(tenant=tenant, pk=core_id)
+        return cores.get(pk=core_id)
     except MemoryCore.DoesNotExist:
         raise NotFound(f"no memory core {core_id!r}") from None
 
@@ -78,9 +82,11 @@ def unit_ids(*, tenant: Tenant, core: MemoryCore) -> list[str]:
     )
 
 
-def core_data(*, tenant: Tenant, core_id: str) -> dict[str, Any]:
-    """The core's wire shape."""
-    core = get_core(tenant=tenant, core_id=core_id)
+def core_data(
+    *, tenant: Tenant, core_id: str, user: AbstractBaseUser | None = None
+) -> dict[str, Any]:
+    """The core's wire shape (``user``: only when it is theirs)."""
+    core = get_core(tenant=tenant, core_id=core_id, user=user)
     return core_wire(core, unit_ids(tenant=tenant, core=core))
 
 
@@ -107,11 +113,15 @@ def dialogue_window(*, tenant: Tenant, core: MemoryCore) -> list[dict[str, Any]]
 # --- units and slices -------------------------------------------------------------------
 
 
-def get_unit(*, tenant: Tenant, unit_id: str) -> MemoryUnit:
+def get_unit(*, tenant: Tenant, unit_id: str, user: AbstractBaseUser | None = None) -> MemoryUnit:
+    """The tenant's unit ``unit_id`` (only when its core is ``user``'s, when given)."""
     if not is_valid_id(unit_id):
         raise NotFound(f"no memory unit {unit_id!r}")
+    units = MemoryUnit.objects.select_related("core").filter(tenant=tenant)
+    if user is not None:
+        units = units.filter(core__user_id=user.pk)
     try:
-        return MemoryUnit.objects.select_related("core").get(tenant=tenant, pk=unit_id)
+        return units.get(pk=unit_id)
     except MemoryUnit.DoesNotExist:
         raise NotFound(f"no memory unit {unit_id!r}") from None
 

@@ -1,7 +1,9 @@
 """Long-term memory, read-only (CONTRACT §2, §3): ``/api/memory/…``.
 
-* ``GET /api/memory/cores/?agent=&limit=&cursor=``: the caller's tenant's cores,
-  newest first, paged with a cursor (``limit`` 1..200, default 50).
+* ``GET /api/memory/cores/?agent=&limit=&cursor=``: the caller's own cores (a staff
+  member's: the tenant's, as the usage route), newest first, paged with a cursor
+  (``limit`` 1..200, default 50). Memory is the speaker's: sessions are shared in a
+  tenant, and another member's core or unit is a 404, as one of another tenant.
 * ``GET /api/memory/cores/{id}/``: one core.
 * ``GET /api/memory/units/{id}/?offset=&limit=``: the unit with its slices and
   its ``conversation_messages`` from ``offset`` (default 0), at most ``limit``
@@ -172,9 +174,18 @@ class MemoryViewSet(GenericViewSet):
     def tenant(self) -> Tenant:
         return tenant_of(self.request.user)
 
+    @property
+    def reader(self) -> AbstractBaseUser | None:
+        """Whose memory the caller may read: their own, or (None) the tenant's for staff
+        (a third-round finding: any member read any other's cores and raw messages,
+        while search and the tools were the speaker's own)."""
+        user = self.request.user
+        assert isinstance(user, AbstractBaseUser)
+        return None if getattr(user, "is_staff", False) else user
+
     def get_queryset(self) -> QuerySet[MemoryCore]:
         agent = agent_param(self.request.query_params.get("agent"))
-        return selectors.list_cores(tenant=self.tenant, agent=agent)
+        return selectors.list_cores(tenant=self.tenant, user=self.reader, agent=agent)
 
     @extend_schema(
         operation_id="memory_cores_list",
@@ -192,7 +203,7 @@ class MemoryViewSet(GenericViewSet):
 
     @extend_schema(operation_id="memory_core_retrieve", responses=MemoryCoreSerializer)
     def core(self, request: Request, pk: str) -> Response:
-        return Response(selectors.core_data(tenant=self.tenant, core_id=pk))
+        return Response(selectors.core_data(tenant=self.tenant, core_id=pk, user=self.reader))
 
     @extend_schema(
         operation_id="memory_unit_retrieve",
@@ -211,7 +222,7 @@ class MemoryViewSet(GenericViewSet):
             default=MESSAGES_PAGE_DEFAULT,
             maximum=MESSAGES_PAGE_MAX,
         )
-        unit = selectors.get_unit(tenant=self.tenant, unit_id=pk)
+        unit = selectors.get_unit(tenant=self.tenant, unit_id=pk, user=self.reader)
         end = offset + limit
         messages = selectors.unit_message_rows(tenant=self.tenant, unit=unit, start=offset, end=end)
         slices = selectors.unit_slices(tenant=self.tenant, unit=unit)

@@ -330,3 +330,28 @@ def test_the_openapi_schema_documents_memory_without_warnings(api):
     out = StringIO()
     call_command("spectacular", "--validate", "--fail-on-warn", stdout=out)
     assert "PaginatedMemoryCoreList" in out.getvalue()
+
+
+def test_another_members_memory_is_theirs_and_staff_see_the_tenants(api, tenant, mine):
+    """A third-round finding (HIGH): a member of the tenant listed another member's
+    cores and read their units' raw messages (search and the tools were already the
+    speaker's own). Another member's core or unit is a 404 now; staff, who browse the
+    tenant's memory as operators, still see it."""
+    from accounts.models import Membership
+    from accounts.services import create_user
+
+    bob = create_user(username="bob", tenant_name=tenant.name, with_token=True)
+    assert Membership.objects.filter(user=bob.user, tenant=tenant).exists()
+    member = APIClient()
+    member.credentials(HTTP_AUTHORIZATION=f"Token {bob.token}")
+    assert member.get("/api/memory/cores/").json()["results"] == []
+    for path in (f"/api/memory/cores/{mine.pk}/", f"/api/memory/units/{unit_of(mine).pk}/"):
+        response = member.get(path)
+        assert response.status_code == 404
+        assert error(response)["code"] == "not_found"
+    assert api.get(f"/api/memory/units/{unit_of(mine).pk}/").status_code == 200  # the owner
+
+    bob.user.is_staff = True
+    bob.user.save(update_fields=["is_staff"])
+    assert [c["id"] for c in member.get("/api/memory/cores/").json()["results"]] == [mine.pk]
+    assert member.get(f"/api/memory/units/{unit_of(mine).pk}/").status_code == 200
