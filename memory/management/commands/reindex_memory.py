@@ -72,12 +72,12 @@ class Command(BaseCommand):
         try:
             model = embedder.name  # an OpenAI-compatible one without a set dimension asks
         except EmbeddingError as exc:
-            failure = {"code": exc.code, "message": str(exc)}
+            problem = {"code": exc.code, "message": str(exc)}
             if options["json"]:
-                report = {"model": None, "core": core_id, "embedded": 0, "error": failure}
-                self.stdout.write(json.dumps(report, sort_keys=True))
+                refused = {"model": None, "core": core_id, "embedded": 0, "error": problem}
+                self.stdout.write(json.dumps(refused, sort_keys=True))
             raise CommandError(
-                f"the embedder could not be reached ({failure['code']}: {failure['message']});"
+                f"the embedder could not be reached ({problem['code']}: {problem['message']});"
                 " nothing was embedded: run reindex_memory again later",
                 returncode=1,
             ) from None
