@@ -202,19 +202,28 @@ function inline(text) {
     stash(`<code>${code.trim() === "" ? code : code.replace(/^ (.*) $/, "$1")}</code>`),
   );
   // [label](url): a link only when the URL is safe; otherwise the text stays as it is.
-  text = text.replace(/\[([^\]\n]+)\]\(([^()\s]+)(?:[ \t]+&quot;[^\n]*?&quot;)?\)/g, (whole, label, url) => {
+  // The URL may hold balanced parentheses (Wikipedia's ".../Foo_(bar)").
+  text = text.replace(/\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)(?:[ \t]+&quot;[^\n]*?&quot;)?\)/g, (whole, label, url) => {
     if (!SAFE_URL.test(url)) return whole;
     return stash(link(url, emphasis(label)));
   });
   // Bare http(s) URLs. "&" only as "&amp;", so an escaped quote or bracket ends the URL.
   text = text.replace(/\bhttps?:\/\/(?:[^\s&\u0000]|&amp;)+/gi, (found) => {
-    const url = found.replace(/(?:[.,:;!?*_~)\]]|&amp;)+$/, "");
+    let url = found.replace(/(?:[.,:;!?*_~)\]]|&amp;)+$/, "");
+    // A ")" the URL opened is the URL's: "(see https://x/Foo_(bar))" keeps one.
+    while (url.length < found.length && found[url.length] === ")" && count(url, "(") > count(url, ")")) {
+      url = found.slice(0, url.length + 1);
+    }
     const rest = found.slice(url.length);
     if (!SAFE_URL.test(url) || /^https?:\/\/$/i.test(url)) return found;
     return stash(link(url, url)) + rest;
   });
   text = emphasis(text);
   return restore(text, tokens);
+}
+
+function count(text, char) {
+  return text.split(char).length - 1;
 }
 
 function link(url, label) {
