@@ -78,7 +78,14 @@ def _choose(candidates: list[_Candidate], spoken: list[tuple[str, str]]) -> list
     budget = SUMMARY_CHARS + 1  # the first line has no line break before it
     opened: set[int] = set()
     chosen: list[_Candidate] = []
+    said: set[str] = set()  # what the chosen sentences say, once each
     for candidate in sorted(candidates):
+        key = _said(candidate.text)
+        if key in said:
+            # The same sentence again (an assistant that repeats the fact it was told):
+            # once is enough, and the room goes to another fact (8 of 20 facts, each
+            # echoed, were left out of a summary that held every echo).
+            continue
         if candidate.message in opened:
             cost = len(candidate.text) + 3
         else:
@@ -88,7 +95,14 @@ def _choose(candidates: list[_Candidate], spoken: list[tuple[str, str]]) -> list
         budget -= cost
         opened.add(candidate.message)
         chosen.append(candidate)
+        said.add(key)
     return chosen
+
+
+def _said(sentence: str) -> str:
+    """A sentence as compared with the others: case, white space and the final
+    punctuation set aside."""
+    return " ".join(sentence.casefold().split()).rstrip(".!?\u3002\uff01\uff1f\u2026 ")
 
 
 def _cjk_edge(char: str) -> bool:

@@ -308,3 +308,35 @@ def test_any_dialogue_gives_a_summary_within_budget_made_of_its_own_text(pairs):
         assert role in ("user", "assistant")
         for piece in body.replace("…", "\n").split("\n"):
             assert " ".join(piece.split()) in texts
+
+
+def test_a_fact_repeated_back_is_kept_once_and_the_room_goes_to_other_facts():
+    """A third-round finding: an assistant that repeats each fact it is told doubled
+    every fact's cost, and 8 of 20 facts were left out of a summary that held each
+    twice."""
+    facts = [
+        f"My {thing} is {n}{n}{n} {place} Street in Springfield since March {n + 1}, 2021."
+        for n, (thing, place) in enumerate(
+            [
+                ("office", "Maple"),
+                ("studio", "Oak"),
+                ("garage", "Pine"),
+                ("cabin", "Cedar"),
+                ("flat", "Elm"),
+                ("shop", "Birch"),
+                ("barn", "Willow"),
+                ("loft", "Aspen"),
+                ("kiosk", "Spruce"),
+                ("depot", "Hazel"),
+                ("shed", "Alder"),
+                ("booth", "Linden"),
+            ],
+            start=1,
+        )
+    ]
+    messages = []
+    for fact in facts:
+        messages += [{"role": "user", "text": fact}, {"role": "assistant", "text": fact}]
+    summary = extractive(messages)
+    assert all(fact in summary for fact in facts)
+    assert all(summary.count(fact) == 1 for fact in facts)
