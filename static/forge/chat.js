@@ -36,6 +36,7 @@ class Chat {
     this.composer = new Composer(() => this.view, (text, files) => this.startChat(text, files), {
       maxBytes: Number(root.dataset.maxPromptBytes) || 0,
       showError: (message) => this.showError(message),
+      hideError: () => this.hideError(),
     });
     this.sessions = new Map();
     this.sessionsNext = null;

@@ -9,12 +9,13 @@ export class Composer {
   // the first message of a new chat, sent when no session is open (a promise of
   // whether it was sent).
   // maxBytes: the server's prompt limit (FORGE_MAX_PROMPT_BYTES, 0: unknown);
-  // showError(message): the page's error line.
-  constructor(current, startChat, { maxBytes = 0, showError = () => {} } = {}) {
+  // showError(message) / hideError(): the page's error line.
+  constructor(current, startChat, { maxBytes = 0, showError = () => {}, hideError = () => {} } = {}) {
     this.current = current;
     this.startChat = startChat;
     this.maxBytes = maxBytes;
     this.showError = showError;
+    this.hideError = hideError;
     this.form = $("composer");
     this.prompt = $("prompt");
     this.files = $("files");
@@ -42,6 +43,12 @@ export class Composer {
     const text = this.prompt.value;
     const files = [...this.files.files];
     if (text.trim() === "" && files.length === 0) return;
+    if (text.trim() === "") {
+      // The server takes files with a message only (it answered "text: This field may
+      // not be blank."): say so here, and keep the files picked.
+      this.showError("Add a message to send with the files.");
+      return;
+    }
     if (view && (view.busy || view.pending.size > 0)) return;
     // Over the limit the server refuses it; far over, the socket closes before it can
     // say so. Say it here, and leave the text where it is.
@@ -54,6 +61,7 @@ export class Composer {
     const sent = view ? await view.sendPrompt(text, files) : await this.startChat(text, files);
     if (sent) {
       this.files.value = "";
+      this.hideError(); // an earlier refusal's line is no longer the news
     } else if (this.prompt.value === "") {
       this.prompt.value = text;
     }

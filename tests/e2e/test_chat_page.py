@@ -499,6 +499,18 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     chat.send("short")
     chat.wait_reply_done()
     assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+    # a prompt that went says the refusal before it is no longer the news (a third-round
+    # finding: the banner stayed up over the reply)
+    assert page.locator("#error-banner").is_hidden()
+    # files with no message: the server wants a message, and the page says so itself
+    # (it showed the server's "text: This field may not be blank.")
+    page.set_input_files(
+        "#files", files=[{"name": "a.txt", "mimeType": "text/plain", "buffer": b"hello"}]
+    )
+    chat.send("")
+    chat.wait_until(lambda: banner.inner_text() == "Add a message to send with the files.")
+    assert page.locator("#files").evaluate("input => input.files.length") == 1
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 1
 
     # The socket closes before the prompt is acknowledged: its text comes back.
     page.evaluate(
