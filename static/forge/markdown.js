@@ -2,7 +2,7 @@
 //
 // The whole source is HTML-escaped FIRST (& < > " '), and only then are tags
 // added, from a fixed set: p, br, h1-h6, strong, em, del, code, pre, ul, ol, li,
-// blockquote, hr and a. No tag ever takes an attribute from the source except a
+// blockquote, hr, a, and a table's table, thead, tbody, tr, th and td. No tag ever takes an attribute from the source except a
 // link's href, and a link is made only for http:, https: and mailto: URLs
 // (checked on the escaped text, which can hold no quote and no angle bracket).
 // Anything else (`javascript:`, `data:`, raw HTML) stays visible as text.
@@ -28,6 +28,9 @@ const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const QUOTE = /^ {0,3}&gt; ?/;
 const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])[ \t]+(.*)$/;
 const BLANK = /^[ \t]*$/;
+// A table (GitHub's): a header row, a delimiter row ("|---|:---:|"), then body rows.
+const TABLE_ROW = /^ {0,3}\|?.*\|.*$/;
+const TABLE_DELIMITER = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
 
 export function renderMarkdown(source) {
   const text = String(source ?? "")
@@ -38,6 +41,41 @@ export function renderMarkdown(source) {
 
 function startsBlock(line) {
   return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) || ITEM.test(line);
+}
+
+function startsTable(lines, i) {
+  return (
+    i + 1 < lines.length &&
+    TABLE_ROW.test(lines[i]) &&
+    TABLE_DELIMITER.test(lines[i + 1]) &&
+    cells(lines[i]).length === cells(lines[i + 1]).length
+  );
+}
+
+// A row's cells: split on "|" (not "\|"), the outer pipes dropped, each trimmed.
+function cells(line) {
+  let row = line.trim();
+  if (row.startsWith("|")) row = row.slice(1);
+  if (row.endsWith("|") && !row.endsWith("\\|")) row = row.slice(0, -1);
+  return row.split(/(?<!\\)\|/).map((cell) => cell.trim().replace(/\\\|/g, "|"));
+}
+
+// One table from lines[start] (startsTable is true there); pushes its HTML, returns the
+// index after it. Rows are cut or padded to the header's width.
+function renderTable(lines, start, out) {
+  const head = cells(lines[start]);
+  const width = head.length;
+  const row = (values, tag) =>
+    `<tr>${Array.from({ length: width }, (_, n) => `<${tag}>${inline(values[n] ?? "")}</${tag}>`).join("")}</tr>`;
+  const body = [];
+  let i = start + 2;
+  while (i < lines.length && !BLANK.test(lines[i]) && TABLE_ROW.test(lines[i]) && !startsBlock(lines[i])) {
+    body.push(row(cells(lines[i]), "td"));
+    i += 1;
+  }
+  const tbody = body.length ? `<tbody>${body.join("")}</tbody>` : "";
+  out.push(`<table><thead>${row(head, "th")}</thead>${tbody}</table>`);
+  return i;
 }
 
 // Lines are already escaped. `tight`: paragraphs without <p> (inside list items).
@@ -91,10 +129,14 @@ function renderBlocks(lines, depth, tight) {
       i = renderList(lines, i, depth, out);
       continue;
     }
+    if (startsTable(lines, i)) {
+      i = renderTable(lines, i, out);
+      continue;
+    }
     // A paragraph: up to a blank line or the start of another block.
     const para = [line.trim()];
     i += 1;
-    while (i < lines.length && !BLANK.test(lines[i]) && !startsBlock(lines[i])) {
+    while (i < lines.length && !BLANK.test(lines[i]) && !startsBlock(lines[i]) && !startsTable(lines, i)) {
       para.push(lines[i].trim());
       i += 1;
     }

@@ -172,6 +172,8 @@ def test_model_output_is_sanitized_markdown(chat_page: OpenPage, alice: Any, age
 
 
 MARKDOWN_CASES = [
+    "| <img src=x onerror=window.__pwned=1> | [t](javascript:window.__pwned=1) |\n"
+    "|---|---|\n| a | b |",
     '<img src=x onerror="window.__pwned=1">',
     "<script>window.__pwned=1</script>",
     "<svg onload=window.__pwned=1></svg>",
@@ -204,7 +206,8 @@ def test_markdown_renderer_admits_only_its_own_tags(
         """async (cases) => {
             const { renderMarkdown } = await import("/static/forge/markdown.js");
             const allowed = new Set(["P","BR","H1","H2","H3","H4","H5","H6","STRONG","EM","DEL",
-                "CODE","PRE","UL","OL","LI","BLOCKQUOTE","HR","A"]);
+                "CODE","PRE","UL","OL","LI","BLOCKQUOTE","HR","A",
+                "TABLE","THEAD","TBODY","TR","TH","TD"]);
             const problems = [];
             for (const source of cases) {
                 const html = renderMarkdown(source);

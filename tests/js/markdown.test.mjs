@@ -25,3 +25,21 @@ test("a bare URL keeps the parenthesis it opened, and not one around it", () => 
 test("a link to an unsafe scheme stays text", () => {
   assert.doesNotMatch(renderMarkdown("[x](javascript:alert(1))"), /<a /);
 });
+
+test("a GitHub table renders as a table, its cells formatted inline", () => {
+  // A third-round finding: a table showed as its raw pipe lines.
+  const html = renderMarkdown("Sizes:\n\n| name | size |\n|:-----|-----:|\n| **big** | `10\\|20` |\n| small |\n\nafter");
+  assert.equal(
+    html,
+    "<p>Sizes:</p>\n<table><thead><tr><th>name</th><th>size</th></tr></thead>" +
+      "<tbody><tr><td><strong>big</strong></td><td><code>10|20</code></td></tr>" +
+      "<tr><td>small</td><td></td></tr></tbody></table>\n<p>after</p>",
+  );
+});
+
+test("pipes that are no table stay text, and a table's cells are escaped", () => {
+  assert.equal(renderMarkdown("a | b\nc | d"), "<p>a | b<br>\nc | d</p>");
+  const html = renderMarkdown("| <b>x</b> | [y](javascript:z) |\n|---|---|");
+  assert.match(html, /<th>&lt;b&gt;x&lt;\/b&gt;<\/th>/);
+  assert.doesNotMatch(html, /<a /);
+});
