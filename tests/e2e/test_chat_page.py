@@ -7,11 +7,14 @@ the way a person would (clicks, typing, Enter), and reads what the page shows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .conftest import ChatPage
+
+if TYPE_CHECKING:
+    from playwright.sync_api import FilePayload
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -507,9 +510,8 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     assert page.locator("#error-banner").is_hidden()
     # files with no message: the server wants a message, and the page says so itself
     # (it showed the server's "text: This field may not be blank.")
-    page.set_input_files(
-        "#files", files=[{"name": "a.txt", "mimeType": "text/plain", "buffer": b"hello"}]
-    )
+    attachment: FilePayload = {"name": "a.txt", "mimeType": "text/plain", "buffer": b"hello"}
+    page.set_input_files("#files", files=[attachment])
     chat.send("")
     chat.wait_until(lambda: banner.inner_text() == "Add a message to send with the files.")
     assert page.locator("#files").evaluate("input => input.files.length") == 1
