@@ -436,30 +436,6 @@ class Processor(ToolCalls):
             }
         )
 
-    def _hold_unfinished_calls(self) -> None:
-        """Every call of this step whose input the model began and never ended in a call
-        (it hit its output limit inside the arguments, or its stream failed there) ends
-        as an error, held for the step's last write: a ``pending`` part in a completed
-        reply would wait for ever."""
-        for call_id, call in list(self.calls.items()):
-            if call.start is not None:  # called: running, awaiting approval or done
-                continue
-            del self.calls[call_id]
-            call.status = "error"
-            now = self._now()
-            self._hold(
-                {
-                    "id": call.part_id,
-                    "state": {
-                        "status": "error",
-                        "input": {},
-                        "error": "the model's step ended before this call's input was complete",
-                        "metadata": {},
-                        "time": {"start": now, "end": now},
-                    },
-                }
-            )
-
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
         await self.close_open_blocks()
