@@ -137,19 +137,7 @@ def claim_and_read_window(
     )
     held, *row = cursor.fetchone()
     cursor.nextset()
-    window = [
-        (
-            int(seq),
-            Msg(
-                role=role,
-                text=text,
-                at=_aware(at) or datetime.now(UTC),
-                session_id=sid,
-                message_id=mid,
-            ),
-        )
-        for seq, role, text, at, sid, mid in cursor.fetchall()
-    ]
+    window = _window_rows(cursor.fetchall())
     return bool(held), None if row[0] is None else _core_row(row), window
 
 
@@ -167,18 +155,30 @@ def release_many(cursor: CursorWrapper, dialect: Dialect, core_ids: Sequence[str
         )
 
 
-def read_window(cursor: CursorWrapper, core_id: str, start: int, end: int) -> list[Msg]:
-    """Window messages with ``start <= seq < end``, oldest first."""
+def read_window(cursor: CursorWrapper, core_id: str, start: int, end: int) -> list[tuple[int, Msg]]:
+    """Window messages with ``start <= seq < end``, oldest first, with their seq."""
     cursor.execute(
-        f"SELECT role, text, at, session_id, message_id FROM {WINDOW} "
+        f"SELECT seq, role, text, at, session_id, message_id FROM {WINDOW} "
         "WHERE core_id = %s AND seq >= %s AND seq < %s ORDER BY seq",
         [core_id, start, end],
     )
+    return _window_rows(cursor.fetchall())
+
+
+def _window_rows(rows: Sequence[tuple[Any, ...]]) -> list[tuple[int, Msg]]:
+    """``(seq, role, text, at, session_id, message_id)`` rows as ``(seq, Msg)``."""
     return [
-        Msg(
-            role=role, text=text, at=_aware(at) or datetime.now(UTC), session_id=sid, message_id=mid
+        (
+            int(seq),
+            Msg(
+                role=role,
+                text=text,
+                at=_aware(at) or datetime.now(UTC),
+                session_id=sid,
+                message_id=mid,
+            ),
         )
-        for role, text, at, sid, mid in cursor.fetchall()
+        for seq, role, text, at, sid, mid in rows
     ]
 
 

@@ -3,7 +3,8 @@
 Two triggers (the seed's ``triggerRolling(false|true)``):
 
 * ``threshold`` — the window holds ``threshold`` messages or more: roll the
-  window's messages except the ``keep`` most recent, which stay in the window
+  window's messages except the ``keep`` most recent (or a few more, so that no
+  turn is split between rolled and kept), which stay in the window
   *not rolled* (the next rolling's increment starts with them);
 * ``idle`` — no interaction for ``idle_after``: roll it all, empty the window
   and start a new memory session, so the next dialogue goes to a new unit.
@@ -23,7 +24,8 @@ The steps of one rolling (:func:`roll`):
    summarize one core twice; released by the database if the process dies);
 2. snapshot the window and resolve the increment — the window's messages with
    ``seq`` in ``[rolled_seq, cutoff)``, where the cutoff is ``next_seq - keep``
-   (``next_seq`` when idle) — with no transaction open; an empty increment is
+   moved back to the start of a turn (``next_seq`` when idle; see
+   :mod:`.snapshot`) — with no transaction open; an empty increment is
    ``not_due``;
 3. MessageCompressor, then MessageSummarizer, still with no transaction open
    (SQLite has one writer: chat must not wait for a model);

@@ -1,14 +1,24 @@
 """Step 2 of a rolling: the core's window as it is and what a rolling would do.
 
 :func:`take_snapshot` opens no transaction and takes no lock. The increment is the
-window's messages with ``seq`` in ``[rolled_seq, cutoff)``
-(:meth:`Snapshot.cutoff`: ``next_seq`` when idle, else ``next_seq - keep``, never below
-``rolled_seq``); an empty one is ``not_due``, except an idle rolling of a window that
-holds only messages rolled before the invariant (it trims them and renews the session).
+window's messages with ``seq`` in ``[rolled_seq, cutoff)``; an empty one is ``not_due``,
+except an idle rolling of a window that holds only messages rolled before the invariant
+(it trims them and renews the session).
+
+The cutoff (:func:`turn_cutoff`) is ``next_seq`` when idle. Otherwise it is
+``next_seq - keep``, moved down to a turn's start: the messages a session keeps
+verbatim begin with the user message of their turn, never with its reply. So the
+model, which sees the ``dialog_history`` block in place of the rolled turns, always
+gets a history that starts with a user message (an odd ``keep`` used to cut between
+a prompt and its reply: the request then started with an assistant message, which
+some servers refuse), and a slice never holds a question without its answer. A
+session keeps ``keep`` messages or a few more, never fewer. The cutoff is never
+below ``rolled_seq``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -34,6 +44,7 @@ class Snapshot:
     trigger: Trigger
     increment: list[Msg]
     trimmed: int  # how many window messages the commit will remove
+    cutoff: int  # the new rolled_seq: the increment is [rolled_seq, cutoff)
 
     @property
     def window_start(self) -> int:
@@ -41,13 +52,37 @@ class Snapshot:
         ``[next_seq - window_count, next_seq)``)."""
         return self.next_seq - self.window_count
 
-    def cutoff(self, keep: int) -> int:
-        """The new ``rolled_seq``: messages with ``seq`` below it are rolled (the
-        increment is ``[rolled_seq, cutoff)``) and leave the window. Idle: all of them;
-        else all but the ``keep`` newest. Never below ``rolled_seq``."""
-        if self.trigger == "idle":
-            return self.next_seq
-        return max(self.rolled_seq, self.next_seq - keep)
+
+def turn_cutoff(window: Sequence[tuple[int, Msg]], *, cutoff: int, floor: int) -> int:
+    """``cutoff`` moved down until no session's first message at or past it is a
+    reply whose user message is below it (``window``: ``(seq, message)`` oldest first).
+
+    Each move keeps more messages, which can put another session's first kept
+    message earlier, so the moves repeat until none is needed; the cutoff only
+    decreases, and never below ``floor`` (``rolled_seq``). A session whose turn
+    began before ``floor`` (rolled already) is left as it is.
+    """
+    while cutoff > floor:
+        last_user: dict[str, int] = {}  # session -> seq of its newest user message below
+        first_kept: dict[str, Msg] = {}
+        for seq, message in window:
+            if seq < cutoff:
+                if message.role == "user":
+                    last_user[message.session_id] = seq
+            elif message.session_id not in first_kept:
+                first_kept[message.session_id] = message
+        lowest = min(
+            (
+                last_user[session]
+                for session, message in first_kept.items()
+                if message.role != "user" and session in last_user
+            ),
+            default=cutoff,
+        )
+        if lowest >= cutoff:
+            break
+        cutoff = lowest
+    return max(cutoff, floor)
 
 
 def take_snapshot(
@@ -91,15 +126,22 @@ def take_snapshot(
             trigger=trigger,
             increment=[],
             trimmed=0,
+            cutoff=core.rolled_seq,
         )
-        cutoff = snapshot.cutoff(options.keep)
+        if trigger == "idle":
+            cutoff = snapshot.next_seq
+        else:
+            cutoff = max(core.rolled_seq, snapshot.next_seq - options.keep)
+            if core.rolled_seq < cutoff < snapshot.next_seq:
+                if window is None:
+                    window = sql.read_window(cursor, core_id, core.rolled_seq, snapshot.next_seq)
+                cutoff = turn_cutoff(window, cutoff=cutoff, floor=core.rolled_seq)
         trimmed = max(0, cutoff - snapshot.window_start)
         # An empty increment is not due; only an idle rolling may trim a window that
         # holds nothing unrolled (kept by a rolling of before the invariant) and renew.
         if cutoff <= snapshot.rolled_seq and not (trigger == "idle" and trimmed):
             return RollOutcome(core_id, "not_due", trigger=trigger)
         if window is None:
-            increment = sql.read_window(cursor, core_id, core.rolled_seq, cutoff)
-        else:
-            increment = [m for seq, m in window if core.rolled_seq <= seq < cutoff]
-    return replace(snapshot, increment=increment, trimmed=trimmed)
+            window = sql.read_window(cursor, core_id, core.rolled_seq, cutoff)
+        increment = [m for seq, m in window if core.rolled_seq <= seq < cutoff]
+    return replace(snapshot, increment=increment, trimmed=trimmed, cutoff=cutoff)

@@ -41,7 +41,6 @@ def commit(
     snapshot: Snapshot,
     summary: str,
     *,
-    options: RollingOptions,
     grouped: bool = False,
     locked: Any = _LOCK,
 ) -> RollOutcome:
@@ -53,20 +52,19 @@ def commit(
     """
     if not grouped:
         with transaction.atomic():
-            return _write(snapshot, summary, options=options)
+            return _write(snapshot, summary)
     with connection.cursor() as cursor:
         batch = sql.Dialect(cursor).batch
     if not batch:  # Django's savepoint: two more statements, local on SQLite
         with transaction.atomic():
-            return _write(snapshot, summary, options=options, locked=locked)
-    return _write(snapshot, summary, options=options, locked=locked, savepoint=True)
+            return _write(snapshot, summary, locked=locked)
+    return _write(snapshot, summary, locked=locked, savepoint=True)
 
 
 def _write(
     snapshot: Snapshot,
     summary: str,
     *,
-    options: RollingOptions,
     locked: Any = _LOCK,
     savepoint: bool = False,
 ) -> RollOutcome:
@@ -77,7 +75,7 @@ def _write(
         dialect = sql.Dialect(cursor)
         if locked is _LOCK:
             locked = sql.lock_core(cursor, dialect, snapshot.core_id, skip_locked=True)
-        outcome, statements = _plan(snapshot, summary, locked, options, dialect)
+        outcome, statements = _plan(snapshot, summary, locked, dialect)
         if savepoint and statements:
             statements = [sql.savepoint(), *statements, sql.release_savepoint()]
         try:
@@ -98,7 +96,6 @@ def _plan(
     snapshot: Snapshot,
     summary: str,
     locked: sql.Locked | None,
-    options: RollingOptions,
     dialect: sql.Dialect,
 ) -> tuple[RollOutcome, list[sql.Statement]]:
     """The outcome of committing ``snapshot`` on the core as ``locked``, and the
@@ -131,7 +128,7 @@ def _plan(
         )
     # The window is the run of seqs [next - count, next): what the cutoff removes is
     # known. The cutoff is the snapshot's: messages that arrived since stay unrolled.
-    cutoff = snapshot.cutoff(options.keep)
+    cutoff = snapshot.cutoff
     trimmed = max(0, cutoff - (locked.window_next_seq - locked.window_count))
     session_id = new_memory_session_id() if snapshot.trigger == "idle" else locked.memory_session_id
     statements += sql.advance_window(
@@ -209,7 +206,7 @@ def roll(
     try:
         if isinstance(work, RollOutcome):
             return work
-        return commit(*work, options=options)
+        return commit(*work)
     finally:
         if held:
             release([core_id])

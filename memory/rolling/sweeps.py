@@ -163,7 +163,6 @@ class _Group:
                         try:
                             written[item[0].core_id] = commit(
                                 *item,
-                                options=self.options,
                                 grouped=True,
                                 locked=locks.get(item[0].core_id, _LOCK),
                             )
@@ -189,7 +188,7 @@ class _Group:
 
     def _alone(self, item: Work) -> RollOutcome:
         try:
-            return commit(*item, options=self.options)
+            return commit(*item)
         except Exception as exc:
             return _failed(item[0].core_id, exc)
 

@@ -76,7 +76,8 @@ def test_dry_run_writes_nothing(cores):
     assert {c["status"] for c in report["cores"]} == {"would_roll"}
     assert {c["trigger"] for c in report["cores"]} == {"idle"}
     assert counts() == before
-    assert "dry run: 2 candidate cores: 2 would_roll" in run("--dry-run", "--threshold", "2")
+    plain = run("--dry-run", "--threshold", "2", "--keep", "0")
+    assert "dry run: 2 candidate cores: 2 would_roll" in plain
 
 
 def test_idle_after_rolls_small_windows_and_starts_new_sessions(cores):
@@ -141,7 +142,7 @@ def test_a_failing_core_is_named_the_others_roll(tenant, user, cores, settings):
         messages=[{"role": "user", "text": f"poison {i}"} for i in range(6)],
     )
     with pytest.raises(CommandError) as info:
-        run("--threshold", "6")
+        run("--threshold", "6", "--keep", "2")
     message = str(info.value)
     assert f"1 core failed to roll: {poisoned.pk} (summarizer_failed:" in message
     assert "cannot summarize poison" in message
@@ -154,5 +155,5 @@ def test_a_failing_core_is_named_the_others_roll(tenant, user, cores, settings):
 def test_a_misconfigured_summarizer_fails_every_due_core_cleanly(cores, settings):
     settings.FORGE_MEMORY_SUMMARIZER = "no.such.module.summarize"
     with pytest.raises(CommandError, match="summarizer_misconfigured: FORGE_MEMORY_SUMMARIZER"):
-        run("--threshold", "6")
+        run("--threshold", "6", "--keep", "2")
     assert not MemorySlice.objects.exists()

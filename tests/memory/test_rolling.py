@@ -195,11 +195,25 @@ def test_rolling_again_is_idempotent(talker):
 def test_a_lowered_keep_rolls_more_of_the_kept_messages(talker):
     core = talker(turns=3)
     roll_committed(core, options=options(keep=4))  # rolls turn 0, keeps 4 unrolled
-    outcome = roll_committed(core, options=options(threshold=3, keep=1))
-    assert (outcome.status, outcome.messages, outcome.trimmed) == ("rolled", 3, 3)
-    assert window_texts(core) == all_texts(range(3))[-1:]
-    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(3))[:5]
+    outcome = roll_committed(core, options=options(threshold=3, keep=2))
+    assert (outcome.status, outcome.messages, outcome.trimmed) == ("rolled", 2, 2)
+    assert window_texts(core) == all_texts(range(2, 3))
+    assert unit_texts(MemoryUnit.objects.get(core=core)) == all_texts(range(2))
     assert MemorySlice.objects.count() == 2
+    assert_window_is_what_no_unit_holds(core)
+
+
+@pytest.mark.parametrize(("keep", "rolled"), [(1, 4), (3, 2), (5, 0)])
+def test_an_odd_keep_keeps_the_whole_turn_of_its_oldest_message(talker, keep, rolled):
+    """keep = 1 of u0 a0 u1 a1 u2 a2 would keep a2 alone, its prompt u2 rolled: the
+    cutoff moves back to u2, and the slice never holds a question without its answer."""
+    core = talker(turns=3)
+    outcome = roll_committed(core, options=options(keep=keep))
+    if not rolled:
+        assert outcome.status == "not_due"  # only whole turns: keep 5 keeps all three
+        return
+    assert (outcome.status, outcome.messages) == ("rolled", rolled)
+    assert window_texts(core) == all_texts(range(3))[rolled:]
     assert_window_is_what_no_unit_holds(core)
 
 

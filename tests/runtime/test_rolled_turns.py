@@ -112,6 +112,34 @@ def test_the_speakers_rolled_turns_leave_the_view_and_another_speaker_brings_the
     )
 
 
+def last_step_roles(session: Any) -> list[str]:
+    seq = (
+        SessionEvent.objects.filter(session=session, type="part.updated", data__type="step-start")
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    assert seq is not None
+    return [str(m["role"]) for m in request_for(session, at=seq)[1].messages]
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_an_odd_keep_never_starts_the_request_with_a_reply(chat, session, user, keep):
+    """keep counts messages, a turn is two: the cut moves back to the turn's prompt, so
+    the request after the block starts with a user message (some servers refuse one
+    that starts with the assistant), and the turn is kept whole, not half rolled."""
+    for n in range(3):
+        say(session, f"turn {n}", user)
+    roll(session, user, keep=keep)
+    say(session, "turn 3", user)
+    roles = last_step_roles(session)
+    assert roles[0] == "user"
+    seen = last_step_request(session)
+    assert said(seen, "turn 0") == 0
+    assert said(seen, "turn 2") == 2  # kept whole: its prompt and its answer
+    assert said(seen, "turn 1") == (2 if keep == 3 else 0)
+
+
 def test_a_subtask_gets_no_block_and_no_cut(chat, session, user):
     for n in range(3):
         say(session, f"turn {n}", user)
