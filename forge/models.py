@@ -123,6 +123,14 @@ class SessionLease(models.Model):
     acquired_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
     expires_at = models.DateTimeField(db_index=True)
+    # What the turn holds against budgets while it runs (forge.usage.budgets.reserve):
+    # set in the prompt's transaction when a budget applies, gone with the lease. Database
+    # defaults, so the lease's plain-SQL upsert needs not name them (it resets them).
+    reserved_by = models.BigIntegerField(
+        null=True, blank=True, help_text="the speaker whose budget the running turn holds"
+    )
+    reserved_tokens = models.BigIntegerField(db_default=0, default=0)
+    reserved_cost_nanos = models.BigIntegerField(db_default=0, default=0)
 
     def __str__(self) -> str:
         return f"{self.session_id} held by {self.owner}"

@@ -36,12 +36,14 @@ from sessions.models import Session
 # acquire() and release() run around every turn: plain SQL, no ORM compile per turn.
 LEASE = SessionLease._meta.db_table
 SESSION = Session._meta.db_table
+# A lease taken over from a dead turn does not keep what that turn held against budgets.
+_UNRESERVED = "reserved_by = NULL, reserved_tokens = 0, reserved_cost_nanos = 0"
 _TAKE = (  # SQLite
     f"INSERT INTO {LEASE} (session_id, tenant_id, owner, message_id, acquired_at, heartbeat_at, "
     "expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
     "owner = excluded.owner, message_id = excluded.message_id, "
     "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
-    "expires_at = excluded.expires_at"
+    f"expires_at = excluded.expires_at, {_UNRESERVED}"
 )
 
 # PostgreSQL: the lock, the read and the upsert in one statement (one round trip). The
@@ -59,7 +61,8 @@ _TAKE_ONE = (
     "WHERE old.owner IS NULL OR NOT old.live ON CONFLICT (session_id, tenant_id) DO UPDATE SET "
     "owner = excluded.owner, message_id = excluded.message_id, "
     "acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at, "
-    f"expires_at = excluded.expires_at WHERE {LEASE}.expires_at <= %s RETURNING 1) "
+    f"expires_at = excluded.expires_at, {_UNRESERVED} WHERE {LEASE}.expires_at <= %s "
+    "RETURNING 1) "
     "SELECT old.owner, old.message_id, (SELECT count(*) FROM up) FROM old"
 )
 

@@ -31,7 +31,8 @@ from forge.errors import InvalidPrompt, PromptTooLarge, UnknownModel
 from forge.providers import split_model
 from forge.providers.base import ToolSpec
 from forge.tools import mcp, tool_specs
-from forge.usage.budgets import check_budget
+from forge.usage.budgets import check_budget, reserve
+from forge.usage.selectors import Limit
 from sessions import services
 from sessions.exceptions import NotFound
 from sessions.ids import new_message_id, new_part_id
@@ -202,11 +203,29 @@ def speaker_field(speaker: AbstractBaseUser | None) -> dict[str, Any]:
     return {} if speaker is None else {"user_id": speaker.pk}
 
 
-def within_budget(session: Session, speaker: AbstractBaseUser | None) -> None:
+def within_budget(session: Session, speaker: AbstractBaseUser | None) -> list[Limit]:
     """Refuse (``BudgetExceeded``) a turn of ``speaker`` once a monthly budget of the
-    session's tenant, or of the speaker in it, is used up (forge.usage.budgets)."""
-    if speaker is not None:
-        check_budget(tenant=session.tenant, user_id=int(str(speaker.pk)))
+    session's tenant, or of the speaker in it, is used up (forge.usage.budgets); else
+    the budgets that apply, for :func:`hold_budget` in the turn's transaction."""
+    if speaker is None:
+        return []
+    return check_budget(tenant=session.tenant, user_id=int(str(speaker.pk)))
+
+
+def hold_budget(
+    session: Session, speaker: AbstractBaseUser | None, budgets: list[Limit], model: str
+) -> None:
+    """In the turn's transaction, after its lease: refuse the turn when the replies still
+    running hold the rest of a budget, else reserve this one's estimate on the lease
+    (``forge.usage.budgets.reserve``). Nothing without budgets."""
+    if budgets and speaker is not None:
+        reserve(
+            tenant=session.tenant,
+            user_id=int(str(speaker.pk)),
+            session_id=session.pk,
+            budgets=budgets,
+            model=model,
+        )
 
 
 def check_speaker(session: Session, speaker: AbstractBaseUser | None) -> AbstractBaseUser | None:
@@ -282,8 +301,8 @@ def begin(
     then nothing is written.
     """
     speaker = check_speaker(session, speaker)
-    if not depth:  # a subtask is part of its parent's turn, which was let in already
-        within_budget(session, speaker)
+    # A subtask is part of its parent's turn, which was let in (and holds) already.
+    budgets = within_budget(session, speaker) if not depth else []
     text = clean_text(text)
     attachments = clean_files(files)
     agent, mentioned = choose_agent(session, text, agent_name)
@@ -307,6 +326,7 @@ def begin(
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
+            hold_budget(session, speaker, budgets, model)
             # Calls still waiting for an answer are denied, and their reply completed,
             # before the new prompt (docs/approvals.md).
             deny_for_new_prompt(session)

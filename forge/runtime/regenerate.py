@@ -37,7 +37,14 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
-from .prompting import agent_blocks, check_speaker, model_info, reply_message, within_budget
+from .prompting import (
+    agent_blocks,
+    check_speaker,
+    hold_budget,
+    model_info,
+    reply_message,
+    within_budget,
+)
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -67,7 +74,7 @@ def begin_regeneration(
     if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
         raise InvalidPrompt("messageId must be a message id")
     speaker = check_speaker(session, speaker)
-    within_budget(session, speaker)
+    budgets = within_budget(session, speaker)
     tenant = session.tenant
     assistant_id = new_message_id()
     with transaction.atomic():
@@ -93,6 +100,7 @@ def begin_regeneration(
         except UnknownAgent as exc:
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
         model = model_info(agent)  # InvalidPrompt: a model that is not configured
+        hold_budget(session, speaker, budgets, agent.resolved_model)
         # The prompt answered again reaches the model even if memory rolled it.
         current = blocks_in_force(session)  # one read for both
         memory = memory_blocks(session, agent.name, speaker, keep_from=user_id, current=current)

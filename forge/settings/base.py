@@ -280,6 +280,9 @@ FORGE_DELTA_WINDOW_MS = env_int("FORGE_DELTA_WINDOW_MS", 40)
 
 # One runner per session: a lease in the database, renewed while the turn runs.
 FORGE_LEASE_SECONDS = env_float("FORGE_LEASE_SECONDS", 15.0)
+# What a running turn holds against a budget before its speaker or tenant has a finished
+# reply this month (after one: their average reply). forge/usage/budgets.py.
+FORGE_BUDGET_RESERVE_TOKENS = env_int("FORGE_BUDGET_RESERVE_TOKENS", 1000)
 # Finalize turns a crashed process left open when the ASGI application starts,
 # and, in every process that runs turns, whenever a lease expires.
 FORGE_RECOVER_ON_START = env_bool("FORGE_RECOVER_ON_START", True)

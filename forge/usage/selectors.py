@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.models import F, QuerySet, Sum
 
 from accounts.models import Tenant
-from forge.models import NANOS, Budget, Usage
+from forge.models import NANOS, Budget, SessionLease, Usage
 
 GROUPS = ("user", "agent", "model", "day")
 _COUNTS = (
@@ -74,14 +74,64 @@ def next_month(start: dt.date) -> dt.date:
 def month_use(*, tenant: Tenant, user_id: int | None, now: dt.datetime) -> tuple[int, Decimal]:
     """Tokens (input + output + reasoning) and cost used in ``now``'s UTC calendar month,
     by the tenant (``user_id`` None) or by that user in it."""
+    use = month_totals(tenant=tenant, user_id=user_id, now=now)
+    return use.tokens, use.cost
+
+
+@dataclass(frozen=True)
+class MonthUse:
+    tokens: int  # input + output + reasoning
+    cost: Decimal
+    turns: int  # replies completed
+    ended_normally: int  # of them, neither failed nor aborted
+
+
+def month_totals(*, tenant: Tenant, user_id: int | None, now: dt.datetime) -> MonthUse:
+    """:func:`month_use` with the number of replies it counts."""
     start = month_start(now)
     end = next_month(start) - dt.timedelta(days=1)
     rows = _rows(tenant, user_id=user_id, start=start, end=end)
     totals = rows.aggregate(
         tokens=Sum(F("input_tokens") + F("output_tokens") + F("reasoning_tokens")),
         cost=Sum("cost_nanos"),
+        turns=Sum("turns"),
+        failed=Sum("failed"),
+        aborted=Sum("aborted"),
     )
-    return int(totals["tokens"] or 0), Decimal(totals["cost"] or 0) / NANOS
+    turns = int(totals["turns"] or 0)
+    return MonthUse(
+        tokens=int(totals["tokens"] or 0),
+        cost=Decimal(totals["cost"] or 0) / NANOS,
+        turns=turns,
+        ended_normally=turns - int(totals["failed"] or 0) - int(totals["aborted"] or 0),
+    )
+
+
+@dataclass(frozen=True)
+class Held:
+    """What replies still running hold against a budget (their leases' reservations)."""
+
+    tokens: int
+    cost: Decimal
+    replies: int
+
+
+def held_by_running(*, tenant: Tenant, user_id: int | None, now: dt.datetime, besides: str) -> Held:
+    """The reservations of the live leases of ``tenant`` (of ``user_id``'s turns in it when
+    given), but the lease of session ``besides`` (the caller's own)."""
+    table = SessionLease._meta.db_table
+    where = "tenant_id = %s AND expires_at > %s AND session_id <> %s AND reserved_by IS NOT NULL"
+    params: list[Any] = [tenant.pk, connection.ops.adapt_datetimefield_value(now), besides]
+    if user_id is not None:
+        where, params = where + " AND reserved_by = %s", [*params, user_id]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(reserved_tokens), 0), coalesce(sum(reserved_cost_nanos), 0), "
+            f"count(*) FROM {table} WHERE {where}",
+            params,
+        )
+        tokens, cost_nanos, replies = cursor.fetchone()
+    return Held(tokens=int(tokens), cost=Decimal(int(cost_nanos)) / NANOS, replies=int(replies))
 
 
 @dataclass(frozen=True)

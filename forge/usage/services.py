@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from accounts.models import Tenant, User
-from forge.models import NANOS, Budget, RetiredUsage, Usage, UsageCounts
+from forge.models import NANOS, Budget, RetiredUsage, SessionLease, Usage, UsageCounts
 from sessions.models import Part, Session, SessionEvent
 
 from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals, summary_totals
@@ -143,6 +143,19 @@ def on_session_deleting(sender: Any, session: Session, **kwargs: Any) -> None:
 def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
     """``sessions.signals.session_imported``: count the imported log's replies."""
     record_log(session=session)
+
+
+def hold(*, tenant: Tenant, session_id: str, user_id: int, tokens: int, cost_nanos: int) -> None:
+    """Write what the turn running in session ``session_id`` holds against budgets on its
+    lease (``forge.usage.budgets.reserve``, in the prompt's transaction): it is freed with
+    the lease."""
+    table = SessionLease._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET reserved_by = %s, reserved_tokens = %s, "
+            "reserved_cost_nanos = %s WHERE session_id = %s AND tenant_id = %s",
+            [user_id, tokens, cost_nanos, session_id, tenant.pk],
+        )
 
 
 def _row_totals(row: UsageCounts) -> tuple[Key, Totals]:
