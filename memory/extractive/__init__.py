@@ -25,8 +25,11 @@ How, and the invariants:
   ``我喜欢/讨厌/最喜欢``), plans and decisions (``will``, ``decided``, ``booked``,
   ``打算/决定/预订``) and facts about the speaker (``my sister``, ``I live``,
   ``我叫``). Chinese names have no capitals: they are found by cues (``我叫…``,
-  ``张老师``, ``小王``, ``我妈妈``). Greetings and filler (``ok``, ``thanks``,
-  ``哈哈``, emoji) score nothing.
+  ``张老师``, ``小王``, ``我妈妈``). Japanese and Korean have cues of their own
+  (``名前``, ``さん``, a katakana word, ``予定``, ``好き``; ``이름``, ``저는``, ``서울``).
+  A bracketed number that only numbers or refers (``(2)``, ``[1]``, ``【3】``) is no
+  fact. Greetings and filler (``ok``, ``thanks``, ``哈哈``, ``はい``, ``감사합니다``,
+  emoji) score nothing.
 * Sentences with a fact go first, best first (a message's second and later
   facts a little behind other messages' best; earlier first on a tie); then, of
   each message that holds no fact, its first sentence that is not filler, oldest

@@ -149,6 +149,15 @@ _FILLER_ZH = re.compile(
     "|没问题|对的|对啊|是的|是啊|哦+|噢|喔|啊|呀|吧|呢|嘛|啦|收到|明白了?|了解|知道了|不客气"
     "|哇|太好了|太棒了|真棒|晚安|早安|早上好|不错|确实|没错|就是|可以|好|对|是|行|了|真|很"
 )
+# Japanese and Korean filler, removed the same way.
+_FILLER_JA_KO = re.compile(
+    "ありがとうございます|ありがとう|どうもありがとう|どうも|こんにちは|こんばんは"
+    "|おはようございます|おはよう|おやすみなさい|おやすみ|さようなら|またね|よろしくお願いします"
+    "|よろしく|そうですね|そうですか|そうだね|そうなんだ|そうなんですね|なるほど|いいですね|いいね"
+    "|すごいですね|すごい|本当に|本当|ほんと|はい|うん|ええ|えっ|あっ|わあ|笑|です|ね|よ"
+    "|감사합니다|고맙습니다|고마워요|고마워|안녕하세요|안녕|네|예|응|그렇군요|그래요|그래|맞아요"
+    "|맞아|좋네요|대박|ㅋ+|ㅎ+"
+)
 
 # Chinese cues: each pattern starts with a literal (or a small set), so a search is fast.
 _ZH_DIGITS = "零〇一二三四五六七八九十两"
@@ -211,6 +220,54 @@ _CUES_ZH: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
+# Japanese and Korean cues, run on text with kana or Hangul (the Chinese ones run too: a
+# date written 3月5日, a place in kanji). Japanese marks names with honorifics and
+# writes most foreign names in katakana, the nearest thing to a capital.
+_KANA_OR_HANGUL = re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")
+_CUES_JA_KO: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        DATE,
+        re.compile(
+            "来週|先週|今週|来月|先月|今月|来年|去年|今年|明日|昨日|今日|今夜|週末|曜日|午前|午後"
+            "|다음 주|지난주|이번 주|다음 달|지난달|내일|어제|오늘|주말|요일|오전|오후|생일"
+        ),
+    ),
+    (
+        NUMBER,
+        re.compile(
+            rf"[{_ZH_DIGITS}百千万]+(?:歳|才|人|つ|個|回|匹|冊|枚|本|円|時間|分)"
+            r"|(?:한|두|세|네|다섯|여섯|일곱|여덟|아홉|열) ?(?:살|명|개|번|마리|권|시간)"
+        ),
+    ),
+    (PREFERENCE, re.compile("好き|嫌い|苦手|好物|좋아|싫어|싫다")),
+    (
+        PLAN,
+        re.compile(
+            "予定|つもり|予約|決めた|決めま|約束|引っ越|出張|試験|面接|結婚式|申し込"
+            "|예정|계획|예약|약속|이사|출장|시험|면접|결혼식|거예요|할 거|갈 거"
+        ),
+    ),
+    (
+        NAME,
+        re.compile(
+            "名前|と申します|といいます|と言います|さん|ちゃん|くん|先生|友達|彼氏|彼女|息子|娘"
+            "|[\u30a1-\u30fa][\u30a1-\u30fa\u30fc]+"  # a katakana word: ミケ, ジョン
+            "|이름|씨|엄마|아빠|친구|언니|오빠|누나|남편|아내|아들|딸|선생님"
+        ),
+    ),
+    (SELF, re.compile("私は|僕は|俺は|わたしは|私の|僕の|住んで|저는|나는|제가|내가|살아|살고")),
+    (
+        PLACE,
+        re.compile(
+            "駅|空港|ホテル|病院|会社|東京|大阪|京都|名古屋|福岡|札幌|横浜|神戸|沖縄"
+            rf"|[都道府県](?:[^{_HAN}]|\Z)"
+            "|서울|부산|제주|인천|대구|공항|병원|대학교|회사|호텔"
+        ),
+    ),
+)
+# A bracketed number that numbers or refers, and tells no fact: (2), [1], 【3】, (写真1).
+_ENUMERATOR = re.compile(r"[(\[\uff08\u3010][^\d\s)\]\uff09\u3011]{0,4}\d{1,2}\s*[)\]\uff09\u3011]")
+_BRACKETS = re.compile(r"[(\[\uff08\u3010]")
 # Capitalised words (Latin capitals, accented ones included).
 _NOT_NAMES = frozenset(
     {"I", "OK", "Ok", "A"}
@@ -301,7 +358,9 @@ def facts(sentence: str) -> set[str] | None:
     words = f"{spaced.lower()} ".replace("'s ", " ").split()
     if _only_filler(words):
         return None
-    digits = _DIGIT_OR_MONEY.search(sentence)
+    digits = _DIGIT_OR_MONEY.search(
+        _ENUMERATOR.sub(" ", sentence) if _BRACKETS.search(sentence) else sentence
+    )
     hits = _CUE_WORDS.intersection(words)
     found = {_WORD_KIND[word] for word in hits} if hits else set()
     if not _PAIR_FIRSTS.isdisjoint(words):
@@ -340,6 +399,10 @@ def facts(sentence: str) -> set[str] | None:
         for kind, pattern in _CUES_ZH:
             if kind not in found and pattern.search(sentence):
                 found.add(kind)
+        if _KANA_OR_HANGUL.search(sentence):
+            for kind, pattern in _CUES_JA_KO:
+                if kind not in found and pattern.search(sentence):
+                    found.add(kind)
     return found
 
 
@@ -351,7 +414,7 @@ def _only_filler(words: list[str]) -> bool:
         if word.isascii():
             if _WORD.search(word):
                 return False
-        elif _WORD.search(_FILLER_ZH.sub("", word)):
+        elif _WORD.search(_FILLER_JA_KO.sub("", _FILLER_ZH.sub("", word))):
             return False
     return True
 

@@ -210,6 +210,10 @@ def test_left_out_sentences_of_a_message_are_marked():
         "好的",
         "哈哈哈",
         "嗯嗯，谢谢！",
+        "はい、そうですね。",
+        "ありがとうございます！",
+        "네, 감사합니다!",
+        "ㅋㅋㅋ",
     ],
 )
 def test_greetings_and_filler_score_nothing(sentence):
@@ -226,6 +230,13 @@ def test_greetings_and_filler_score_nothing(sentence):
         ("小王明天去北京。", "他说了很多话。"),
         ("It costs 40 dollars.", "It costs a bit."),
         ("We met in Austin, Texas.", "We met at last, finally."),
+        ("猫の名前はミケです。", "猫はかわいいです。"),
+        ("来週の金曜日に大阪へ行く予定です。", "それは知らなかった。"),
+        ("田中さんに会いました。", "ちょっと疲れました。"),
+        ("제 이름은 민수예요.", "그냥 그런 느낌이에요."),
+        ("저는 서울에 살아요.", "조금 피곤해요."),
+        ("I have 3 kids.", "See (2) below."),
+        ("写真は3枚あります。", "（写真1）"),
     ],
 )
 def test_a_sentence_with_a_fact_scores_above_a_plain_one(fact, plain):
@@ -340,3 +351,23 @@ def test_a_fact_repeated_back_is_kept_once_and_the_room_goes_to_other_facts():
     summary = extractive(messages)
     assert all(fact in summary for fact in facts)
     assert all(summary.count(fact) == 1 for fact in facts)
+
+
+def test_a_japanese_dialogue_over_budget_keeps_the_name_and_the_age():
+    """A third-round finding: "猫の名前はミケです。3歳です。" kept only the age (no cue found
+    the name), and bracketed numbers such as (写真1) in full-width brackets counted as facts."""
+    topics = list("空海山川雲風雨雪花木森草石砂星月光音色形")
+    pairs: list[tuple[str, str]] = []
+    for n, topic in enumerate(topics * 3):
+        pairs.append(
+            ("user", f"{topic}のことをずっと考えていました。なんとなく気になって。"[n % 2 :])
+        )
+        pairs.append(("assistant", f"（写真{n % 9 + 1}）{topic}はきれいですね。"))
+        if n == 17:
+            pairs.append(("user", "うちの猫の名前はミケです。3歳です。"))
+    messages = says(*pairs)
+    assert sum(len(m["text"]) for m in messages) > 2 * SUMMARY_CHARS
+    summary = extractive(messages)
+    assert len(summary) <= SUMMARY_CHARS
+    assert "猫の名前はミケです。" in summary
+    assert "3歳です。" in summary
