@@ -221,7 +221,7 @@ class RetiredUsage(UsageCounts):
 
 class Budget(models.Model):
     """A monthly limit (UTC calendar month) on a tenant's use, or on one user's use in
-    it: in tokens (input + output + reasoning), in cost, or both. A prompt is refused
+    it: in tokens (input + output, which holds reasoning), in cost, or both. A prompt is refused
     once the month's use has reached a limit (forge.usage.budgets); a reply that
     crosses it mid-turn finishes."""
 
@@ -234,7 +234,7 @@ class Budget(models.Model):
         help_text="empty: the whole tenant's limit",
     )
     monthly_tokens = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="tokens (input + output + reasoning) a month"
+        null=True, blank=True, help_text="tokens (input + output, reasoning included) a month"
     )
     monthly_cost = models.DecimalField(
         max_digits=24,

@@ -14,6 +14,7 @@ Each row: the group's value, ``turns``, ``steps``, the token counts, ``cost``,
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -63,10 +64,15 @@ UsageReportSerializer = type(
 )
 
 
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def _day(raw: str | None, *, name: str, default: dt.date) -> dt.date:
     if raw is None or raw == "":
         return default
     try:
+        if not _DAY.fullmatch(raw):  # fromisoformat also takes 20261201 and 2026-W49-1
+            raise ValueError(raw)
         return dt.date.fromisoformat(raw)
     except ValueError:
         raise ValidationError({name: f"expected a day YYYY-MM-DD, got {raw[:40]!r}"}) from None
@@ -77,7 +83,8 @@ def _user(raw: str | None, request: Request) -> int | None:
     own = int(str(request.user.pk))
     if raw is None or raw == "":
         return None if staff else own
-    if not raw.isdigit():
+    # ASCII digits only ("²" and "٣" are digits to str.isdigit), within a database id.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ValidationError({"user": f"expected a user id, got {raw[:40]!r}"})
     if not staff and int(raw) != own:
         raise PermissionDenied("only staff see the usage of other users")

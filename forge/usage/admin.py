@@ -17,6 +17,7 @@ from accounts.models import Tenant, User
 from forge.models import Budget, Usage
 
 from . import selectors
+from .budgets import plain
 
 
 @admin.register(Usage)
@@ -100,4 +101,4 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
     @admin.display(description="cost used this month")
     def cost_used(self, obj: Budget) -> str:
-        return f"{self._use(obj)[1]:.4f}"
+        return plain(self._use(obj)[1])  # 0.00039376, not 0.0004

@@ -66,7 +66,7 @@ class BudgetExceeded(ForgeError):
         return max(1, int((self.resets_at - dt.datetime.now(dt.UTC)).total_seconds()))
 
 
-def _plain(value: Any) -> str:
+def plain(value: Any) -> str:
     """A cost as people write it: ``0.0000001``, ``12.5``, ``3`` (a Decimal's ``str`` was
     ``1E-7``, and four places made a used-up budget of 1E-7 read ``0.0000 used``)."""
     text = format(Decimal(str(value)).normalize(), "f")
@@ -105,15 +105,15 @@ def _refuse_when_used_up(
         )
     if budget.monthly_cost is not None and use.cost + held.cost >= budget.monthly_cost:
         if use.cost >= budget.monthly_cost:
-            detail = f"is used up ({_plain(use.cost)} used); {when}"
+            detail = f"is used up ({plain(use.cost)} used); {when}"
         else:
             detail = (
-                f"is held by replies still running ({_plain(use.cost)} used, "
-                f"{_plain(held.cost)} reserved by {running} running); try again when they "
+                f"is held by replies still running ({plain(use.cost)} used, "
+                f"{plain(held.cost)} reserved by {running} running); try again when they "
                 "finish"
             )
         raise BudgetExceeded(
-            f"{whose} monthly budget of {_plain(budget.monthly_cost)} in cost {detail}",
+            f"{whose} monthly budget of {plain(budget.monthly_cost)} in cost {detail}",
             resets_at=resets_at,
             running=running if use.cost < budget.monthly_cost else 0,
             retry_in=retry_in if use.cost < budget.monthly_cost else 0,

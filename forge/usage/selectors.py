@@ -72,7 +72,8 @@ def next_month(start: dt.date) -> dt.date:
 
 
 def month_use(*, tenant: Tenant, user_id: int | None, now: dt.datetime) -> tuple[int, Decimal]:
-    """Tokens (input + output + reasoning) and cost used in ``now``'s UTC calendar month,
+    """Tokens (input + output: output holds the reasoning tokens, as every provider reports
+    them) and cost used in ``now``'s UTC calendar month,
     by the tenant (``user_id`` None) or by that user in it."""
     use = month_totals(tenant=tenant, user_id=user_id, now=now)
     return use.tokens, use.cost
@@ -80,7 +81,7 @@ def month_use(*, tenant: Tenant, user_id: int | None, now: dt.datetime) -> tuple
 
 @dataclass(frozen=True)
 class MonthUse:
-    tokens: int  # input + output + reasoning
+    tokens: int  # input + output (reasoning is part of output)
     cost: Decimal
     turns: int  # replies completed
     ended_normally: int  # of them, neither failed nor aborted
@@ -92,7 +93,7 @@ def month_totals(*, tenant: Tenant, user_id: int | None, now: dt.datetime) -> Mo
     end = next_month(start) - dt.timedelta(days=1)
     rows = _rows(tenant, user_id=user_id, start=start, end=end)
     totals = rows.aggregate(
-        tokens=Sum(F("input_tokens") + F("output_tokens") + F("reasoning_tokens")),
+        tokens=Sum(F("input_tokens") + F("output_tokens")),
         cost=Sum("cost_nanos"),
         turns=Sum("turns"),
         failed=Sum("failed"),

@@ -206,6 +206,7 @@ def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None)
 _FOLDED = ("message.updated", "message.removed", "part.updated", "part.removed")
 
 
+_COST_PLACES = 10  # Budget.monthly_cost's decimal places
 _MAX_LIMIT = Decimal(10**14)  # what Budget.monthly_cost's 24 digits, 10 of them decimals, hold
 
 
@@ -226,6 +227,11 @@ def _limit(value: Any, *, name: str, integer: bool) -> Any:
         if number != number.to_integral_value():
             raise InvalidBudget(f"{name}: expected a whole number of tokens, got {value}")
         return int(number)
+    if number and number.as_tuple().exponent < -_COST_PLACES:  # type: ignore[operator]
+        # The column keeps 10 places: 1E-11 was stored as 0, a limit that refused everything.
+        raise InvalidBudget(
+            f"{name}: at most {_COST_PLACES} decimal places, got {value} (0 removes the limit)"
+        )
     return number
 
 

@@ -86,6 +86,12 @@ def test_staff_see_their_tenant_by_user_agent_model_and_day(used):
         ({"from": "2026-05-02", "to": "2026-05-01"}, "to"),
         ({"from": "2024-01-01", "to": "2026-01-01"}, "to"),
         ({"user": "alice"}, "user"),
+        # a fourth-round finding: 500s and a user read from another script's digits
+        ({"user": "\u00b2"}, "user"),
+        ({"user": "\u0663"}, "user"),
+        ({"user": "99999999999999999999999"}, "user"),
+        ({"from": "20261201"}, "from"),
+        ({"from": "2026-W49-1"}, "from"),
     ],
 )
 def test_bad_ranges_and_groups_are_400(used, params, field):

@@ -47,6 +47,8 @@ def test_set_budget_sets_changes_and_clears(tenant, user):
         (["--tenant", "acme", "--monthly-cost", "cheap"], "expected a number"),
         (["--tenant", "acme"], "give --monthly-tokens"),
         (["--tenant", "acme", "--clear", "--monthly-tokens", "5"], "--clear takes no limits"),
+        # stored as 0 (10 places), it refused every prompt: "budget of 0 in cost is used up"
+        (["--tenant", "acme", "--monthly-cost", "0.00000000001"], "at most 10 decimal places"),
     ],
 )
 def test_set_budget_refuses_bad_input_and_changes_nothing(tenant, user, other_user, args, message):

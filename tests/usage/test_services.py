@@ -192,6 +192,21 @@ def test_a_users_own_budget_and_the_cost_limit(session, user):
     assert (tokens, cost) == (1, Decimal("0.5"))
 
 
+def test_reasoning_tokens_count_once_in_a_budget(session, user):
+    """A step's output holds its reasoning tokens (OpenAI's completion_tokens does): a
+    fourth-round finding counted them twice, 854 used of what the provider said was 840."""
+    set_budget(tenant=session.tenant, monthly_tokens=850)
+    opened, done = reply(
+        session, steps=[{"tokens": {"input": 800, "output": 40, "reasoning": 7}, "cost": 0}]
+    )
+    record(session, opened, done)
+    tokens, _cost = selectors.month_use(
+        tenant=session.tenant, user_id=None, now=dt.datetime.now(dt.UTC)
+    )
+    assert tokens == 840
+    check_budget(tenant=session.tenant, user_id=user.pk)  # 840 of 850: let in
+
+
 def test_an_imported_log_counts_in_the_import_and_in_the_rebuild(session, user):
     from sessions import selectors
     from sessions.services import import_log, parse_log

@@ -7,13 +7,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Membership, Tenant
 from forge.models import Budget
+from forge.usage.budgets import plain
 from forge.usage.services import KEEP, InvalidBudget, set_budget
 
 
 class Command(BaseCommand):
     help = (
-        "Set the monthly budget of a tenant, or of one user in it: tokens (input + output "
-        "+ reasoning) and/or cost a UTC calendar month. 0 for a limit, or --clear, "
+        "Set the monthly budget of a tenant, or of one user in it: tokens (input + output, "
+        "reasoning included) and/or cost a UTC calendar month. 0 for a limit, or --clear, "
         "removes it."
     )
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
         if budget is None:
             self.stdout.write(f"budget of {whose} removed" if had else f"{whose} had no budget")
             return
+        cost = "no" if budget.monthly_cost is None else plain(budget.monthly_cost)
         self.stdout.write(
-            f"budget of {whose}: {budget.monthly_tokens or 'no'} tokens, "
-            f"{budget.monthly_cost if budget.monthly_cost is not None else 'no'} cost a month"
+            f"budget of {whose}: {budget.monthly_tokens or 'no'} tokens, {cost} cost a month"
         )
