@@ -52,20 +52,39 @@ def _values(totals: Totals) -> list[int]:
     ]
 
 
+# The first key of the advisory lock on a tenant's usage rows (PostgreSQL): every write
+# that adds to them holds it shared, :func:`rebuild_usage` alone (exclusive).
+ADVISORY_CLASS = 0x555347  # "USG"
+
+
 def _upsert(
     tenant_id: int, rows: Iterable[tuple[Key, Totals]], *, model: type[UsageCounts] = Usage
 ) -> None:
+    """Add ``rows`` to the tenant's rows of ``model`` (a row a key has not yet is made).
+
+    On PostgreSQL the statement first takes the tenant's usage lock, shared, until the
+    transaction ends: a write waits while :func:`rebuild_usage` rebuilds the tenant,
+    and the rebuild waits for the writes under way. So the rebuild's fold reads every
+    reply exactly when its count is in the table, never once from the log and again
+    from a row (a reply completing during a rebuild, under a key that had no row yet,
+    was counted twice). SQLite has one writer: nothing to take."""
     table = model._meta.db_table
     columns = ", ".join(_COLUMNS)
     marks = ", ".join(["%s"] * (5 + len(_COLUMNS)))
     adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in _COLUMNS)
+    postgres = connection.vendor == "postgresql"
+    values = (
+        f"SELECT {marks} FROM (SELECT pg_advisory_xact_lock_shared(%s, %s)) AS held"
+        if postgres
+        else f"VALUES ({marks})"
+    )
     statement = (
-        f"INSERT INTO {table} (tenant_id, user_id, agent, model, day, {columns}) "
-        f"VALUES ({marks}) "
+        f"INSERT INTO {table} (tenant_id, user_id, agent, model, day, {columns}) {values} "
         f"ON CONFLICT (tenant_id, user_id, agent, model, day) DO UPDATE SET {adds}"
     )
+    lock = [ADVISORY_CLASS, tenant_id] if postgres else []
     params: list[list[Any]] = [
-        [tenant_id, key.user_id, key.agent, key.model, key.day, *_values(totals)]
+        [tenant_id, key.user_id, key.agent, key.model, key.day, *_values(totals), *lock]
         for key, totals in rows
     ]
     if params:
@@ -175,11 +194,16 @@ def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None)
     """Recompute the usage table from the logs (all tenants, or ``tenant``): the rows of
     the days from ``since`` on (all days without it) are replaced by the fold of every
     session's log plus what deleted logs had counted (:class:`RetiredUsage`). Returns
-    the replies counted. One transaction per tenant."""
+    the replies counted. One transaction per tenant, holding its usage lock (PostgreSQL,
+    see :func:`_upsert`): replies that complete meanwhile wait to add their count until
+    the tenant is rebuilt."""
     tenants = [tenant] if tenant is not None else list(Tenant.objects.order_by("pk"))
     counted = 0
     for one in tenants:
         with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADVISORY_CLASS, one.pk])
             rows = Usage.objects.filter(tenant=one)
             if since is not None:
                 rows = rows.filter(day__gte=since)
