@@ -146,13 +146,19 @@ def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
     specs = [spec.as_dict() for spec in tool_specs(agent.tools or None)]
     specs += [ToolSpec(t.name, t.description, t.parameters).as_dict() for t in listing.tools]
     notice: dict[str, Any] = {"kind": "mcp", "key": "agent", "removed": True}
+    said = []
     if listing.failures:
-        notice = {
-            "kind": "mcp",
-            "key": "agent",
-            "text": "These MCP servers are unavailable, so their tools are missing: "
-            + "; ".join(f"{name}: {why}" for name, why in sorted(listing.failures.items())),
-        }
+        said.append(
+            "These MCP servers are unavailable, so their tools are missing: "
+            + "; ".join(f"{name}: {why}" for name, why in sorted(listing.failures.items()))
+        )
+    if listing.left_out:
+        said.append(
+            "These MCP tools are left out, their names being taken: "
+            + "; ".join(f"{name} ({why})" for name, why in sorted(listing.left_out.items()))
+        )
+    if said:
+        notice = {"kind": "mcp", "key": "agent", "text": "\n".join(said)}
     return [
         {"kind": "system", "key": "agent", "agent": agent.name, "text": agent.system_prompt},
         {"kind": "tools", "key": "agent", "tools": sorted(specs, key=lambda s: s["name"])},

@@ -24,7 +24,7 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import McpError
 
 from ..base import Tool, ToolContext, ToolError, ToolFile, ToolResult
-from ..registry import check_name, check_parameters
+from ..registry import check_name, check_parameters, get_tool
 from . import connection as conn
 from .spec import McpSpecError, ServerSpec, parse_server
 
@@ -39,6 +39,8 @@ class Listing:
 
     tools: list[Tool] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)  # server -> reason (no secrets)
+    # tool -> why it is left out while its server's other tools are in (a name taken)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def _decode(data: str) -> bytes:
@@ -160,6 +162,23 @@ def list_tools(servers: Mapping[str, Any] | None, *, timeout: float = START_TIME
         adapted = [tool for item in result if (tool := adapt(spec, item)) is not None]
         if result and not adapted:
             listing.failures[spec.name] = "none of its tools has a usable name and schema"
-        listing.tools.extend(adapted)
+        listing.tools.extend(_not_taken(spec, adapted, listing))
     listing.tools.sort(key=lambda t: t.name)
     return listing
+
+
+def _not_taken(spec: ServerSpec, tools: list[Tool], listing: Listing) -> list[Tool]:
+    """``tools`` but those whose full name is a built-in tool's (``history`` + ``read`` is
+    ``history_read``): such a tool would stand in for the built-in, unannounced, and get
+    past the agent's allow-list (MCP tools are always allowed). Each left out is logged
+    and named in ``listing.left_out``, which the agent's ``mcp`` notice shows. (Two
+    servers' tools never share a name: a server's name holds no ``_``.)"""
+    kept = []
+    for tool in tools:
+        if get_tool(tool.name) is None:
+            kept.append(tool)
+            continue
+        why = f"server {spec.name!r}: a built-in tool has that name"
+        logger.warning("MCP tool %s left out: %s", tool.name, why)
+        listing.left_out[tool.name] = why
+    return kept

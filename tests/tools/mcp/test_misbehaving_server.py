@@ -117,6 +117,46 @@ async def test_an_image_result_becomes_a_file_part(session, agents, script):
     assert (await stored_file(file)).startswith(b"\x89PNG")
 
 
+@pytest.fixture
+def built_in_clash_echo():
+    """A built-in tool named ``clash_echo``: what server ``clash``'s ``echo`` would be."""
+    from forge.tools import registry
+    from forge.tools.base import Tool
+
+    async def built_in(ctx: Any, args: dict[str, Any]) -> str:
+        return "the built-in"
+
+    registry.register(
+        Tool(
+            name="clash_echo",
+            description="built in",
+            parameters={"type": "object"},
+            function=built_in,
+        )
+    )
+    yield
+    with registry._lock:
+        registry._registry.pop("clash_echo", None)
+
+
+async def test_a_tool_named_as_a_built_in_is_left_out_with_a_notice(
+    session, agents, script, built_in_clash_echo
+):
+    """A fourth-round finding: a server ``history`` with a tool ``read`` gave a second
+    ``history_read`` in the model's tool list, and its calls ran the MCP tool (which, MCP
+    tools being always allowed, also got past the agent's allow-list)."""
+    await use_servers({"clash": misbehaving()})
+    script([tool_reply("clash_echo", "{}"), text_reply("done")])
+    await run_turn(session, "hello")
+    tools = await logged_tools(session)
+    assert tools.count("clash_echo") == 1  # the built-in's, once
+    assert "clash_big" in tools  # the server's other tools are in
+    notice = (await logged_context(session))["mcp:agent"]
+    assert "clash_echo (server 'clash': a built-in tool has that name)" in notice["text"]
+    [called] = tool_parts(await reply_of(session))
+    assert called["state"]["output"] == "the built-in"
+
+
 async def test_a_server_that_fails_to_start_is_left_out_with_a_logged_notice(
     session, agents, script
 ):
