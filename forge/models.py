@@ -219,6 +219,21 @@ class RetiredUsage(UsageCounts):
         ]
 
 
+class SideUsage(UsageCounts):
+    """Model calls that no session's log records, per key: a session's title by the small
+    model (its tokens and cost, no turn). Counted in :class:`Usage` when made and kept
+    here in the same transaction, so that ``rebuild_usage`` (which folds the logs) adds
+    them back, as it adds :class:`RetiredUsage`."""
+
+    class Meta:
+        verbose_name_plural = "side usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user", "agent", "model", "day"], name="sideusage_key"
+            )
+        ]
+
+
 class Budget(models.Model):
     """A monthly limit (UTC calendar month) on a tenant's use, or on one user's use in
     it: in tokens (input + output, which holds reasoning), in cost, or both. A prompt is refused

@@ -62,6 +62,7 @@ DISTRIBUTED: tuple[str, ...] = (
     "memory_memoryvectors",
     "forge_usage",
     "forge_retiredusage",
+    "forge_sideusage",
     "forge_budget",
 )
 COLOCATE_WITH = DISTRIBUTED[0]

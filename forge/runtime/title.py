@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+
+from django.conf import settings
 
 from forge.db.worker import db
+from forge.providers import events as ev
+from forge.usage.services import record_side_call
 from sessions import selectors, services
 from sessions.exceptions import NotFound
 from sessions.models import Session
 
+from .processor import price
 from .small_model import SmallModelError, ask
 
 logger = logging.getLogger(__name__)
@@ -22,20 +28,55 @@ MAX_WORDS = 10
 QUOTES = "\"' \u201c\u201d\u2018\u2019"  # straight and curly quotes, and spaces
 
 
-def _first_user_text(session: Session) -> str | None:
-    """The first user message's text, if the session has had exactly one exchange."""
+@dataclass(frozen=True)
+class Exchange:
+    """The session's first exchange: what the title is made from, and whom it bills."""
+
+    text: str  # the user's message
+    speaker: int | None  # the user the reply records (None: none logged)
+    agent: str  # the agent that answered
+
+
+def _first_exchange(session: Session) -> Exchange | None:
+    """The first user message's text, and who spoke to which agent, if the session has had
+    exactly one exchange."""
     session.refresh_from_db(fields=["title"])
     if session.title:
         return None
     if selectors.count_assistant_messages(tenant=session.tenant, session=session) != 1:
         return None
+    text: str | None = None
     for item in selectors.iter_history(tenant=session.tenant, session_id=session.pk):
-        if item["info"]["role"] == "user":
+        info = item["info"]
+        if info["role"] == "user" and text is None:
             texts = [
                 p["text"] for p in item["parts"] if p["type"] == "text" and not p.get("synthetic")
             ]
-            return "\n".join(texts)
-    return None
+            text = "\n".join(texts)
+        elif info["role"] == "assistant" and text is not None:
+            speaker = info.get("user_id")
+            return Exchange(
+                text=text,
+                speaker=speaker if isinstance(speaker, int) else session.user_id,
+                agent=str(info.get("agent") or ""),
+            )
+    return None if text is None else Exchange(text=text, speaker=session.user_id, agent="")
+
+
+def _count_call(session: Session, exchange: Exchange, usage: ev.Usage) -> None:
+    """Count the title's model call in usage (and so in budgets): the session's log does
+    not record it (``forge.usage.services.record_side_call``)."""
+    if exchange.speaker is None or not any(usage.as_tokens().values()):
+        return
+    model = settings.FORGE_SMALL_MODEL
+    record_side_call(
+        tenant_id=session.tenant_id,
+        user_id=exchange.speaker,
+        agent=exchange.agent,
+        model=model,
+        tokens=usage.as_tokens(),
+        cost=price(model, usage),
+    )
 
 
 def clean_title(raw: str, fallback: str) -> str:
@@ -59,13 +100,17 @@ def _set_title(session: Session, title: str) -> None:
 
 
 async def generate_title(session: Session) -> str | None:
-    text = await db(_first_user_text)(session)
-    if not text:
+    exchange = await db(_first_exchange)(session)
+    if exchange is None or not exchange.text:
         return None
+    text = exchange.text
     try:
-        answer = (await ask(PROMPT, text)).text
+        asked = await ask(PROMPT, text)
     except SmallModelError:
         answer = ""
+    else:
+        answer = asked.text
+        await db(_count_call)(session, exchange, asked.usage)
     title = clean_title(answer, fallback=text)
     await db(_set_title)(session, title)
     return title

@@ -16,7 +16,15 @@ from typing import Any
 from django.db import connection, transaction
 
 from accounts.models import Tenant, User
-from forge.models import NANOS, Budget, RetiredUsage, SessionLease, Usage, UsageCounts
+from forge.models import (
+    NANOS,
+    Budget,
+    RetiredUsage,
+    SessionLease,
+    SideUsage,
+    Usage,
+    UsageCounts,
+)
 from sessions.models import Part, Session, SessionEvent
 
 from .fold import TOKEN_FIELDS, Key, Totals, fold_log, key_of, reply_totals, summary_totals
@@ -128,6 +136,32 @@ def record_summary(*, session: Session, info: Mapping[str, Any]) -> Totals | Non
     return totals
 
 
+@transaction.atomic
+def record_side_call(
+    *,
+    tenant_id: int,
+    user_id: int,
+    agent: str,
+    model: str,
+    tokens: Mapping[str, int],
+    cost: Decimal | float,
+    day: dt.date | None = None,
+) -> Totals:
+    """Count a model call that no session log records (a session's title by the small
+    model): its tokens and cost, no turn, in :class:`Usage` and in
+    :class:`~forge.models.SideUsage` (which :func:`rebuild_usage` adds back), together.
+    ``model`` is ``provider/model``; ``day`` the UTC day (today)."""
+    totals = Totals()
+    for name in TOKEN_FIELDS:
+        totals.tokens[name] += max(0, int(tokens.get(name, 0)))
+    totals.cost = max(Decimal(0), Decimal(str(cost)))
+    day = day or dt.datetime.now(dt.UTC).date()
+    key = Key(user_id=user_id, agent=agent, model=model, day=day)
+    _upsert(tenant_id, [(key, totals)])
+    _upsert(tenant_id, [(key, totals)], model=SideUsage)
+    return totals
+
+
 def _fold_session(tenant_id: int, session_id: str, owner_id: int | None) -> list[Any]:
     events = (
         SessionEvent.objects.filter(tenant_id=tenant_id, session_id=session_id)
@@ -193,7 +227,8 @@ def _row_totals(row: UsageCounts) -> tuple[Key, Totals]:
 def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None) -> int:
     """Recompute the usage table from the logs (all tenants, or ``tenant``): the rows of
     the days from ``since`` on (all days without it) are replaced by the fold of every
-    session's log plus what deleted logs had counted (:class:`RetiredUsage`). Returns
+    session's log plus what deleted logs had counted (:class:`RetiredUsage`) and the
+    calls no log records (:class:`SideUsage`). Returns
     the replies counted. One transaction per tenant, holding its usage lock (PostgreSQL,
     see :func:`_upsert`): replies that complete meanwhile wait to add their count until
     the tenant is rebuilt."""
@@ -216,13 +251,14 @@ def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None)
                         continue
                     merged.setdefault(key, Totals()).add(totals)
                     counted += totals.turns
-            retired = RetiredUsage.objects.filter(tenant=one)
-            if since is not None:
-                retired = retired.filter(day__gte=since)
-            for row in retired.iterator(chunk_size=2000):
-                key, totals = _row_totals(row)
-                merged.setdefault(key, Totals()).add(totals)
-                counted += totals.turns
+            for kept in (RetiredUsage, SideUsage):  # what no remaining log holds
+                apart = kept.objects.filter(tenant=one)
+                if since is not None:
+                    apart = apart.filter(day__gte=since)
+                for row in apart.iterator(chunk_size=2000):
+                    key, totals = _row_totals(row)
+                    merged.setdefault(key, Totals()).add(totals)
+                    counted += totals.turns
             _upsert(one.pk, merged.items())
     return counted
 

@@ -266,13 +266,18 @@ def _old_rows(cursor: Any, *, tenant: int, user: int, tag: str) -> None:
     )
 
 
-# The distributed tables that exist before the keys migration (forge_retiredusage came
-# after it, keyed by its own migration, and is checked by citus.problems below).
-TABLES = [t for t in citus.DISTRIBUTED if t != "forge_retiredusage"]
+# The distributed tables that exist before the keys migration (forge_retiredusage and
+# forge_sideusage came after it, keyed by their own migrations, and are checked by
+# citus.problems below).
+TABLES = [t for t in citus.DISTRIBUTED if t not in ("forge_retiredusage", "forge_sideusage")]
+
+
+# The lease's columns added by the keys migration and after it (budget reservations).
+LEASE_COLUMNS_SINCE = ("tenant_id", "reserved_by", "reserved_tokens", "reserved_cost_nanos")
 
 
 def _snapshot(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every distributed table, but the lease's new column, sorted."""
+    """Every row of every distributed table, but the lease's new columns, sorted."""
     rows = {}
     for table in TABLES:
         cursor.execute(
@@ -283,7 +288,7 @@ def _snapshot(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:
         columns = [
             c
             for (c,) in cursor.fetchall()
-            if not (table == "forge_sessionlease" and c == "tenant_id")
+            if not (table == "forge_sessionlease" and c in LEASE_COLUMNS_SINCE)
         ]
         cursor.execute(f"SELECT {', '.join(columns)} FROM {table}")
         rows[table] = sorted(

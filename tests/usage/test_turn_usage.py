@@ -81,8 +81,8 @@ async def test_usage_metrics_and_logs_follow_real_turns(session, user, agents, s
     await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 10)
 
     recorded = await sync_to_async(rows)()
-    assert len(recorded) == 1  # one user, agent, model and day
-    (row,) = recorded
+    # one user, agent, model and day (the untitled sessions' titles are the small model's)
+    (row,) = [r for r in recorded if r[2] == "offline/script"]
     turns, steps, _, output_tokens, _, failed, aborted, tool_calls = row[4:]
     assert (turns, failed, aborted, tool_calls) == (3, 1, 1, 1)
     assert steps == 2  # the finished turn's two; the failed and aborted ones logged none
@@ -155,3 +155,30 @@ async def test_a_compactions_summary_counts_its_tokens_and_cost_but_no_turn(
     assert cost > was[8]  # priced as the small model's call
     await sync_to_async(rebuild_usage)()
     assert await sync_to_async(rows)() == after  # the table is the fold of the logs
+
+
+async def test_a_sessions_title_counts_its_model_call(user, agents, script, settings):
+    """A fourth-round finding: the small model's call that titles a new session was billed
+    by the provider and counted nowhere (usage, budgets). It counts under the speaker,
+    the agent and the small model, no turn, and the rebuild keeps it."""
+    from forge.models import SideUsage
+    from sessions.models import Session
+
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    script([text_reply("hello there", usage={"input": 12, "output": 2})])
+    untitled = await sync_to_async(create_session)(user=user)
+    await run(untitled, "plan a trip to Lisbon in May")
+    await wait_until(lambda: Session.objects.get(pk=untitled.pk).title)
+
+    def title_rows() -> list[tuple]:
+        return [r for r in rows() if r[2] == "offline/echo"]
+
+    await wait_until(lambda: title_rows())
+    [title] = await sync_to_async(title_rows)()
+    assert title[:3] == (user.pk, "build", "offline/echo")
+    assert title[4:6] == (0, 0)  # no turn, no step
+    assert title[6] > 0  # its input tokens
+    assert await sync_to_async(SideUsage.objects.count)() == 1
+    recorded = await sync_to_async(rows)()
+    await sync_to_async(rebuild_usage)()
+    assert await sync_to_async(rows)() == recorded
