@@ -82,15 +82,17 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _latency(tenant_ids: Sequence[int] | None, start: dt.datetime) -> dict[str, float | None]:
     replies = _scoped(Message.objects.filter(role="assistant"), tenant_ids, "tenant_id")
-    rows = list(replies.order_by("-id").values_list("id", "data")[:LATENCY_SAMPLE])
+    rows = list(
+        replies.order_by("-id").values_list("id", "data", "session__created_at")[:LATENCY_SAMPLE]
+    )
     created: dict[str, dt.datetime] = {}
     whole: list[float] = []
-    for message_id, data in rows:
-        if not data.get("completed_at") or data.get("error"):
-            continue
+    for message_id, data, session_began in rows:
+        if not data.get("completed_at") or data.get("error") or data.get("summary"):
+            continue  # unfinished, failed, or a compaction's summary (no turn)
         began = parse_time(data["created_at"])
-        if began < start:
-            continue
+        if began < start or began < session_began:
+            continue  # before the period, or a fork's copy (it keeps its reply's times)
         created[message_id] = began
         whole.append((parse_time(data["completed_at"]) - began).total_seconds())
     first: dict[str, float] = {}

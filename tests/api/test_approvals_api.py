@@ -67,6 +67,14 @@ def test_an_unknown_call_is_404(api, waiting):
 def test_another_tenant_is_404(stranger, waiting):
     response = stranger.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
     assert response.status_code == 404
+    assert error(response)["code"] == "not_found"  # as for any session it cannot see
+
+
+def test_a_reason_holding_a_nul_says_so(api, waiting):
+    body = {"approve": True, "reason": "a\u0000b"}
+    response = api.post(waiting + "approvals/call_1/", body, format="json")
+    assert response.status_code == 400
+    assert error(response)["message"] == "reason must not hold a NUL character"
 
 
 @pytest.mark.parametrize(

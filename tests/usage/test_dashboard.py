@@ -83,3 +83,30 @@ def test_staff_see_only_their_tenants_and_only_with_the_permission(client, busy,
     assert "daphne-2:4242" not in page.text
     assert "ProviderError" not in page.text
     assert "alice" not in page.text
+
+
+def test_latency_samples_replies_not_fork_copies_or_summaries(busy, user):
+    """A fourth-round finding: a fork's copies (which keep their replies' times) and a
+    compaction's summary were sampled as replies."""
+    from forge.dashboard import _latency
+    from sessions import services
+    from sessions.services.transfer import fork_session
+
+    start = timezone.now() - dt.timedelta(days=1)
+    assert _latency(None, start)["replies"] == 1  # the finished one; the failed is none
+    services.update_message(
+        session=busy,
+        info={
+            "role": "assistant",
+            "summary": True,
+            "agent": "build",
+            "model": {"provider": "offline", "model": "echo"},
+            "completed_at": "2099-01-01T00:00:00.000Z",
+        },
+    )
+    fork_session(
+        session=busy,
+        user=user,
+        before_message_id=services.update_message(session=busy, info={"role": "user"}).data["id"],
+    )
+    assert _latency(None, start)["replies"] == 1

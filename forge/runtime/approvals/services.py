@@ -63,8 +63,10 @@ def check_answer(call_id: Any, approve: Any, reason: Any) -> str:
         raise InvalidAnswer("approve must be true or false")
     if reason is None:
         reason = ""
-    if not isinstance(reason, str) or len(reason) > MAX_REASON or "\x00" in reason:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise InvalidAnswer(f"reason must be text of at most {MAX_REASON} characters")
+    if "\x00" in reason:
+        raise InvalidAnswer("reason must not hold a NUL character")
     return reason.strip()
 
 
