@@ -11,14 +11,22 @@ offline models.
 
 :func:`summarize` runs it with a time limit and turns every way it can fail
 (raises, times out, returns nothing) into a ``SummarizerError``.
+
+While a rolling summarizes, :func:`summary_for` names whose memory the summary is
+for (the core's tenant, user and agent), on whatever thread the summarizer runs:
+a model-backed summarizer bills its call to them (usage and budgets), though the
+call-signature stays ``summarize(messages)``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +45,35 @@ Summarizer = Callable[[Sequence[Mapping[str, Any]]], str]
 DEFAULT_SUMMARIZER = "memory.summarizers.extractive"
 DEFAULT_TIMEOUT = 120.0
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SummaryFor:
+    """Whose memory a summary is written for: whom a model's summary is billed to."""
+
+    tenant_id: int
+    user_id: int
+    agent: str
+
+
+_FOR: contextvars.ContextVar[SummaryFor | None] = contextvars.ContextVar(
+    "memory_summary_for", default=None
+)
+
+
+def summary_for() -> SummaryFor | None:
+    """Whose memory the summary being written is for (None outside a rolling)."""
+    return _FOR.get()
+
+
+@contextmanager
+def summarizing_for(who: SummaryFor) -> Iterator[None]:
+    """:func:`summary_for` is ``who`` within (the summarizer's worker thread included)."""
+    token = _FOR.set(who)
+    try:
+        yield
+    finally:
+        _FOR.reset(token)
 
 
 def get_summarizer() -> Summarizer:
@@ -99,16 +136,16 @@ class _Worker:
     """
 
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[tuple[Summarizer, Any, threading.Event, list[Any]]] = (
-            queue.SimpleQueue()
-        )
+        self.jobs: queue.SimpleQueue[
+            tuple[contextvars.Context, Summarizer, Any, threading.Event, list[Any]]
+        ] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="memory-summarizer", daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            summarizer, messages, done, box = self.jobs.get()
+            context, summarizer, messages, done, box = self.jobs.get()
             try:
-                box.append(_call(summarizer, messages))
+                box.append(context.run(_call, summarizer, messages))
             finally:
                 _close_thread_connections()
                 done.set()
@@ -116,7 +153,7 @@ class _Worker:
     def call(self, summarizer: Summarizer, messages: Any, timeout: float) -> tuple[bool, Any]:
         done = threading.Event()
         box: list[Any] = []
-        self.jobs.put((summarizer, messages, done, box))
+        self.jobs.put((contextvars.copy_context(), summarizer, messages, done, box))
         if not done.wait(timeout):
             return False, None
         return True, box[0]

@@ -1,5 +1,6 @@
 """One question to ``FORGE_SMALL_MODEL``, one text answer: for titles, dialogue
-summaries for long-term memory, and (later) compaction summaries."""
+summaries for long-term memory, and compaction summaries. A dialogue summary is billed
+(usage, budgets) to the memory's user and agent."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from django.conf import settings
 from forge.providers import events as ev
 from forge.providers import resolve, split_model
 from forge.providers.base import ModelRequest
-from memory.summarizers import extractive
+from forge.usage.services import record_side_call
+from memory.summarizers import extractive, summary_for
+
+from .processor import price
 
 
 class SmallModelError(Exception):
@@ -77,4 +81,15 @@ def summarize_dialogue(messages: Sequence[Mapping[str, Any]]) -> str:
     if provider == "offline":
         return extractive(messages)
     transcript = "\n".join(f"{m.get('role', 'user')}: {m.get('text', '')}" for m in messages)
-    return asyncio.run(ask(SUMMARY_PROMPT, transcript, model=model)).text
+    answer = asyncio.run(ask(SUMMARY_PROMPT, transcript, model=model))
+    who = summary_for()
+    if who is not None and any(answer.usage.as_tokens().values()):
+        record_side_call(  # no log records this call: usage (and budgets) count it here
+            tenant_id=who.tenant_id,
+            user_id=who.user_id,
+            agent=who.agent,
+            model=model,
+            tokens=answer.usage.as_tokens(),
+            cost=price(model, answer.usage),
+        )
+    return answer.text

@@ -25,7 +25,14 @@ from ..ids import new_memory_session_id, new_slice_id, new_unit_id
 from ..models import MemoryCore
 from ..normalize import clean_summary
 from ..results import RollingResult
-from ..summarizers import Summarizer, extractive, get_summarizer, summarize
+from ..summarizers import (
+    Summarizer,
+    SummaryFor,
+    extractive,
+    get_summarizer,
+    summarize,
+    summarizing_for,
+)
 from ..times import now_ms
 from ..wire import message_wire, slice_fields
 from .options import RollingOptions
@@ -246,7 +253,9 @@ def prepare(
                 # is bounded by the increment, so it has nothing to time out, and the hop
                 # to the worker thread was ~2 ms a core on a loaded machine.
                 timeout = 0.0 if chosen is extractive else None
-                summary = _clean(summarize(compressed, summarizer=chosen, timeout=timeout))
+                who = SummaryFor(snapshot.tenant_id, snapshot.user_id, snapshot.agent)
+                with summarizing_for(who):  # a model's summary is billed to them
+                    summary = _clean(summarize(compressed, summarizer=chosen, timeout=timeout))
             except MemoryStoreError as exc:
                 return True, RollOutcome(
                     core_id,
