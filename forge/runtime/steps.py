@@ -447,6 +447,7 @@ async def _compact_or_fail(turn: Turn, why: str) -> Compaction:
 
 async def _fail(turn: Turn, error: dict[str, Any]) -> None:
     """End the reply with ``error``; parts the failed step left open are closed."""
+    tracing.turn_failed(str(error.get("name") or "Error"), str(error.get("message") or ""))
     await finish_then_cancel(
         db(finalize_open_messages)(
             session=turn.session,

@@ -66,6 +66,10 @@ class _TurnIds(IdGenerator):
         return forced[1] if forced else self._random.generate_span_id()
 
 
+# The span of the turn the current task works on (its errors are marked on it).
+_turn: ContextVar[Span | None] = ContextVar("forge_turn_span", default=None)
+
+
 def turn_ids(message_id: str) -> tuple[int, int]:
     """The trace id and root span id of the reply ``message_id``: the same in every
     process, never zero (an invalid id in OpenTelemetry)."""
@@ -130,11 +134,16 @@ def turn_span(
         yield None
         return
     trace_id, root_id = turn_ids(message_id)
+    provider, _, name_only = model.partition("/")
+    if not name_only:  # a model string without its provider
+        provider, name_only = "", model
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent,
         "gen_ai.conversation.id": session_id,
-        "gen_ai.request.model": model,
+        # as the model call's span names it: the provider apart, the model by its own name
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": name_only,
         "forge.message_id": message_id,
         "forge.resumed": resumed,
     }
@@ -145,17 +154,31 @@ def turn_span(
         )
         context = trace.set_span_in_context(NonRecordingSpan(root))
         with tracer.start_as_current_span(name, context=context, attributes=attributes) as span:
-            yield span
+            token = _turn.set(span)
+            try:
+                yield span
+            finally:
+                _turn.reset(token)
         return
-    token = _forced.set((trace_id, root_id))
+    forcing = _forced.set((trace_id, root_id))
     try:
         span = tracer.start_span(name, context=trace.set_span_in_context(trace.INVALID_SPAN))
     finally:
-        _forced.reset(token)
+        _forced.reset(forcing)
     for key, value in attributes.items():
         span.set_attribute(key, value)
     with trace.use_span(span, end_on_exit=True):
-        yield span
+        token = _turn.set(span)
+        try:
+            yield span
+        finally:
+            _turn.reset(token)
+
+
+def turn_failed(error_type: str, message: str = "") -> None:
+    """Mark the span of the turn this task works on as failed (the reply ended with an
+    error): its model call's span says why, the turn's says that it did."""
+    failed(_turn.get(), error_type, message)
 
 
 @contextlib.contextmanager
@@ -201,8 +224,9 @@ def model_result(
 ) -> None:
     if current is None:
         return
-    current.set_attribute("gen_ai.usage.input_tokens", input_tokens)
-    current.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+    if not (error and input_tokens == output_tokens == 0):  # a failed call's usage: unknown
+        current.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        current.set_attribute("gen_ai.usage.output_tokens", output_tokens)
     if finish_reason:
         current.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
     if output is not None and capturing_content():

@@ -145,3 +145,21 @@ async def test_a_collector_that_is_down_does_not_fail_the_turn(session, agents, 
     replies = [item for item in history if item["info"]["role"] == "assistant"]
     assert len(replies) == 3
     assert all(r["info"]["completed_at"] and not r["info"]["error"] for r in replies)
+
+
+async def test_a_failed_turn_marks_its_turn_span_and_leaves_usage_unknown(
+    session, agents, script, spans
+):
+    """A fourth-round finding: only the model call's span said the turn failed, with a
+    usage of 0 tokens for a call whose usage is unknown; and the turn's span named the
+    model with its provider, the call's without."""
+    script([[{"type": "error", "name": "ProviderError", "message": "HTTP 503 from the model"}]])
+    started = await run(session, "fail")
+    found = by_trace(spans, started.assistant_message_id)
+    (turn,) = [s for s in found if s.name == "invoke_agent build"]
+    assert turn.status.status_code.name == "ERROR"
+    assert turn.attributes["error.type"] == "ProviderError"
+    (chat,) = [s for s in found if s.name == "chat script"]
+    assert "gen_ai.usage.input_tokens" not in chat.attributes
+    assert turn.attributes["gen_ai.request.model"] == chat.attributes["gen_ai.request.model"]
+    assert turn.attributes["gen_ai.provider.name"] == "offline"
