@@ -22,6 +22,8 @@ from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .metrics import forget_dead_processes
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -46,7 +48,9 @@ def allowed(request: HttpRequest) -> bool:
 
 
 def _registry() -> CollectorRegistry:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        forget_dead_processes(directory)  # a daphne killed with SIGKILL streams nothing
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return registry

@@ -6,7 +6,8 @@ Several processes: each daphne counts its own. Either scrape every process
 directory shared by the processes of one machine (emptied before they start), and
 any process's ``/metrics`` serves the sum of all of them
 (``prometheus_client``'s multiprocess mode; gauges sum over live processes: a process
-that exits leaves the sum, one killed with SIGKILL stays in it until the next start).
+that exits leaves the sum, and one killed with SIGKILL is taken out at the next scrape,
+:func:`forget_dead_processes`).
 
 Labels are bounded: agent and model names come from the operator's configuration,
 tools from the registry and the MCP servers the operator named, kinds and faces from
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 
 from prometheus_client import Counter, Gauge, Histogram, multiprocess
 
@@ -92,6 +94,34 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # A process that exits takes its live gauges (streams open) out of the sum; one
     # killed with SIGKILL cannot, which is why the directory is emptied at each start.
     atexit.register(multiprocess.mark_process_dead, os.getpid())
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live\w*?_(\d+)\.db")
+
+
+def forget_dead_processes(directory: str) -> list[int]:
+    """Take the live gauges of the processes that died without exiting (SIGKILL, OOM)
+    out of the multiprocess sum; the pids forgotten. The directory is one machine's, so
+    its pids are this machine's: a pid that no process has is dead (a pid reused since
+    would keep a dead process's streams counted until the next start, as before)."""
+    dead: list[int] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return dead
+    for name in names:
+        found = _LIVE_GAUGE_FILE.fullmatch(name)
+        if found is None:
+            continue
+        pid = int(found.group(1))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, directory)
+            dead.append(pid)
+        except OSError:
+            continue  # alive, another user's
+    return dead
 
 
 def model_label(model: object) -> str:

@@ -43,3 +43,31 @@ def test_the_scrape_sums_every_process(tmp_path):
     assert found[("forge_tool_errors_total", (("tool", "read_file"),))] == 1
     # the gauge sums live processes only: both have exited
     assert found.get(("forge_streams_open", (("face", "socket"),)), 0) == 0
+
+
+def test_a_process_killed_with_sigkill_leaves_the_live_gauges(tmp_path):
+    """A fourth-round finding: a daphne killed with SIGKILL kept its open streams in
+    forge_streams_open for good."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    code = COUNT.format(failed=False) + "\nprint('ready', flush=True)\nimport time; time.sleep(60)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+
+        def streams() -> float:
+            for family in text_string_to_metric_families(run(SCRAPE, tmp_path)):
+                for sample in family.samples:
+                    if sample.name == "forge_streams_open":
+                        return sample.value
+            return 0
+
+        assert streams() == 1  # alive: counted
+        process.kill()
+        process.wait(10)
+        assert streams() == 0
+    finally:
+        process.kill()
+        process.wait(10)
