@@ -304,7 +304,10 @@ async def _run_approved(turn: Turn, processor: Processor, resume: Resume) -> Non
     )
     try:
         tool, args = tools.prepare_call(
-            part["tool"], json.dumps(args), turn.agent.tools or None, await processor.own_tools()
+            part["tool"],
+            json.dumps(args),
+            turn.agent.tools or None,
+            await processor.tools_for(part["tool"]),
         )
     except ToolError as exc:
         await processor.tool_error(resume.call_id, call, exc, args=args)

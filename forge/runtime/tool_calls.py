@@ -109,7 +109,7 @@ class ToolCalls:
         call.start = self._now()
         try:
             tool, args = tools.prepare_call(
-                event.tool, event.input, turn.agent.tools or None, await self.own_tools()
+                event.tool, event.input, turn.agent.tools or None, await self.tools_for(event.tool)
             )
         except ToolError as exc:
             await self.tool_error(event.call_id, call, exc, args=exc.metadata.get("input", {}))
@@ -230,6 +230,12 @@ class ToolCalls:
                 await asyncio.to_thread(delete_spilled, spilled)
             raise
         self.calls.pop(call_id, None)
+
+    async def tools_for(self, name: str) -> dict[str, tools.Tool]:
+        """The agent's own tools a call of ``name`` needs: none for a built-in tool (no MCP
+        tool has a built-in's name, ``forge.tools.mcp.adapter``), so a built-in call never
+        waits for the agent's MCP servers to start; else :meth:`own_tools`."""
+        return {} if tools.get_tool(name) is not None else await self.own_tools()
 
     async def own_tools(self) -> dict[str, tools.Tool]:
         """The turn agent's MCP tools (listed once per turn; a dead server restarts)."""
