@@ -263,6 +263,11 @@ FORGE_TOOL_OUTPUT_MAX_BYTES = env_int("FORGE_TOOL_OUTPUT_MAX_BYTES", 10 * 1024 *
 # {"<name>": {"command", "args"?, "env"?}} or {"<name>": {"url", "headers"?}}.
 # An agent's own (Agent.mcp_servers) replace those of the same name.
 FORGE_MCP_SERVERS = env_json_object("FORGE_MCP_SERVERS")
+# Seconds an MCP server has to start (spawn, initialize, list its tools; stopping it when
+# it does not is included); after a failed start it is reported unavailable, without
+# trying again, for FORGE_MCP_RETRY_SECONDS (docs/mcp.md).
+FORGE_MCP_START_TIMEOUT = env_float("FORGE_MCP_START_TIMEOUT", 30.0)
+FORGE_MCP_RETRY_SECONDS = env_float("FORGE_MCP_RETRY_SECONDS", 60.0)
 FORGE_WORKSPACE_ROOT = Path(env_str("FORGE_WORKSPACE_ROOT") or VAR_DIR / "workspaces")
 
 # Tool approvals (docs/approvals.md): the default rules, as JSON, that an agent's

@@ -30,7 +30,21 @@ from .spec import McpSpecError, ServerSpec, parse_server
 
 logger = logging.getLogger(__name__)
 
-START_TIMEOUT = 30.0  # seconds for a server to start, initialize and list its tools
+
+def start_timeout() -> float:
+    """``FORGE_MCP_START_TIMEOUT``: seconds a server has to start, initialize and list
+    its tools, stopping it when it does not included (30)."""
+    from django.conf import settings
+
+    return float(getattr(settings, "FORGE_MCP_START_TIMEOUT", 30.0) or 30.0)
+
+
+def retry_seconds() -> float:
+    """``FORGE_MCP_RETRY_SECONDS``: seconds after a server failed to start during which
+    it is reported unavailable at once instead of started again (60; 0: every time)."""
+    from django.conf import settings
+
+    return max(0.0, float(getattr(settings, "FORGE_MCP_RETRY_SECONDS", 60.0)))
 
 
 @dataclass
@@ -94,8 +108,9 @@ def _function(spec: ServerSpec, tool: str) -> Any:
         from django.conf import settings
 
         limit = float(getattr(settings, "FORGE_TOOL_TIMEOUT", 30.0) or 30.0)
+        connection = conn.connection(spec)
         try:
-            result = await conn.run(conn.connection(spec).call(tool, args, limit))
+            result = await conn.run(connection.call(tool, args, limit, retry_seconds()))
         except conn.ServerDown as exc:
             raise ToolError(f"MCP server {spec.name!r}: {exc}", metadata={"mcp": True}) from None
         except McpError as exc:
@@ -126,23 +141,28 @@ def adapt(spec: ServerSpec, item: mcp_types.Tool) -> Tool | None:
     )
 
 
-async def _list_one(spec: ServerSpec, timeout: float) -> list[mcp_types.Tool]:
+async def _list_one(spec: ServerSpec, timeout: float, retry: float) -> list[mcp_types.Tool]:
     connection = conn.connection(spec)
-    await connection.start(timeout)
+    await connection.start(timeout, retry)
     return list(connection.tools)
 
 
-async def _list_all(specs: list[ServerSpec], timeout: float) -> list[Any]:
-    return await asyncio.gather(*(_list_one(s, timeout) for s in specs), return_exceptions=True)
+async def _list_all(specs: list[ServerSpec], timeout: float, retry: float) -> list[Any]:
+    listed = (_list_one(s, timeout, retry) for s in specs)
+    return await asyncio.gather(*listed, return_exceptions=True)
 
 
-def list_tools(servers: Mapping[str, Any] | None, *, timeout: float = START_TIMEOUT) -> Listing:
+def list_tools(servers: Mapping[str, Any] | None) -> Listing:
     """The tools of these servers (an ``mcpServers`` value), starting any not running.
 
-    Blocking (call it from a thread, not a running loop). A server whose spec is bad,
-    that fails to start, or lists nothing usable is left out, with its reason in
-    ``failures``: the reason never holds its env or header values.
+    Blocking (call it from a thread, not a running loop); waits at most about
+    :func:`start_timeout`, the servers starting side by side. A server whose spec is
+    bad, that fails to start, or lists nothing usable is left out, with its reason in
+    ``failures``: the reason never holds its env or header values. A server that
+    failed to start less than :func:`retry_seconds` ago is left out at once with the
+    same reason (so a prompt's turn, listing again, does not wait for it twice).
     """
+    timeout = start_timeout()
     listing = Listing()
     specs: list[ServerSpec] = []
     for name, raw in (servers or {}).items():
@@ -152,7 +172,7 @@ def list_tools(servers: Mapping[str, Any] | None, *, timeout: float = START_TIME
             listing.failures[str(name)] = str(exc)
     if not specs:
         return listing
-    results = conn.submit(_list_all(specs, timeout)).result(timeout + 10)
+    results = conn.submit(_list_all(specs, timeout, retry_seconds())).result(timeout + 10)
     for spec, result in zip(specs, results, strict=True):
         if isinstance(result, BaseException):
             reason = str(result) if isinstance(result, conn.ServerDown) else conn._reason(result)

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
@@ -81,6 +82,8 @@ class Connection:
         self._lock = asyncio.Lock()
         self.suspect = False  # the last call did not end well: reconnect before the next
         self._reaper: asyncio.Task[None] | None = None
+        # (time.monotonic(), reason) of the last start that failed; None once one works.
+        self._failed: tuple[float, str] | None = None
 
     @property
     def alive(self) -> bool:
@@ -114,6 +117,8 @@ class Connection:
                 await session.initialize()
                 listed = await session.list_tools()
                 self.session, self.tools = session, list(listed.tools)
+                if ready.done():  # the start timed out (or its caller left): not wanted
+                    return
                 ready.set_result(None)
                 await self._closed.wait()
         except BaseException as exc:  # anyio wraps failures in exception groups
@@ -125,23 +130,48 @@ class Connection:
             self.session = None
             self._down.set()
 
-    async def start(self, timeout: float) -> None:
-        """Open the connection unless it is alive; :class:`ServerDown` when it cannot."""
+    async def start(self, timeout: float, retry_after: float = 0.0) -> None:
+        """Open the connection unless it is alive; :class:`ServerDown` when it cannot.
+
+        Invariants: the caller waits at most ``timeout`` for the start itself (spawn,
+        initialize, list): a start that does not finish in time is cancelled and left
+        to stop in the background (closing a stdio server that does not answer takes
+        seconds: stdin closed, then SIGTERM, then SIGKILL), and the next start or
+        :meth:`close` awaits that stop. A start that failed is remembered: for
+        ``retry_after`` seconds after it, :meth:`start` raises its :class:`ServerDown`
+        again at once instead of trying (every prompt lists its agent's tools, so
+        without it a server that never starts would cost every prompt its timeout).
+        Callers waiting on the lock behind a failing start get that failure too.
+        """
         async with self._lock:
             if self.alive:
                 return
-            await self._stop()
+            if self._failed is not None:
+                failed_at, reason = self._failed
+                if time.monotonic() - failed_at < retry_after:
+                    raise ServerDown(reason)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            await self._stop()  # a previous start still stopping: part of this one's time
             self._closed, self._down = asyncio.Event(), asyncio.Event()
-            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._task = asyncio.get_running_loop().create_task(self._serve(ready))
+            ready: asyncio.Future[None] = loop.create_future()
+            self._task = loop.create_task(self._serve(ready))
             try:
-                await asyncio.wait_for(asyncio.shield(ready), timeout)
+                # Not shielded: on a timeout ``ready`` is cancelled, so nothing sets (and
+                # nobody has to retrieve) its exception later.
+                await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
             except TimeoutError:
-                await self._stop()
-                raise ServerDown(f"did not answer within {timeout:g} s") from None
-            except ServerDown:
+                self._task.cancel()  # stops in the background; awaited by the next _stop
+                self._failed = (time.monotonic(), f"did not answer within {timeout:g} s")
+                raise ServerDown(self._failed[1]) from None
+            except ServerDown as exc:
+                self._failed = (time.monotonic(), str(exc))
                 await self._stop()
                 raise
+            except BaseException:  # the caller left (cancelled): nobody wants this start
+                self._task.cancel()
+                raise
+            self._failed = None
 
     async def _stop(self) -> None:
         task, self._task = self._task, None
@@ -161,7 +191,7 @@ class Connection:
             self.suspect = False
 
     async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float
+        self, tool: str, arguments: dict[str, Any], timeout: float, retry_after: float = 0.0
     ) -> mcp_types.CallToolResult:
         """Call ``tool``; :class:`ServerDown` when the server dies during the call.
 
@@ -171,12 +201,13 @@ class Connection:
         dead before the request went out (it died between calls), or an HTTP server
         that no longer knows the session, is connected again and the call sent once
         more. An HTTP server that dies during a call may leave it unanswered (the SDK
-        waits for it to come back): the caller's timeout ends it.
+        waits for it to come back): the caller's timeout ends it. A server that failed
+        to start less than ``retry_after`` seconds ago is not started (:meth:`start`).
         """
         if self.suspect:
             await self.close()
         for attempt in (1, 2):
-            await self.start(timeout)
+            await self.start(timeout, retry_after)
             try:
                 return await self._call_once(tool, arguments)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):

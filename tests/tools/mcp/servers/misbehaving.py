@@ -1,5 +1,10 @@
 """A stdio MCP server written with the SDK's FastMCP, misbehaving on purpose (the tests
-of forge.tools.mcp's bad input). ``python misbehaving.py [garbage-first]``.
+of forge.tools.mcp's bad input). ``python misbehaving.py [flag ...]``.
+
+Flags: ``garbage-first`` (a non-JSON line before the handshake), ``exit-at-start``
+(exits before serving), ``never-ready`` (sleeps an hour before serving: a start that
+times out), ``start-log=PATH`` (appends a line to PATH each time it starts, and offers
+a tool ``start_<n>`` on its n-th start: a test sees which start it talks to).
 
 Tools: ``echo`` (fine), ``hang`` (never answers), ``die`` (exits mid-call),
 ``big`` (an oversized text), ``garbage`` (writes a non-JSON line as its answer,
@@ -13,6 +18,8 @@ import asyncio
 import base64
 import os
 import sys
+import time
+from pathlib import Path
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.utilities.types import Image
@@ -76,7 +83,21 @@ server._tool_manager._tools["bad_schema"].parameters = {
     "properties": {"x": {"type": "not-a-type"}},
 }
 
+
+def log_start(path: Path) -> int:
+    """Count this start in ``path``; the number of starts so far, this one included."""
+    with path.open("a") as log:
+        log.write(f"{os.getpid()}\n")
+    return len(path.read_text().splitlines())
+
+
 if __name__ == "__main__":
+    logs = [flag.removeprefix("start-log=") for flag in sys.argv if flag.startswith("start-log=")]
+    if logs:
+        count = log_start(Path(logs[0]))
+        server.add_tool(lambda: f"start {count}", name=f"start_{count}", description="Which start.")
+    if "never-ready" in sys.argv:
+        time.sleep(3600)
     if "garbage-first" in sys.argv:
         sys.stdout.write("Welcome to my server! <<not json>>\n")
         sys.stdout.flush()

@@ -1,0 +1,109 @@
+"""Starting stdio servers (tests/tools/mcp/servers/misbehaving.py, written with the SDK's
+FastMCP), seen from prompts: a server that never starts in time costs one start timeout,
+then is reported unavailable at once until ``FORGE_MCP_RETRY_SECONDS`` have passed; a
+server whose process died is started again by the next prompt, which lists the tools the
+new process offers."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from forge.tools import mcp
+
+from .conftest import (
+    DEADLINE,
+    children,
+    logged_context,
+    logged_tools,
+    misbehaving,
+    reply_of,
+    run_turn,
+    text_reply,
+    tool_parts,
+    tool_reply,
+    use_servers,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+START_TIMEOUT = 3.0
+
+ECHO = tool_reply("bad_echo", json.dumps({"text": "still here"}))
+
+
+def starts(log: Path) -> int:
+    """How many times the server logging its starts to ``log`` was started."""
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+async def gone(marker: str) -> None:
+    """Wait until no child of this process runs ``marker`` (fails after the deadline)."""
+    deadline = time.monotonic() + DEADLINE
+    while children(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert children(marker) == []
+
+
+async def timed_turn(session, text: str) -> float:
+    began = time.monotonic()
+    await run_turn(session, text)
+    return time.monotonic() - began
+
+
+async def test_a_server_that_never_starts_costs_one_start_timeout_then_waits_for_the_cooldown(
+    session, agents, script, settings, tmp_path
+):
+    settings.FORGE_MCP_START_TIMEOUT = START_TIMEOUT
+    settings.FORGE_MCP_RETRY_SECONDS = 600
+    log = tmp_path / "starts.log"
+    await use_servers(
+        {"bad": misbehaving(), "slow": misbehaving("never-ready", f"start-log={log}")}
+    )
+
+    # A turn calling a tool lists the agent's tools twice (the prompt, then the turn's
+    # call): the slow server is waited for once, and no longer than the start timeout
+    # (stopping it included).
+    script([ECHO, text_reply("the turn went on"), text_reply("again"), text_reply("third")])
+    took = await timed_turn(session, "first")
+    [echoed] = tool_parts(await reply_of(session))
+    assert echoed["state"]["status"] == "completed", echoed["state"]
+    assert starts(log) == 1
+    assert took < 2 * START_TIMEOUT, f"the first prompt took {took:.1f} s"
+    notice = (await logged_context(session))["mcp:agent"]["text"]
+    assert f"slow: failed to start: did not answer within {START_TIMEOUT:g} s" in notice
+    assert "bad_echo" in await logged_tools(session)
+
+    # Within the cooldown the next prompt does not try again: it says so at once.
+    took = await timed_turn(session, "second")
+    assert starts(log) == 1
+    assert took < START_TIMEOUT, f"the second prompt took {took:.1f} s"
+    assert (await logged_context(session))["mcp:agent"]["text"] == notice
+    assert (await reply_of(session))["parts"][-2]["text"] == "again"
+
+    # The process of the failed start was stopped in the background.
+    await gone(str(log))
+
+    # After the cooldown, a prompt tries again (once more within the start timeout).
+    settings.FORGE_MCP_RETRY_SECONDS = 0
+    took = await timed_turn(session, "third")
+    assert starts(log) == 2
+    assert took < 2 * START_TIMEOUT, f"the third prompt took {took:.1f} s"
+    assert (await reply_of(session))["parts"][-2]["text"] == "third"
+    assert "slow" in (await logged_context(session))["mcp:agent"]["text"]
+
+
+async def test_a_start_that_times_out_leaves_no_unretrieved_error(settings, caplog):
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    settings.FORGE_MCP_START_TIMEOUT = 1
+    listing = await asyncio.to_thread(mcp.list_tools, {"slow": misbehaving("never-ready")})
+    assert listing.failures == {"slow": "failed to start: did not answer within 1 s"}
+    await mcp.close_all()
+    gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
