@@ -6,10 +6,13 @@ every connection lives on a private loop in a daemon thread; callers on any loop
 or thread hand it coroutines (:func:`submit`).
 
 A :class:`Connection` runs one task: open the transport, initialize, list the
-tools, then wait until it is closed or the transport dies. A stdio server is
-started once per process and reused across turns; a call finding it dead (or an
-HTTP server gone) opens it again, once, before failing. A server's own listing is
-cached per connection; a restart lists again.
+tools, then wait until it is closed or the transport's stream ends (a stdio
+server's process exited): then it is not ``alive``, and the next listing or call
+starts it again. A stdio server is started once per process and reused across
+turns; a call finding it dead (or an HTTP server gone) opens it again, once,
+before failing. A server's own listing is cached per connection; a restart lists
+again. A start has its timeout, stopping included; a failed start is remembered
+for the caller's ``retry_after`` and reported again at once meanwhile.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
+from mcp.shared.message import SessionMessage
 
 from .spec import ServerSpec, masked_urls
 
@@ -87,7 +92,13 @@ class Connection:
 
     @property
     def alive(self) -> bool:
-        return self._task is not None and not self._task.done() and self.session is not None
+        """Started, and neither closed nor ended by the server (its process exited)."""
+        return (
+            self._task is not None
+            and not self._task.done()
+            and self.session is not None
+            and not self._closed.is_set()
+        )
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -109,18 +120,35 @@ class Connection:
             yield read, write
 
     async def _serve(self, ready: asyncio.Future[None]) -> None:
+        """The connection's task: open, initialize, list, then serve until
+        ``_closed`` is set, by :meth:`_stop` or by the server's end.
+
+        The session reads the transport through :func:`_relay`, which sets
+        ``_closed`` when the transport's stream ends (a stdio server's stdout closes
+        when its process exits): a server that died between prompts is then not
+        ``alive`` and the next listing starts it again, instead of answering from
+        the dead process's tool list. Nothing else notices an exit: the SDK's
+        session only fails the requests in flight.
+        """
+        closed = self._closed
         try:
             async with (
-                self._transport() as streams,
-                ClientSession(streams[0], streams[1]) as session,
+                self._transport() as (read, write),
+                anyio.create_task_group() as relays,
             ):
-                await session.initialize()
-                listed = await session.list_tools()
-                self.session, self.tools = session, list(listed.tools)
-                if ready.done():  # the start timed out (or its caller left): not wanted
-                    return
-                ready.set_result(None)
-                await self._closed.wait()
+                send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+                relays.start_soon(_relay, read, send, closed)
+                try:
+                    async with ClientSession(receive, write) as session:
+                        await session.initialize()
+                        listed = await session.list_tools()
+                        self.session, self.tools = session, list(listed.tools)
+                        if ready.done():  # the start timed out (or its caller left)
+                            return
+                        ready.set_result(None)
+                        await closed.wait()
+                finally:
+                    relays.cancel_scope.cancel()  # the relay would wait for the server
         except BaseException as exc:  # anyio wraps failures in exception groups
             if not ready.done():
                 ready.set_exception(ServerDown(_reason(exc)))
@@ -250,6 +278,20 @@ class Connection:
             self.suspect = True
             raise ServerDown("the server went away during the call")
         return request.result()
+
+
+async def _relay(
+    source: MemoryObjectReceiveStream[SessionMessage | Exception],
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    closed: asyncio.Event,
+) -> None:
+    """Pass the transport's messages to the session; at the transport's end, close the
+    session's stream (it fails the requests in flight) and set ``closed``."""
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        async with sink:
+            async for message in source:
+                await sink.send(message)
+    closed.set()
 
 
 def _reason(exc: BaseException) -> str:

@@ -20,9 +20,11 @@ from forge.tools import mcp
 from .conftest import (
     DEADLINE,
     children,
+    kill,
     logged_context,
     logged_tools,
     misbehaving,
+    one_child,
     reply_of,
     run_turn,
     text_reply,
@@ -107,3 +109,28 @@ async def test_a_start_that_times_out_leaves_no_unretrieved_error(settings, capl
     await mcp.close_all()
     gc.collect()
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+async def test_a_killed_stdio_server_is_started_again_by_the_next_prompt(
+    session, agents, script, tmp_path
+):
+    log = tmp_path / "starts.log"
+    await use_servers({"bad": misbehaving(f"start-log={log}")})
+    script([text_reply("one"), tool_reply("bad_start_2", "{}"), text_reply("two")])
+    await run_turn(session, "first")
+    assert "bad_start_1" in await logged_tools(session)
+
+    kill(await one_child(str(log)))
+    await gone(str(log))
+
+    # The next prompt starts it again and lists what the new process offers: its tool
+    # can be called.
+    await run_turn(session, "second")
+    assert starts(log) == 2
+    tools = await logged_tools(session)
+    assert "bad_start_2" in tools
+    assert "bad_start_1" not in tools
+    assert "mcp:agent" not in await logged_context(session)
+    [called] = tool_parts(await reply_of(session))
+    assert called["state"]["status"] == "completed", called["state"]
+    assert called["state"]["output"] == "start 2"
