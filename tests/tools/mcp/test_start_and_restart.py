@@ -53,6 +53,16 @@ async def gone(marker: str) -> None:
     assert children(marker) == []
 
 
+async def noticed() -> None:
+    """Wait until every connection of this process knows its server is gone."""
+    from forge.tools.mcp import connection
+
+    deadline = time.monotonic() + DEADLINE
+    while any(c.alive for c in list(connection._connections.values())):
+        assert time.monotonic() < deadline, "the server's exit went unnoticed"
+        await asyncio.sleep(0.05)
+
+
 async def timed_turn(session, text: str) -> float:
     began = time.monotonic()
     await run_turn(session, text)
@@ -122,6 +132,7 @@ async def test_a_killed_stdio_server_is_started_again_by_the_next_prompt(
 
     kill(await one_child(str(log)))
     await gone(str(log))
+    await noticed()  # the exit is seen on the MCP loop, as its stdout closes
 
     # The next prompt starts it again and lists what the new process offers: its tool
     # can be called.
