@@ -5,6 +5,13 @@ text that had streamed (trailing white space trimmed), pending and running tool
 parts end in ``error`` with ``metadata.interrupted``, and the message gets
 ``completed_at`` and a ``MessageAbortedError``. No reply stays open, no tool
 stays running.
+
+A tool call awaiting approval is where the two causes part. After a crash the
+reply is suspended, not broken: the approval is durable and outlives the process,
+so the call keeps waiting and the reply stays open for its answer. After a user's
+abort (``deny_waiting``) the user has asked the reply to stop: each waiting call is
+denied first (as a denial records it, reason ``aborted``), so the reply completes
+as aborted and no answer can start another step after the stop.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from django.db import transaction
 
 from forge import hooks
 from forge.runtime import accounting
+from forge.runtime.approvals.pending import AWAITING, EXPIRED, SYSTEM, denied_state, is_expired
 from sessions import selectors, services
 from sessions.log import format_time, now_ms
 from sessions.models import Session
@@ -48,6 +56,7 @@ def finalize_open_messages(
     texts: Mapping[str, str] | None = None,
     message_id: str | None = None,
     agent: str = "",
+    deny_waiting: str | None = None,
 ) -> list[str]:
     """Finalize unfinished assistant messages of the session (or just ``message_id``).
 
@@ -57,6 +66,11 @@ def finalize_open_messages(
     an abort. ``texts`` gives the streamed text
     of parts still open (from the in-flight buffer); without it, an open part
     keeps the text it has in the store. Returns the ids finalized.
+
+    A message with calls awaiting approval stays open (crash recovery, an import),
+    unless ``deny_waiting`` is given (a user's abort): those calls are then denied
+    with that reason (``expired`` when overdue, as every denial), ``by`` the system,
+    and the message is finalized like any other.
     """
     texts = texts or {}
     finished: list[str] = []
@@ -65,11 +79,18 @@ def finalize_open_messages(
         info = item["info"]
         if message_id is not None and info["id"] != message_id:
             continue
+        waits = False
         for part in item["parts"]:
+            if _awaits(part) and deny_waiting is not None:
+                why = EXPIRED if is_expired(part, now) else deny_waiting
+                denied = denied_state(part, reason=why, at=now, by=SYSTEM)
+                services.update_part(session=session, part={"id": part["id"], "state": denied})
+                continue
+            waits = waits or _awaits(part)
             _close_part(
                 session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
             )
-        if any(_awaits(part) for part in item["parts"]):
+        if waits:
             # A reply whose calls await an answer is suspended, not broken: it stays
             # open for the answer (forge.runtime.approvals), from any process, later.
             continue
@@ -128,4 +149,4 @@ def _close_part(
 
 
 def _awaits(part: Mapping[str, Any]) -> bool:
-    return part["type"] == "tool" and part["state"].get("status") == "awaiting-approval"
+    return part["type"] == "tool" and part["state"].get("status") == AWAITING

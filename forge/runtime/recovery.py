@@ -24,24 +24,30 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from accounts import tenancy
+from forge.errors import NotRunning
+from forge.models import SessionLease
 from forge.telemetry import metrics, tracing
 from sessions import services
 from sessions.models import Message, Session
 
 from . import lease
-from .finalize import INTERRUPTED, finalize_open_messages
+from .finalize import ABORTED, INTERRUPTED, finalize_open_messages
 from .inflight import mirror
 
 logger = logging.getLogger(__name__)
 
 
-def finalize_dead_turn(session: Session) -> list[str]:
+def finalize_dead_turn(session: Session, *, deny_waiting: str | None = None) -> list[str]:
     """Finalize what the session's dead runner left open, keeping the text that had
     streamed (from the in-flight mirror, when there is one). Call it holding the
-    session's lease, or having found it expired."""
+    session's lease, or having found it expired. Calls awaiting approval keep waiting
+    (the approval is durable) unless ``deny_waiting`` says why they are denied (a
+    user's abort: ``finalize_open_messages``)."""
     shared = mirror()
     texts = shared.texts_sync(session.pk) if shared is not None else {}
-    finished = finalize_open_messages(session=session, reason=INTERRUPTED, texts=texts)
+    finished = finalize_open_messages(
+        session=session, reason=INTERRUPTED, texts=texts, deny_waiting=deny_waiting
+    )
     for message_id in finished:  # the end of each reply, in its own trace
         with tracing.turn_span(
             session_id=session.pk,
@@ -87,6 +93,54 @@ def recover_session(session: Session) -> list[str]:
             # crash would wait with its prompt disabled until a reload.
             services.publish_status_on_commit(session_id=session.pk, status="idle")
     return finished
+
+
+def _lock(session: Session) -> None:
+    """The session row's lock, which every writer and lease taker of the session takes
+    (on SQLite the transaction's ``BEGIN IMMEDIATE`` is the lock)."""
+    Session.objects.select_for_update(no_key=True).filter(pk=session.pk).values("pk").first()
+
+
+def abort_unheld(session: Session) -> SessionLease | None:
+    """A user's abort of a session no live runner holds: end what is open, as aborted.
+
+    Under the session's lock, so that no answer or prompt takes the lease meanwhile.
+    Returns the live lease, doing nothing, when a runner holds the session (the
+    caller asks that runner to stop). Else:
+
+    * an expired lease: its runner died; the turn is finalized as the janitor would
+      (``finalize_dead_turn``), except that calls awaiting approval are denied as
+      ``aborted`` (the user asked the reply to stop), and the lease is dropped;
+    * no lease: a reply that only waits for approval (suspended, no process runs it)
+      has its waiting calls denied as ``aborted`` and completes as aborted.
+
+    Raises ``NotRunning`` when nothing was open (nothing is written then). Reads first
+    without the lock: an abort of an idle session (the common mistake) takes no
+    write lock, and a live lease needs none."""
+    held = lease.current(session_id=session.pk)
+    if held is not None and held.expires_at > timezone.now():
+        return held
+    if held is None and not _open_replies(session):
+        raise NotRunning("no turn is running in this session")
+    with transaction.atomic():
+        _lock(session)
+        held = lease.current(session_id=session.pk)
+        if held is not None and held.expires_at > timezone.now():
+            return held
+        if held is not None:
+            finalize_dead_turn(session, deny_waiting=ABORTED)
+            held.delete()
+            services.publish_status_on_commit(session_id=session.pk, status="idle")
+            return None
+        if not finalize_open_messages(session=session, reason=ABORTED, deny_waiting=ABORTED):
+            raise NotRunning("no turn is running in this session")
+        return None
+
+
+def _open_replies(session: Session) -> bool:
+    return Message.objects.filter(
+        tenant_id=session.tenant_id, session=session, role="assistant", data__completed_at=None
+    ).exists()
 
 
 def recover_sessions(

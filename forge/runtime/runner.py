@@ -26,7 +26,6 @@ from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.utils import timezone
 
 from accounts import tenancy
 from forge.db.worker import db
@@ -39,7 +38,7 @@ from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages, message_error
 from .prompting import Attachment
 from .receiver import Receiver
-from .recovery import recover_session
+from .recovery import abort_unheld
 from .regenerate import begin_regeneration
 from .steps import Resume, begin_turn, run_turn
 from .subtask import subtask_runner
@@ -133,6 +132,7 @@ def _stop(runner: Any) -> None:
     """Abort a turn running on this loop: once. A second cancel of a task already
     ending its abort broke it out of the ending (two aborts at once, through the
     layer, left the reply open for good with its lease released)."""
+    runner.turn.stopped_by_user = True
     runner.turn.abort.set()
     if not runner.task.cancelling():
         runner.task.cancel()
@@ -326,23 +326,25 @@ def running_turn(session_id: str) -> asyncio.Task[None] | None:
 
 
 async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
-    """Stop the session's running turn, in this process or another, and return once it
-    is finalized. Raises ``NotRunning`` when no turn runs."""
+    """Stop the session's turn, in this process or another, and return once its reply
+    is finalized as aborted. A turn this process runs is stopped (its calls awaiting
+    approval are denied: ``steps._end_aborted``); with no live runner
+    (``recovery.abort_unheld``) a reply that only waits for approval has its calls
+    denied and completes as aborted, and a dead runner's expired lease is taken over;
+    a runner in another process is sent the abort (its abort inbox). Raises
+    ``NotRunning`` when nothing is open."""
     runner = _runners.get(session.pk)
     if runner is not None and not runner.task.done():
         _stop(runner)
         await asyncio.wait({runner.task}, timeout=timeout)
         return
-    current = await db(lease.current)(session_id=session.pk)
-    if current is None:
-        raise NotRunning("no turn is running in this session")
-    if current.expires_at <= timezone.now():
-        await db(recover_session)(session)
+    held = await db(abort_unheld)(session)
+    if held is None:
         return
     layer = get_channel_layer()
     if layer is not None:  # to the inbox of the process that holds the lease
         await layer.group_send(
-            runner_group(current.owner), {"type": "forge.abort", "session_id": session.pk}
+            runner_group(held.owner), {"type": "forge.abort", "session_id": session.pk}
         )
     deadline = asyncio.get_running_loop().time() + timeout
     while await db(lease.current)(session_id=session.pk) is not None:

@@ -335,7 +335,12 @@ def _steps_done(turn: Turn) -> tuple[int, float]:
 
 async def _end_aborted(turn: Turn, processor: Processor) -> None:
     """What is still in the delta window reaches clients before the reply is finalized
-    with the buffer's text: the stored text is exactly what they saw."""
+    with the buffer's text: the stored text is exactly what they saw.
+
+    A user's abort denies the reply's calls awaiting approval (reason ``aborted``)
+    so the reply completes as aborted: left waiting, an answer to one ran it and then
+    another model step after the user pressed stop. A turn cancelled otherwise (its
+    lease lost, the server shutting down) leaves them waiting, as recovery does."""
     await processor.flush()
     await db(_finalize)(
         processor.take_held(),
@@ -344,6 +349,7 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
         texts=processor.streamed_texts(),
         message_id=turn.message_id,
         agent=turn.agent.name,
+        deny_waiting=ABORTED if turn.stopped_by_user else None,
     )
 
 

@@ -41,6 +41,9 @@ class Turn:
     # (``dialogue.complete_reply``): then the runner has none to release, and the
     # session may already be another turn's.
     lease_released: bool = False
+    # Whether a user's abort stopped the turn (``runner._stop``), not a lost lease or a
+    # shutdown: only a user's abort denies the reply's calls awaiting approval.
+    stopped_by_user: bool = False
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

@@ -107,3 +107,26 @@ def test_an_answer_after_expiry_is_409(api, waiting, settings, session):
         if p["type"] == "tool"
     )
     assert tool["state"]["metadata"]["approval"]["expired"] is True
+
+
+def test_abort_of_a_reply_that_only_waits_denies_its_call_and_ends_it(api, waiting):
+    """Pressing stop on a reply waiting for an answer stops it (it was 409 not_running,
+    and the reply stayed open): 200, the call denied as aborted, the reply aborted."""
+    response = api.post(waiting + "abort/")
+    assert response.status_code == 200, response.content
+    assert response.json()["aborted"] is True
+    assert response.json()["session"]["status"] == "idle"
+    assert api.get(waiting).json()["pending_approvals"] == []
+    reply = api.get(waiting + "messages/").json()["results"][-1]
+    assert reply["info"]["completed_at"]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert tool["state"]["metadata"]["denied"] is True
+    assert tool["state"]["metadata"]["approval"]["reason"] == "aborted"
+    answer = api.post(waiting + "approvals/call_1/", {"approve": True}, format="json")
+    assert answer.status_code == 409
+    assert error(answer)["code"] == "approval_answered"
+    assert [p["type"] for p in reply["parts"]].count("step-start") == 1  # no step ran after
+    again = api.post(waiting + "abort/")
+    assert again.status_code == 409
+    assert error(again)["code"] == "not_running"
