@@ -25,6 +25,7 @@ __all__ = [
     "NothingToRegenerate",
     "PromptTooLarge",
     "SessionBusy",
+    "StillRunning",
     "StreamUnavailable",
     "UnknownAgent",
     "UnknownModel",
@@ -75,6 +76,24 @@ class NotRunning(Conflict):
     """Abort asked for, but no turn runs."""
 
     code = "not_running"
+
+
+class StillRunning(Conflict):
+    """Abort asked for, and the process holding the session's lease has not stopped its
+    turn in time, yet cannot be judged dead (its heartbeat is on time): the turn may
+    still be running, so it is left alone. Not ``not_running``: the session is busy, as
+    its status says. ``retry_after``: seconds until the holder, if it is dead, is judged
+    so (an abort then finalizes the turn)."""
+
+    code = "still_running"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def extra(self) -> dict[str, object]:
+        return {"retry_after": self.retry_after}
 
 
 class NotAuthenticated(ForgeError):

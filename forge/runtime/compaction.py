@@ -356,7 +356,7 @@ async def run_manual(session: Session) -> dict[str, Any]:
 
     async def heartbeat() -> None:
         while True:
-            await asyncio.sleep(lease.lease_seconds() / 3)
+            await asyncio.sleep(lease.renewal_interval())
             await db(lease.renew)(session_id=session.pk, tenant_id=session.tenant_id)
 
     beat = asyncio.ensure_future(heartbeat())

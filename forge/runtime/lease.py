@@ -19,7 +19,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -78,8 +78,43 @@ class DeadLease:
     message_id: str
 
 
+# A live holder renews its lease this many times per lease period (the runner's
+# heartbeat, a compaction's renewal): every ``renewal_interval()`` seconds.
+RENEWALS_PER_LEASE = 3
+# A holder whose heartbeat is this many renewal intervals old has missed a whole
+# renewal: together with an abort it did not answer, it is judged dead (overdue_at).
+OVERDUE_RENEWALS = 2
+
+
 def lease_seconds() -> float:
     return float(settings.FORGE_LEASE_SECONDS)
+
+
+def renewal_interval() -> float:
+    """How often a live holder renews its lease (a third of the lease: two renewals
+    can be late before it expires)."""
+    return lease_seconds() / RENEWALS_PER_LEASE
+
+
+def overdue_at(held: SessionLease) -> datetime:
+    """When the holder of ``held`` has missed a whole renewal if it has not renewed.
+
+    Read from the lease itself: ``expires_at - heartbeat_at`` is the period the holder
+    renews with (its own ``FORGE_LEASE_SECONDS``, which may differ from this
+    process's), so the judgment does not depend on the reader's settings. Before the
+    lease expires (``OVERDUE_RENEWALS`` of ``RENEWALS_PER_LEASE`` periods), so an
+    abort can end a dead holder's turn before the janitor would.
+    """
+    period = held.expires_at - held.heartbeat_at
+    return held.heartbeat_at + period * OVERDUE_RENEWALS / RENEWALS_PER_LEASE
+
+
+def judged_dead(held: SessionLease, *, now: datetime | None = None) -> bool:
+    """Whether the holder of ``held`` is taken for dead: its heartbeat is overdue
+    (:func:`overdue_at`), and it is not this process (which is alive, by reading
+    this). Only an abort acts on it, and only after the holder did not answer the
+    abort: a live runner answers an abort within a second and renews on time."""
+    return held.owner != OWNER and (now or timezone.now()) >= overdue_at(held)
 
 
 @transaction.atomic(savepoint=False)

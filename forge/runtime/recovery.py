@@ -143,6 +143,30 @@ def _open_replies(session: Session) -> bool:
     ).exists()
 
 
+def abort_dead_holder(session: Session, held: SessionLease) -> bool:
+    """Take the session over from the dead holder of ``held`` (``lease.judged_dead``,
+    after it did not answer an abort) and finalize its turn as :func:`abort_unheld`
+    does an expired one. Returns False, doing nothing, when the lease changed since
+    it was read (the holder renewed it, so it is alive, or released it, or another
+    took it): the lease is deleted only as it was read, under the session's lock,
+    so a live holder's renewal and this takeover cannot both happen. A holder that
+    renews after the takeover finds its lease gone and stops its turn."""
+    with transaction.atomic():
+        _lock(session)
+        taken, _ = SessionLease.objects.filter(
+            session_id=session.pk,
+            tenant_id=session.tenant_id,
+            owner=held.owner,
+            acquired_at=held.acquired_at,
+            heartbeat_at=held.heartbeat_at,
+        ).delete()
+        if not taken:
+            return False
+        finalize_dead_turn(session, deny_waiting=ABORTED)
+        services.publish_status_on_commit(session_id=session.pk, status="idle")
+    return True
+
+
 def recover_sessions(
     *, session_id: str | None = None, open_replies: bool = True
 ) -> dict[str, list[str]]:

@@ -20,16 +20,18 @@ import asyncio
 import contextvars
 import hashlib
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.utils import timezone
 
 from accounts import tenancy
 from forge.db.worker import db
-from forge.errors import NotRunning
+from forge.errors import StillRunning
 from sessions import services
 from sessions.models import Session
 
@@ -38,7 +40,7 @@ from .compaction import prepare_manual, run_manual
 from .finalize import finalize_open_messages, message_error
 from .prompting import Attachment
 from .receiver import Receiver
-from .recovery import abort_unheld
+from .recovery import abort_dead_holder, abort_unheld
 from .regenerate import begin_regeneration
 from .steps import Resume, begin_turn, run_turn
 from .subtask import subtask_runner
@@ -276,7 +278,7 @@ async def _run(turn: Turn, resume: Resume | None = None) -> None:
 
 async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
     """Renew the lease while the turn runs; stop the turn if the lease was lost."""
-    interval = lease.lease_seconds() / 3
+    interval = lease.renewal_interval()  # what ``lease.judged_dead`` counts on
     while True:
         await asyncio.sleep(interval)
         renewed = await db(lease.renew)(
@@ -327,11 +329,22 @@ def running_turn(session_id: str) -> asyncio.Task[None] | None:
 
 async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     """Stop the session's turn, in this process or another, and return once its reply
-    is finalized as aborted. A turn this process runs is stopped (its calls awaiting
-    approval are denied: ``steps._end_aborted``); with no live runner
-    (``recovery.abort_unheld``) a reply that only waits for approval has its calls
-    denied and completes as aborted, and a dead runner's expired lease is taken over;
-    a runner in another process is sent the abort (its abort inbox). Raises
+    is finalized as aborted. Every way a reply can be open ends here:
+
+    * a turn this process runs is stopped (its calls awaiting approval are denied:
+      ``steps._end_aborted``);
+    * no live runner (``recovery.abort_unheld``): a reply that only waits for approval
+      has its calls denied and completes as aborted; a dead runner's expired lease is
+      taken over and its turn finalized;
+    * a runner in another process is sent the abort (its abort inbox), and this waits
+      for its lease to go. When it does not answer and its heartbeat is overdue
+      (``lease.judged_dead``: a whole renewal missed), it is dead: the session is
+      taken over and its turn finalized (``recovery.abort_dead_holder``), without
+      waiting for the lease to expire.
+
+    A runner that may be alive is never finalized: when ``timeout`` passes before it
+    stops or is judged dead, this raises ``StillRunning`` (409 ``still_running``, the
+    session stays ``busy``; ``retry_after``: when it would be judged dead). Raises
     ``NotRunning`` when nothing is open."""
     runner = _runners.get(session.pk)
     if runner is not None and not runner.task.done():
@@ -346,8 +359,24 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
         await layer.group_send(
             runner_group(held.owner), {"type": "forge.abort", "session_id": session.pk}
         )
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await db(lease.current)(session_id=session.pk) is not None:
-        if asyncio.get_running_loop().time() > deadline:
-            raise NotRunning("the process running this turn did not stop in time")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
         await asyncio.sleep(0.05)
+        current = await db(lease.current)(session_id=session.pk)
+        if current is None or (current.owner, current.acquired_at) != (
+            held.owner,
+            held.acquired_at,
+        ):
+            return  # its runner ended the turn (and the session may run another since)
+        if lease.judged_dead(current):
+            if await db(abort_dead_holder)(session, current):
+                return
+            continue  # it renewed meanwhile: alive
+        if loop.time() > deadline:
+            wait = (lease.overdue_at(current) - timezone.now()).total_seconds()
+            raise StillRunning(
+                "the process running this turn has not stopped yet; its reply is left "
+                "alone while that process may be alive",
+                retry_after=max(1, math.ceil(wait)),
+            )
