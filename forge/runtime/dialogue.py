@@ -47,7 +47,7 @@ from forge.context.blocks import blocks_in_force
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
-from sessions import services, turn_sql
+from sessions import selectors, services, turn_sql
 from sessions import sql as session_sql
 from sessions.models import Session
 
@@ -202,7 +202,30 @@ def memory_blocks(
     logged = _logged_through(session, core_id=core.pk, current=current)
     if logged is not None and (keep_from is None or logged < keep_from):
         through = logged if through is None else max(through, logged)
-    return [{**block, "rolled_through": through}]
+    return [{**block, "rolled_through": _between_turns(session, core, through)}]
+
+
+def _between_turns(session: Session, core: Any, through: str | None) -> str | None:
+    """``through`` moved back, if it must, so that no reply the model sees follows the cut
+    while its prompt is hidden by it.
+
+    The one reply newer than the core's rolled messages whose prompt the core rolled is
+    a regenerated one (its prompt was rolled with the reply it replaced; the window
+    records the new answer alone, and the next rolling rolls it). Until then the cut
+    stops below that prompt, as it did for the regenerating turn (``keep_from``): the
+    model's history after the block starts with the prompt, not with an answer to a
+    question it cannot see. One indexed read when a cut is in force."""
+    if through is None:
+        return None
+    following = selectors.message_after(tenant=session.tenant, session=session, message_id=through)
+    parent = following.get("parent_id") if following is not None else None
+    if following is None or following.get("role") != "assistant" or not isinstance(parent, str):
+        return through
+    if parent > through:
+        return through
+    return memory_selectors.last_rolled_message(
+        tenant=session.tenant, core=core, session_id=session.pk, before=parent
+    )
 
 
 def _logged_through(

@@ -429,6 +429,18 @@ def last_message(*, tenant: Tenant, session: Session, role: str) -> dict[str, An
     return with_parts(tenant, session, [row])[0] if row else None
 
 
+def message_after(*, tenant: Tenant, session: Session, message_id: str) -> dict[str, Any] | None:
+    """The info of the session's first message with an id above ``message_id`` (None:
+    there is none). One read of the index ``message_session_id``."""
+    row = (
+        Message.objects.filter(tenant=tenant, session=session, id__gt=message_id)
+        .order_by("id")
+        .values_list("data", flat=True)
+        .first()
+    )
+    return row
+
+
 def newest_replies(*, tenant: Tenant, session: Session, parent_ids: list[str]) -> dict[str, str]:
     """``{parent id: id of its newest assistant reply}`` for the given user messages
     (compaction summaries are not replies).

@@ -161,6 +161,29 @@ def test_a_regenerated_reply_still_sees_its_rolled_prompt(chat, session, user):
     assert block["rolled_through"] < asked["info"]["id"]
 
 
+def test_after_a_regenerated_rolled_prompt_the_next_request_starts_with_that_prompt(
+    chat, session, user
+):
+    """A fourth-round finding: once everything was rolled, a regenerated reply's prompt
+    was hidden again on the next turn, while the new answer was not (the core had not
+    rolled it): the request after the block began with an answer to a question the
+    model could not see."""
+    say(session, "first question", user)
+    say(session, "second question", user)
+    roll(session, user, keep=0)
+    runtime.regenerate(session=session, wait=True, speaker=user)
+    say(session, "third question", user)
+    assert last_step_roles(session)[0] == "user"
+    seen = last_step_request(session)
+    assert seen[0] == "second question"  # the regenerated reply's prompt, then the reply
+    assert said(seen, "first question") == 0
+    assert seen[-1] == "third question"
+    # once the core rolls the new answer too, the cut passes it again
+    roll(session, user, keep=0)
+    say(session, "fourth question", user)
+    assert said(last_step_request(session), "second question") == 0
+
+
 @pytest.mark.parametrize("how", ["fork", "copy"])
 def test_a_fork_or_a_copy_hides_the_rolled_turns_it_holds_too(chat, session, user, how, tmp_path):
     """A second-round finding: a fork (or an imported copy) holds the rolled turns under
