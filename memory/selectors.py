@@ -294,9 +294,15 @@ class SliceHit:
     slice: MemorySlice  # with ``unit`` and ``unit.core`` loaded
     rank: int  # 1 = best; a position, never a score (scores would tell of other tenants)
     messages: tuple[MessageHit, ...] = ()  # best first
+    by_words: bool = True  # the full text matched it; False: found by meaning alone
 
     def wire(self) -> dict[str, Any]:
-        return hit_wire(self.slice, self.rank, ((m.message, m.snippet) for m in self.messages))
+        return hit_wire(
+            self.slice,
+            self.rank,
+            ((m.message, m.snippet) for m in self.messages),
+            by_words=self.by_words,
+        )
 
 
 def search_slices(
@@ -368,5 +374,5 @@ def search_slices(
             for index in f.messages
             if (row := rows.get((item.unit_id, index))) is not None
         )
-        hits.append(SliceHit(slice=item, rank=rank, messages=messages))
+        hits.append(SliceHit(slice=item, rank=rank, messages=messages, by_words=f.by_words))
     return hits

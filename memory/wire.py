@@ -158,15 +158,22 @@ def message_hit_wire(message: MemoryMessage, snippet: str) -> dict[str, Any]:
 
 
 def hit_wire(
-    item: MemorySlice, rank: int, messages: Iterable[tuple[MemoryMessage, str]]
+    item: MemorySlice,
+    rank: int,
+    messages: Iterable[tuple[MemoryMessage, str]],
+    *,
+    by_words: bool = True,
 ) -> dict[str, Any]:
     """A search hit: the slice (with ``unit`` and ``unit.core`` loaded), its rank (1 =
-    best; never a score), and its best-matching messages, best first."""
+    best; never a score), its best-matching messages, best first, and ``matched``:
+    ``"words"`` when the full text matched it, ``"meaning"`` when only the dense ranking
+    found it (which may be unrelated: a search always returns its nearest slices)."""
     return {
         "slice": slice_wire(item),
         "unit_id": item.unit_id,
         "core_id": item.unit.core_id,
         "agent": item.unit.core.agent,
         "rank": rank,
+        "matched": "words" if by_words else "meaning",
         "messages": [message_hit_wire(message, snippet) for message, snippet in messages],
     }

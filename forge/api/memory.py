@@ -14,7 +14,8 @@
   default 10) slices of the caller's own memory (their cores in the tenant; one
   agent's with ``agent``) that match ``q`` by summary or raw messages, in words or
   in meaning (``memory.search``), each ``{slice, unit_id, core_id, agent, rank,
-  messages: [{index, role, at, snippet}]}`` (``rank`` 1 = best; no score, whose
+  matched, messages: [{index, role, at, snippet}]}`` (``matched``: ``words`` or
+  ``meaning``, the latter when only the dense ranking found it; ``rank`` 1 = best; no score, whose
   value would depend on other memory; ``messages`` the best-matching messages
   inside the slice, best first). One page (``next`` is always null). ``q``
   missing is a 400; a ``q`` with no words (empty, only stop words, emoji or
@@ -129,6 +130,11 @@ class MemoryHitSerializer(serializers.Serializer):
     rank = serializers.IntegerField(
         min_value=1,
         help_text="1 = the best hit; the order depends on the searched memory alone",
+    )
+    matched = serializers.ChoiceField(
+        choices=["words", "meaning"],
+        help_text="words: the full text matched the slice; meaning: only its meaning was "
+        "near the query's (a search always returns its nearest slices: maybe unrelated)",
     )
     messages = MemoryHitMessageSerializer(
         many=True, help_text="the best-matching messages inside the slice, best first"

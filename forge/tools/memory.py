@@ -124,12 +124,17 @@ def search_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             metadata={"count": 0, "slice_ids": []},
         )
     lines = [f"{len(hits)} memory slice{'s' if len(hits) != 1 else ''} for {shown!r}, best first:"]
+    if not any(hit.by_words for hit in hits):
+        lines[0] = (
+            f"No memory holds the words of {shown!r}. The {len(hits)} nearest by meaning, "
+            "which may be unrelated:"
+        )
     for hit in hits:
         item = hit.slice
         lines.append(
             f"{hit.rank}. slice {item.pk} | unit {item.unit_id} "
             f"| messages [{item.start_index}, {item.end_index}) "
-            f"| {format_time(item.created_at)}"
+            f"| {format_time(item.created_at)}" + ("" if hit.by_words else " | by meaning only")
         )
         lines.append("   " + _cut(item.summary, SUMMARY_MAX_CHARS).replace("\n", "\n   "))
         for found in hit.messages:

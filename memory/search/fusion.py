@@ -35,11 +35,13 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Found:
-    """One hit: the slice, its rank, and its best messages' indexes (best first)."""
+    """One hit: the slice, its rank, and its best messages' indexes (best first);
+    ``by_words``: the full text matched it (else it was found by meaning alone)."""
 
     slice_id: str
     rank: int
     messages: tuple[int, ...]
+    by_words: bool = True
 
 
 @dataclass

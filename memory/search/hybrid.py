@@ -55,11 +55,13 @@ def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
         found.update(candidates(scope, [s for s in batch if s not in found]))
         hits += [s for s in batch if s in found]
         start += len(batch)
+    matched = set(full.order)
     return [
         Found(
             slice_id=slice_id,
             rank=rank,
             messages=best_messages(found[slice_id], full.idf, query_vector, embedder),
+            by_words=slice_id in matched,
         )
         for rank, slice_id in enumerate(hits, 1)
     ]

@@ -167,7 +167,8 @@ def test_search_ranks_hits_and_gives_their_unit(api, tenant, user, mine):
     assert body["next"] is None
     hits = body["results"]
     assert len(hits) == 2
-    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "rank", "messages"}
+    assert set(hits[0]) == {"slice", "unit_id", "core_id", "agent", "rank", "matched", "messages"}
+    assert {h["matched"] for h in hits} == {"words"}
     for hit in hits:
         assert hit["messages"], hit
         for message in hit["messages"]:

@@ -83,7 +83,7 @@ def test_search_finds_ranked_slices_with_their_unit(tenant, corpus):
     assert set(ids(hits)) == {corpus["deploy"].pk, corpus["both"].pk}
     assert [hit.rank for hit in hits] == [1, 2]
     wire = hits[0].wire()
-    assert set(wire) == {"slice", "unit_id", "core_id", "agent", "rank", "messages"}
+    assert set(wire) == {"slice", "unit_id", "core_id", "agent", "rank", "matched", "messages"}
     assert wire["rank"] == 1
     assert wire["messages"] == [
         {

@@ -131,6 +131,19 @@ async def test_search_gives_the_owners_slices_for_this_agent_only(ctx, memories)
     assert "deployed" not in explore.output
 
 
+async def test_a_hit_by_meaning_alone_is_said_to_be_one(ctx, tenant, user):
+    """A fourth-round finding: a word memory never held gave a hit by meaning, and
+    nothing told the model that it matched no word (it may be unrelated)."""
+    await database_sync_to_async(remember)(tenant, user, "build", "I drink a latte daily")
+    result = await call("memory_search", {"query": "espresso"}, ctx)  # near latte
+    assert result.metadata["count"] == 1
+    assert result.output.startswith("No memory holds the words of 'espresso'.")
+    assert "| by meaning only" in result.output
+    found = await call("memory_search", {"query": "latte"}, ctx)
+    assert found.output.startswith("1 memory slice for 'latte'")
+    assert "by meaning only" not in found.output
+
+
 async def test_search_ranks_and_limits(ctx, tenant, user, memories):
     await database_sync_to_async(remember)(tenant, user, "build", "Rocket rocket rocket fuel")
     both = await call("memory_search", {"query": "rocket fuel"}, ctx)
