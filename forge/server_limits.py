@@ -55,15 +55,20 @@ def prompt_body_limit() -> int:
     return files + 6 * int(settings.FORGE_MAX_PROMPT_BYTES) + 1024 * 1024
 
 
-def limit_for(method: bytes | str, path: bytes | str) -> int | None:
+def limit_for(method: bytes | str, path: bytes | str, *, signed: bool = True) -> int | None:
     """The largest body a request may send (``path`` as the request line has it, query
     included): see the module's docstring. None: no limit (only when
-    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is None, Django's way of saying so)."""
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is None, Django's way of saying so).
+
+    ``signed``: the request carries credentials (an ``Authorization`` header or the
+    session cookie). Without them the import and prompt routes, which answer such a
+    request 401 anyway, get the general limit: an anonymous client could otherwise
+    make the server take in 64 MiB per request before it said no."""
     if isinstance(method, bytes):
         method = method.decode("latin-1")
     if isinstance(path, bytes):
         path = path.decode("latin-1")
-    if method.upper() == "POST":
+    if method.upper() == "POST" and signed:
         route = unquote(path.split("?", 1)[0])
         if route == reverse("session-import"):
             return int(settings.FORGE_MAX_IMPORT_BYTES)
@@ -72,6 +77,16 @@ def limit_for(method: bytes | str, path: bytes | str) -> int | None:
             return prompt_body_limit()
     general = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return None if general is None else int(general)
+
+
+def _signed(headers: Any) -> bool:
+    """Whether request headers (twisted's ``Headers``) carry credentials: an
+    ``Authorization`` header, or the session cookie (whether either is valid is the
+    view's to say)."""
+    if headers.hasHeader(b"authorization"):
+        return True
+    cookie = settings.SESSION_COOKIE_NAME.encode() + b"="
+    return any(cookie in value for value in headers.getRawHeaders(b"cookie") or [])
 
 
 def too_large(limit: int) -> BodyTooLarge:
@@ -128,7 +143,9 @@ def install() -> None:
         def gotLength(self, length: int | None) -> None:
             channel = self.channel
             self._limit = limit_for(
-                getattr(channel, "_command", b""), getattr(channel, "_path", b"")
+                getattr(channel, "_command", b""),
+                getattr(channel, "_path", b""),
+                signed=_signed(self.requestHeaders),
             )
             if self._limit is not None and length is not None and length > self._limit:
                 # No "100 Continue" for a body that is refused: the 413 is the answer.

@@ -226,6 +226,32 @@ def test_daphne_refuses_any_body_over_its_routes_limit_as_it_arrives(server: Liv
     assert sent < announced // 10
 
 
+@pytest.mark.django_db(transaction=True)
+def test_daphne_refuses_an_anonymous_import_over_the_general_limit_at_once(
+    tmp_path: Path, agents: Any
+):
+    """A fourth-round finding: an import without credentials had its whole body (up to
+    FORGE_MAX_IMPORT_BYTES, 64 MiB) read before its 401: eight at once grew the process
+    by 100 MB. Now the general limit applies to it, on the headers."""
+    from django.conf import settings
+
+    announced = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE) + 4 * 1024 * 1024
+    piece = b"{}" * 32768
+    with daphne(tmp_path, FORGE_MAX_IMPORT_BYTES=str(4 * announced)) as live:
+        head = (
+            "POST /api/sessions/import/ HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{live.port}\r\n"
+            f"Content-Type: {NDJSON}\r\n"
+            f"Content-Length: {announced}\r\n\r\n"
+        ).encode()
+        answer, sent = _send_until_answered(
+            live.port, head, iter([piece] * (announced // len(piece)))
+        )
+    status, body = _answer_of(answer)
+    assert (status, body["error"]["code"]) == (413, "too_large")
+    assert sent < announced // 4  # answered on the headers, not after the body
+
+
 def test_each_route_has_its_limit(settings):
     from forge.runtime.prompting import MAX_FILE_BYTES, MAX_FILES
     from forge.server_limits import limit_for
@@ -239,3 +265,7 @@ def test_each_route_has_its_limit(settings):
     assert limit_for("POST", "/login/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     assert limit_for("PATCH", "/api/sessions/ses_x/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     assert limit_for("GET", "/api/sessions/ses_x/messages/") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    # Without credentials the import and prompt routes answer 401: the general limit.
+    general = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert limit_for(b"POST", b"/api/sessions/import/", signed=False) == general
+    assert limit_for("POST", "/api/chat", signed=False) == general
