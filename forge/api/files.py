@@ -6,6 +6,13 @@ the caller's tenant, the session and the part id: no session of another
 tenant, and no path outside the session's folder, can ever be named. Streamed,
 whatever its size (a tool output over ``FORGE_TOOL_OUTPUT_MAX_BYTES`` is stored
 this way, whole).
+
+Served as an attachment, never as content of this origin: its type is the part's
+only when that is a passive one (:data:`PASSIVE`: text, images but SVG, PDF, audio,
+video), else ``application/octet-stream``, with ``nosniff`` and a sandboxing CSP.
+An upload's type is the uploader's word: served as ``text/html`` or
+``text/javascript`` from the application's own origin, a file could be a script that
+``script-src 'self'`` allows, should any page ever let markup in.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from sessions.exceptions import NotFound
 from .schema import errors
 
 _PART_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Types a browser shows without running anything.
+PASSIVE = re.compile(
+    r"text/(plain|csv|markdown)|image/(png|jpeg|gif|webp|avif|bmp)|application/(pdf|json)"
+    r"|audio/[\w.+-]+|video/[\w.+-]+"
+)
 
 
 @extend_schema(responses={200: OpenApiTypes.BINARY, **errors(404)})
@@ -43,10 +55,14 @@ def session_file(request: Request, session_id: str, part_id: str) -> FileRespons
     # Named as the part names it (an upload's name as given; the stored one is reduced).
     part = selectors.part_data(tenant=session.tenant, session=session, part_id=part_id) or {}
     name = part.get("filename") if isinstance(part.get("filename"), str) else None
+    given = part.get("mime")
+    mime = given if isinstance(given, str) else ""
     response = FileResponse(
         default_storage.open(path, "rb"),
         as_attachment=True,
         filename=name or path.rsplit("/", 1)[-1],
+        content_type=mime if PASSIVE.fullmatch(mime.lower()) else "application/octet-stream",
     )
     response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
     return response

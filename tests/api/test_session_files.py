@@ -78,3 +78,35 @@ def test_an_uploaded_files_part_names_a_url_that_serves_it_to_the_owner_only(
     stranger = APIClient()
     stranger.force_authenticate(other_user)
     assert stranger.get(part["url"]).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("filename", "mime", "served_as"),
+    [
+        ("a.csv", "text/csv", "text/csv"),
+        ("a.png", "image/png", "image/png"),
+        ("x.html", "text/html", "application/octet-stream"),
+        ("x.js", "application/javascript", "application/octet-stream"),
+        ("x.svg", "image/svg+xml", "application/octet-stream"),
+    ],
+)
+def test_an_upload_is_served_as_a_passive_type_or_as_bytes(
+    api, session, agents, tmp_path, settings, filename, mime, served_as
+):
+    """A fourth-round finding: an upload was served with the type its uploader chose, from
+    the application's origin: a file sent as application/javascript was a script that
+    the pages' script-src 'self' allows."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    upload = {"filename": filename, "mime": mime, "content": base64.b64encode(b"<x>").decode()}
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [upload]},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    (part,) = [p for p in history[0]["parts"] if p["type"] == "file"]
+    served = api.get(part["url"])
+    assert served["Content-Type"] == served_as
+    assert served["Content-Security-Policy"] == "sandbox; default-src 'none'"
+    assert served["Content-Disposition"].startswith("attachment")
