@@ -119,9 +119,38 @@ def masked_urls(text: str) -> str:
     return _URL.sub(mask, text)
 
 
+# A command-line option that names a secret: its value is masked where it is shown.
+_SECRET_OPTION = re.compile(
+    r"-{1,2}[\w-]*(token|key|secret|password|passwd|auth|credential)[\w-]*", re.IGNORECASE
+)
+
+
+def masked_args(args: list[Any]) -> list[Any]:
+    """``args`` with the value of every option that names a secret masked: the argument
+    after ``--api-key`` or ``-token``, and the part after ``=`` of ``--password=…``
+    (a server's command line often carries its key)."""
+    shown: list[Any] = []
+    after_option = False
+    for arg in args:
+        if not isinstance(arg, str):
+            shown.append(arg)
+            after_option = False
+            continue
+        option, equals, _value = arg.partition("=")
+        if after_option and not arg.startswith("-"):
+            shown.append(MASK)
+        elif equals and _SECRET_OPTION.fullmatch(option):
+            shown.append(f"{option}={MASK}")
+        else:
+            shown.append(arg)
+        after_option = not equals and _SECRET_OPTION.fullmatch(arg) is not None
+    return shown
+
+
 def redacted(raw: Any) -> Any:
-    """The ``mcpServers`` value with every env value and header value masked, and the
-    user information and query of every URL (for showing; anything not of the shape is
+    """The ``mcpServers`` value with every env value and header value masked, the value of
+    every command-line option that names a secret (:func:`masked_args`), and the user
+    information and query of every URL (for showing; anything not of the shape is
     returned as is)."""
     if not isinstance(raw, dict):
         return raw
@@ -134,14 +163,16 @@ def redacted(raw: Any) -> Any:
                     spec[key] = dict.fromkeys(spec[key], MASK)
             if isinstance(spec.get("url"), str):
                 spec["url"] = masked_urls(spec["url"])
+            if isinstance(spec.get("args"), list):
+                spec["args"] = masked_args(spec["args"])
         shown[name] = spec
     return shown
 
 
 def with_secrets_kept(new: Any, old: Any) -> Any:
     """``new`` (an edit of a redacted value) with every masked env/header value, and a URL
-    left as it was shown, put back from ``old``: an admin edits a server without retyping
-    its secrets."""
+    or argument list left as it was shown, put back from ``old``: an admin edits a server
+    without retyping its secrets."""
     if not isinstance(new, dict) or not isinstance(old, dict):
         return new
     result: dict[str, Any] = {}
@@ -158,5 +189,8 @@ def with_secrets_kept(new: Any, old: Any) -> Any:
             url, stored = spec.get("url"), before.get("url")
             if isinstance(url, str) and isinstance(stored, str) and url == masked_urls(stored):
                 spec["url"] = stored  # shown masked, left as it was
+            args, kept = spec.get("args"), before.get("args")
+            if isinstance(args, list) and isinstance(kept, list) and args == masked_args(kept):
+                spec["args"] = kept  # shown masked, left as it was
         result[name] = spec
     return result

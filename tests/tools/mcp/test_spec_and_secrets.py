@@ -181,3 +181,30 @@ def test_a_url_s_key_is_masked_where_it_is_shown() -> None:
     shown = redacted(stored)
     assert SECRET not in json.dumps(shown)
     assert with_secrets_kept(shown, stored) == stored  # saved unchanged, the key kept
+
+
+def test_a_secret_on_the_command_line_is_masked_where_it_is_shown() -> None:
+    """A fourth-round finding: env, header and URL secrets were masked in the admin, but
+    ``"args": ["--token", "…"]`` was shown in clear to every staff user."""
+    from forge.tools.mcp.spec import MASK, redacted, with_secrets_kept
+
+    stored = {
+        "s1": {
+            "command": "/bin/true",
+            "args": ["serve", "--token", SECRET, f"--api-key={SECRET}", "--port", "8080", "-v"],
+        }
+    }
+    shown = redacted(stored)
+    assert SECRET not in str(shown)
+    assert shown["s1"]["args"] == [
+        "serve",
+        "--token",
+        MASK,
+        f"--api-key={MASK}",
+        "--port",
+        "8080",
+        "-v",
+    ]
+    assert with_secrets_kept(shown, stored) == stored  # saved as shown: kept
+    edited = {"s1": {**shown["s1"], "args": ["serve", "--token", "new"]}}
+    assert with_secrets_kept(edited, stored)["s1"]["args"] == ["serve", "--token", "new"]
