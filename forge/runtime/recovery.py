@@ -80,8 +80,15 @@ def recover_session(session: Session) -> list[str]:
 
     Returns the ids of the messages it finalized. Open parts keep the text that
     had streamed when the Redis mirror has it.
+
+    Under the session row's lock, taken before the lease and the open replies are
+    read: every process's janitor looks at the same expired leases, and two that
+    finalized one turn at once both wrote its completion, the second with the text
+    the first had already taken from the mirror gone (a fourth-round finding: the
+    kept text was overwritten with ""). The second now waits, then finds nothing open.
     """
     with transaction.atomic():
+        _lock(session)
         current = lease.current(session_id=session.pk)
         if current is not None and current.expires_at > timezone.now():
             return []  # a live runner holds it
