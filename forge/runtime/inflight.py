@@ -123,6 +123,9 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
     return (redis.RedisError, OSError)
 
 
+_SIZES_MAX = 10_000  # parts whose mirrored length one process keeps
+
+
 class RedisMirror:
     """Streaming parts in Redis: a hash of part metadata per session, a string per text.
 
@@ -135,6 +138,9 @@ class RedisMirror:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
+        # The length in bytes each part's text key must have once this process's appends
+        # are in (:meth:`append_many`): an APPEND answering less found the key gone.
+        self._sizes: dict[str, int] = {}
 
     def _parts_key(self, session_id: str) -> str:
         return f"{self.prefix}:inflight:{session_id}"
@@ -178,10 +184,15 @@ class RedisMirror:
         its metadata's ``HSETNX`` creates it again) gets its text so far back from this
         process's :data:`buffer`, so that snapshots read elsewhere cover it again (they
         found nothing, and a client that missed a delta then got no more until the
-        part ended)."""
+        part ended). So does a part whose text key alone was lost (evicted: the keys
+        have a TTL): its APPEND answers a length short of what this process appended,
+        and it would otherwise hold only the text since, which snapshots served as the
+        part's text and recovery stored as the reply (a fourth-round finding)."""
         if not texts:
             return
         starts = starts or {}
+        if len(self._sizes) > _SIZES_MAX:  # parts that ended without a close: forget them
+            self._sizes.clear()  # (a part then checked against 0 is restored, harmlessly)
         try:
             async with self._client().pipeline(transaction=False) as pipe:
                 checked: list[Streaming | None] = []  # per text, the part whose mirror to check
@@ -195,8 +206,13 @@ class RedisMirror:
                 results = iter(await pipe.execute())
             lost: list[tuple[str, Streaming]] = []
             for part_id, streaming in zip(texts, checked, strict=True):
-                next(results)  # the APPEND's new length
-                if streaming is not None and next(results):  # metadata gone: the text too
+                length = int(next(results))  # the APPEND's new length, in bytes
+                if streaming is None:
+                    continue
+                expected = self._sizes.get(part_id, 0) + len(texts[part_id].encode())
+                self._sizes[part_id] = expected
+                # metadata gone (the text too), or the text alone
+                if next(results) or length != expected:
                     lost.append((part_id, streaming))
             if lost:
                 await self._restore(lost, texts, starts)
@@ -214,11 +230,14 @@ class RedisMirror:
         async with self._client().pipeline(transaction=True) as pipe:
             for part_id, streaming in lost:
                 end = starts[part_id] + len(texts[part_id])  # what is mirrored once this is in
-                pipe.set(self._text_key(part_id), streaming.text[:end], ex=TTL_SECONDS)
+                text = streaming.text[:end]
+                self._sizes[part_id] = len(text.encode())
+                pipe.set(self._text_key(part_id), text, ex=TTL_SECONDS)
                 pipe.expire(self._parts_key(streaming.session_id), TTL_SECONDS)
             await pipe.execute()
 
     async def close(self, *, session_id: str, part_id: str) -> None:
+        self._sizes.pop(part_id, None)
         try:
             async with self._client().pipeline(transaction=True) as pipe:
                 pipe.hdel(self._parts_key(session_id), part_id)

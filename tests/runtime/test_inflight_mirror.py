@@ -56,6 +56,27 @@ async def test_a_part_whose_mirror_was_lost_gets_its_text_back(shared):
         await shared.close(session_id=session_id, part_id=part_id)
 
 
+async def test_a_part_whose_text_key_alone_was_lost_gets_its_text_back(shared):
+    """A fourth-round finding: with the part's metadata still there, the lost text key
+    was created again by the next APPEND holding only the text since: snapshots served
+    that tail as the part's text, and a crash then stored it as the reply."""
+    session_id, message_id, part_id = "ses_mirror3", "msg_mirror3", "prt_mirror_text"
+    buffer.open(session_id=session_id, message_id=message_id, part_id=part_id)
+    await shared.open(session_id=session_id, message_id=message_id, part_id=part_id, field="text")
+    try:
+        first, second = "Hello, 世界 👨‍👩‍👧 ", "and the rest"
+        buffer.append(part_id, first)
+        await shared.append_many({part_id: first}, {part_id: 0})
+        await shared._client().delete(shared._text_key(part_id))  # evicted, say
+        buffer.append(part_id, second)
+        await shared.append_many({part_id: second}, {part_id: len(first)})
+        (snapshot,) = await shared.snapshot(session_id)
+        assert snapshot["text"] == first + second
+    finally:
+        buffer.close(part_id)
+        await shared.close(session_id=session_id, part_id=part_id)
+
+
 async def test_a_part_that_never_reached_the_mirror_is_put_there(shared):
     """Redis was away when the part opened: the first window puts it there."""
     session_id, message_id, part_id = "ses_mirror2", "msg_mirror2", "prt_mirror_late"
