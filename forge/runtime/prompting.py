@@ -65,7 +65,9 @@ class Attachment:
 
 
 def clean_text(text: Any) -> str:
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise InvalidPrompt("text must be a string")
+    if not text.strip():
         raise InvalidPrompt("a prompt needs some text")
     try:
         size = len(text.encode())

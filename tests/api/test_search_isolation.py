@@ -82,7 +82,7 @@ def test_memory_search_answers_the_same_bytes_whatever_another_tenant_writes(
     assert after.content == before.content
     assert [hit["rank"] for hit in hits] == [1, 2]
     for hit in hits:
-        assert set(hit) == {"slice", "unit_id", "core_id", "agent", "rank", "messages"}
+        assert set(hit) == {"slice", "unit_id", "core_id", "agent", "rank", "matched", "messages"}
 
 
 def test_memory_search_order_is_the_tenants_own(api: APIClient, tenant, user, apples, settings):
