@@ -22,7 +22,10 @@ answers the chunks to send, so that the client rebuilds that message:
   the call id as the approval id; denied (an error with ``metadata.denied``):
   ``tool-output-denied{toolCallId}`` for such a client, else ``tool-output-error``
   with the reason. ai 5 knows neither chunk (its schema rejects the stream), so it is
-  sent neither: to it an awaiting tool is a tool with its input available;
+  sent neither: to it an awaiting tool is a tool with its input available. A call
+  whose input is no JSON (``metadata.raw_input``) is, for the same ai 6+ clients,
+  ``tool-input-error{toolCallId, toolName, input, errorText}`` with the raw input;
+  for ai 5 ones, its input ``{}`` and a ``tool-output-error``;
 * file part: ``file{url, mediaType}``;
 * patch / subtask / agent parts, and a compaction part of any message logged
   during the reply: ``data-patch`` / ``data-subtask`` / ``data-agent`` /
@@ -99,6 +102,27 @@ def tool_input_available(call_id: str, tool: str, tool_input: Any) -> Chunk:
         "toolName": tool,
         "input": tool_input,
     }
+
+
+def tool_input_error(call_id: str, tool: str, raw_input: str, error_text: str) -> Chunk:
+    """A call whose input the model wrote as no JSON object: the SDK keeps the raw input
+    (its part: ``output-error`` with ``rawInput``), not an ``{}`` that was never sent.
+    ai 6+ only (ai 5.0.0's schema has no such chunk): sent to the clients that declare
+    approvals (:mod:`forge.aisdk.approvals`), the others get ``{}`` and the error."""
+    return {
+        "type": "tool-input-error",
+        "toolCallId": call_id,
+        "toolName": tool,
+        "input": raw_input,
+        "errorText": error_text,
+    }
+
+
+def raw_input_of(state: Mapping[str, Any]) -> str | None:
+    """The model's unparseable input of a call that ended for it (``tools.prepare_call``
+    keeps it in ``metadata.raw_input``), else None."""
+    raw = (state.get("metadata") or {}).get("raw_input")
+    return raw if state.get("status") == "error" and isinstance(raw, str) else None
 
 
 def tool_output_available(call_id: str, output: Any) -> Chunk:
@@ -319,6 +343,11 @@ class ReplyChunks:
         out: list[Chunk] = []
         if have < 1 <= stage:
             out.append(tool_input_start(call_id, tool))
+        raw = raw_input_of(state)
+        if raw is not None and have < 2 and self.approvals:  # ai 6+: ai 5.0.0 has no such chunk
+            error = str(state.get("error") or "invalid tool input")
+            self._tools[part["id"]] = stage
+            return [*out, tool_input_error(call_id, tool, raw, error)]
         if have < 2 <= stage:
             out.append(tool_input_available(call_id, tool, state.get("input") or {}))
         if status == AWAITING:

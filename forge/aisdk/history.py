@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .chunks import AWAITING, BLOCKS, DATA_PARTS, data_of, denial_reason, is_denied, metadata_of
+from .chunks import (
+    AWAITING,
+    BLOCKS,
+    DATA_PARTS,
+    data_of,
+    denial_reason,
+    is_denied,
+    metadata_of,
+    raw_input_of,
+)
 
 _TOOL_STATES = {
     "pending": "input-streaming",
@@ -73,6 +82,10 @@ def _ui_tool(part: Mapping[str, Any], approvals: bool) -> dict[str, Any]:
     elif is_denied(state) and approvals:
         tool["state"] = "output-denied"
         tool["approval"] = {"id": call_id, "approved": False, "reason": denial_reason(state)}
+    elif approvals and raw_input_of(state) is not None:  # as ai 6 folds tool-input-error
+        del tool["input"]
+        tool["rawInput"] = raw_input_of(state)
+        tool["errorText"] = str(state.get("error") or "invalid tool input")
     elif status == "error":
         tool["input"] = state.get("input") or {}
         tool["errorText"] = str(state.get("error") or "tool failed")

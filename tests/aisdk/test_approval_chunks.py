@@ -121,6 +121,44 @@ def test_the_history_shows_approval_states_to_ai6_and_plain_states_to_ai5():
     assert "approval" not in history.ui_part(DONE)[0]
 
 
+BAD_INPUT = tool(
+    "error",
+    input={},
+    error="the tool input is not valid JSON",
+    metadata={"input": {}, "raw_input": '{"path": "a.txt"'},
+)
+
+
+def test_input_that_is_no_json_is_a_tool_input_error_for_ai6_with_the_raw_input():
+    """An earlier round's finding: the model's unparseable input streamed as
+    tool-input-available with {} (input it never sent). ai 6+ keeps the raw input; ai
+    5.0.0's schema has no tool-input-error, so ai 5 clients get {} and the error, as
+    before."""
+    from tests.aisdk.ui import UIMessage
+
+    new = ReplyChunks(MID, approvals=True)
+    out = new.accept(event(tool("pending"))) + new.accept(event(BAD_INPUT))
+    assert types(out) == ["start", "tool-input-start", "tool-input-error"]
+    assert out[-1] == {
+        "type": "tool-input-error",
+        "toolCallId": CALL,
+        "toolName": "write_file",
+        "input": '{"path": "a.txt"',
+        "errorText": "the tool input is not valid JSON",
+    }
+    client = UIMessage(approvals=True)
+    for chunk in out:
+        client.apply(chunk)
+    assert client.parts == history.ui_part(BAD_INPUT, approvals=True)
+    assert client.parts[0]["rawInput"] == '{"path": "a.txt"'
+    assert "input" not in client.parts[0]
+
+    old = ReplyChunks(MID)
+    out = old.accept(event(BAD_INPUT))
+    assert types(out)[-2:] == ["tool-input-available", "tool-output-error"]
+    assert history.ui_part(BAD_INPUT)[0]["input"] == {}
+
+
 def answer_body(*parts: dict[str, Any], message_id: Any = MID) -> dict[str, Any]:
     user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}
     assistant = {"id": message_id, "role": "assistant", "parts": list(parts)}

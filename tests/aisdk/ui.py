@@ -36,6 +36,8 @@ FINISH_REASONS = {"stop", "length", "content-filter", "tool-calls", "error", "ot
 APPROVAL_SHAPES: dict[str, tuple[set[str], set[str]]] = {
     "tool-approval-request": ({"approvalId", "toolCallId"}, set()),
     "tool-output-denied": ({"toolCallId"}, set()),
+    # not in ai 5.0.0's schema either: sent to the same clients
+    "tool-input-error": ({"toolCallId", "toolName", "input", "errorText"}, {"dynamic"}),
 }
 
 
@@ -114,6 +116,11 @@ class UIMessage:
         elif kind == "tool-input-available":
             tool = self.tools[chunk["toolCallId"]]
             tool.update(state="input-available", input=chunk["input"])
+        elif kind == "tool-input-error":  # as ai's processUIMessageStream folds it
+            tool = self.tools[chunk["toolCallId"]]
+            assert tool["state"] == "input-streaming", tool
+            del tool["input"]
+            tool.update(state="output-error", rawInput=chunk["input"], errorText=chunk["errorText"])
         elif kind == "tool-approval-request":
             tool = self.tools[chunk["toolCallId"]]
             assert tool["state"] == "input-available", tool
