@@ -103,6 +103,10 @@ def _tool_result(part: Mapping[str, Any]) -> str:
         return model_output(part)
     if state["status"] == "error":
         return f"Error: {state['error']}"
+    if state["status"] == "awaiting-approval":
+        # Only a preview shows it (GET …/context/): a turn never asks the model while a
+        # call waits, and a new prompt denies the call first (docs/approvals.md).
+        return "Error: the tool call is waiting for the user's approval"
     return "Error: the tool call was interrupted"
 
 

@@ -298,3 +298,16 @@ async def test_the_admin_lists_pending_approvals(session, agents, settings, scri
     assert "call_1" in page.text
     assert "write_file" in page.text
     assert session.tenant.name in page.text
+
+
+async def test_the_context_preview_says_a_waiting_call_waits(session, agents, settings, script):
+    """An earlier round's finding: GET …/context/ showed a call awaiting approval as
+    interrupted."""
+    from forge.context import request_for
+
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("written")]
+    )
+    _, request = await database_sync_to_async(request_for)(session)
+    [result] = [m for m in request.messages if m["role"] == "tool"]
+    assert result["content"] == "Error: the tool call is waiting for the user's approval"
