@@ -61,7 +61,13 @@ class Chat {
       event.preventDefault();
       this.finishRename();
     });
-    $("rename-cancel").addEventListener("click", () => this.stopRename());
+    $("rename-cancel").addEventListener("click", () => this.cancelRename());
+    $("rename-input").addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        this.cancelRename();
+      }
+    });
     $("delete-button").addEventListener("click", () => this.deleteSession());
     $("error-close").addEventListener("click", () => this.hideError());
     window.addEventListener("hashchange", () => this.followHash());
@@ -303,9 +309,20 @@ class Chat {
     $("title-row").hidden = false;
   }
 
+  // Escape or Cancel: the title stays, and the focus goes back to the Rename button
+  // (it fell to the page's body).
+  cancelRename() {
+    this.stopRename();
+    if (this.view) $("rename-button").focus();
+  }
+
   async finishRename() {
     if (!this.view) return;
     const id = this.view.id;
+    if (!$("rename-input").value.trim()) {
+      this.cancelRename(); // a blank name renames nothing (it became "Untitled" unasked)
+      return;
+    }
     try {
       const session = await this.api.renameSession(id, $("rename-input").value.trim());
       this.sessionChanged(session);

@@ -342,10 +342,25 @@ def test_load_older_pages_back(chat_page: OpenPage, alice: Any, agents: Any) -> 
 def test_sessions_rename_order_and_multiline_prompts(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
+    from sessions.models import Session
+
     chat = chat_page()
     chat.login()
     first = chat.new_session()
     page = chat.page
+    # Escape, and a blank name, cancel a rename: the title stays, the focus goes back
+    title = page.locator("#session-title").inner_text()
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("Session title").fill("not this")
+    page.get_by_label("Session title").press("Escape")
+    page.locator("#rename-form").wait_for(state="hidden")
+    assert page.evaluate("document.activeElement.id") == "rename-button"
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("Session title").fill("   ")
+    page.get_by_role("button", name="Save").click()
+    page.locator("#rename-form").wait_for(state="hidden")
+    assert page.locator("#session-title").inner_text() == title
+    assert Session.objects.get(pk=first).title == ""
     page.get_by_role("button", name="Rename").click()
     page.get_by_label("Session title").fill("Renamed in the browser")
     page.get_by_role("button", name="Save").click()
