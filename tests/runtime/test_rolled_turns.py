@@ -50,9 +50,9 @@ def roll(session: Any, who: Any, **options: Any) -> None:
     assert outcome.status == "rolled", outcome
 
 
-def last_step_request(session: Any) -> list[str]:
-    """The user and assistant texts of the request of the session's newest step, replayed
-    from the log as of that step's start."""
+def last_step_messages(session: Any) -> list[dict[str, Any]]:
+    """The messages of the request of the session's newest step, replayed from the log
+    as of that step's start."""
     seq = (
         SessionEvent.objects.filter(session=session, type="part.updated", data__type="step-start")
         .order_by("-seq")
@@ -60,7 +60,12 @@ def last_step_request(session: Any) -> list[str]:
         .first()
     )
     assert seq is not None
-    return [str(m["content"]) for m in request_for(session, at=seq)[1].messages]
+    return list(request_for(session, at=seq)[1].messages)
+
+
+def last_step_request(session: Any) -> list[str]:
+    """The user and assistant texts of the request of the session's newest step."""
+    return [str(m["content"]) for m in last_step_messages(session)]
 
 
 def block_in_force(session: Any) -> dict[str, Any] | None:
@@ -113,14 +118,7 @@ def test_the_speakers_rolled_turns_leave_the_view_and_another_speaker_brings_the
 
 
 def last_step_roles(session: Any) -> list[str]:
-    seq = (
-        SessionEvent.objects.filter(session=session, type="part.updated", data__type="step-start")
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
-    assert seq is not None
-    return [str(m["role"]) for m in request_for(session, at=seq)[1].messages]
+    return [str(m["role"]) for m in last_step_messages(session)]
 
 
 @pytest.mark.parametrize("keep", [1, 3])
