@@ -7,7 +7,8 @@
 | text-end / reasoning-end         | the whole part (trimmed, hook applied)   | yes         |
 | tool-input-start                 | the tool part, ``pending``               | yes         |
 | tool-input deltas                | no                                       | no          |
-| tool-call                        | ``running``, then ``completed``/``error`` | yes         |
+| tool-call                        | ``running`` (held), then, once the step's | yes         |
+|                                  | stream ended, ``completed``/``error``     |             |
 | start-step / finish-step         | step-start / step-finish part            | yes         |
 | (after a step that changed files) | a patch part                            | yes         |
 
@@ -34,7 +35,17 @@ bookkeeping is *held*: the step-start, the step-finish, the patch. Held writes
 go with the next write that must be seen now (a part opening or end, a tool's
 state) or with the message update that ends the step (:meth:`Processor.write`),
 so a one-text step costs three transactions (its opening with the step-start,
-its end, the step-finish with the message update). Each still is its own
+its end, the step-finish with the message update).
+
+**A tool runs once the model's call is over.** An allowed call is logged
+``running`` at the model's ``tool-call`` but held; the step's ``finish-step`` (the
+call's usage) follows, the stream is closed, and then one transaction writes the
+running states with the step-finish before the first tool runs. A process killed
+while a tool runs thus leaves the model call's tokens and cost in the log, and the
+dead turn's usage counts them (a tool that runs a minute used to hold them back,
+with the provider's connection open). The step-finish's ``snapshot`` is the
+workspace after the step, as before: when the calls changed files, an update of
+the step-finish with the new hash goes with the ``patch`` that names them. Each still is its own
 event and frame, in the order it happened; a finished part's buffer (its
 snapshot, and the text recovery falls back on) is dropped only once its write
 committed.
@@ -66,7 +77,7 @@ from sessions.shapes import MAX_COST
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
 from .readahead import ReadAhead
-from .tool_calls import Call, ToolCalls
+from .tool_calls import Call, Deferred, ToolCalls
 from .turn import Turn
 
 
@@ -90,6 +101,15 @@ class _Block:
     part_id: str
     kind: str  # "text" | "reasoning"
     start: str
+
+
+@dataclass(frozen=True)
+class _StepEnd:
+    """The step-finish held or written for the current step: its part, and the
+    workspace's hash it names."""
+
+    part_id: str
+    hash: str
 
 
 @dataclass
@@ -150,6 +170,8 @@ class Processor(ToolCalls):
         self.blocks: dict[str, _Block] = {}
         self.calls: dict[str, Call] = {}
         self.awaiting: list[str] = []  # calls of this step logged awaiting-approval
+        self.deferred: list[Deferred] = []  # allowed calls, run once the step ends
+        self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
         self.workspace: Path | None = None  # the session's workspace path, once known
         self.held: list[services.Write] = []  # bookkeeping written with the next write
@@ -196,7 +218,7 @@ class Processor(ToolCalls):
         text stays in the buffers, for finalizing.
         """
         batch, self.held = [*self.held, *writes], []
-        if not batch:
+        if not batch and unit is None:  # a unit (the reply's completion) runs regardless
             return None
         # What streamed before these writes reaches clients before their events, and the
         # mirror before a finished part's keys are dropped.
@@ -251,6 +273,17 @@ class Processor(ToolCalls):
                 0.0,
                 error=ev.Error(name="ProviderError", message="the model's stream ended early"),
             )
+        if result.error is not None:
+            self._hold_unrun_calls()
+        elif self.deferred:  # the model's call is over (its stream closed): the tools run
+            await self.run_deferred()
+            after = await self._workspace()
+            if self.step_end is not None and after.hash != self.step_end.hash:
+                # The step's snapshot is the workspace after its calls, as without them.
+                self.held.append(
+                    services.UpdatePart(part={"id": self.step_end.part_id, "snapshot": after.hash})
+                )
+            self._hold_patch(self.snapshot_before, after)
         return result
 
     async def _consume(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult | None:
@@ -442,8 +475,10 @@ class Processor(ToolCalls):
         self._hold_unfinished_calls()
         after = await self._workspace()
         cost = price(turn.model, event.usage)
+        self.step_end = _StepEnd(part_id=new_part_id(), hash=after.hash)
         self._hold(
             {
+                "id": self.step_end.part_id,
                 "message_id": turn.message_id,
                 "type": "step-finish",
                 "reason": event.finish_reason,
@@ -452,7 +487,8 @@ class Processor(ToolCalls):
                 "cost": cost,
             }
         )
-        self._hold_patch(self.snapshot_before, after)
+        if not self.deferred:  # else the patch follows the calls (:meth:`run_step`)
+            self._hold_patch(self.snapshot_before, after)
         return StepResult(event.finish_reason, event.usage, cost)
 
     def _hold_patch(self, before: tools.Snapshot | None, after: tools.Snapshot) -> None:

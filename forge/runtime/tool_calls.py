@@ -45,6 +45,16 @@ class Call:
     metadata: dict[str, Any] = field(default_factory=dict)  # kept in the final state (approval)
 
 
+@dataclass
+class Deferred:
+    """An allowed call, logged ``running``, that runs once the model's step has ended."""
+
+    call_id: str
+    call: Call
+    tool: tools.Tool
+    args: dict[str, Any]
+
+
 class ToolCalls:
     """The processor's tool calls. Needs the processor's ``turn``, ``write``, ``_part``
     and ``_now``; keeps the calls of the current step."""
@@ -52,6 +62,7 @@ class ToolCalls:
     turn: Turn
     calls: dict[str, Call]  # call id -> its call, while it is open
     awaiting: list[str]  # calls of this step logged awaiting-approval
+    deferred: list[Deferred]  # allowed calls of this step, run once the step ends
     mcp_tools: dict[str, tools.Tool] | None  # the agent's MCP tools, listed once per turn
 
     if TYPE_CHECKING:
@@ -136,14 +147,48 @@ class ToolCalls:
         if action == "ask":
             await self._await_approval(event.call_id, call, args)
             return
+        # Run once the model's call has ended (:meth:`run_deferred`), so that its
+        # step-finish (what the call used) is in the log before any tool runs.
         call.status = "running"
-        await self._part(
+        self._hold(
             {
                 "id": call.part_id,
                 "state": {"status": "running", "input": args, "time": {"start": call.start}},
             }
         )
-        await self.run_tool(event.call_id, call, tool, args)
+        self.deferred.append(Deferred(event.call_id, call, tool, args))
+
+    async def run_deferred(self) -> None:
+        """Run the step's allowed calls, one after another, in the order the model made
+        them. The step's end (its ``step-finish``) is held: it is written first, with
+        the calls' ``running`` states, in one transaction. A process killed while a
+        tool runs leaves that model call's usage logged, and its turn's recovery counts
+        it."""
+        deferred, self.deferred = self.deferred, []
+        await self.write()
+        for run in deferred:
+            self.turn.raise_if_aborted()
+            await self.run_tool(run.call_id, run.call, run.tool, run.args)
+
+    def _hold_unrun_calls(self) -> None:
+        """The step's allowed calls that will never run (the model's stream failed after
+        it made them) end as errors, held for the step's last write."""
+        deferred, self.deferred = self.deferred, []
+        for run in deferred:
+            self.calls.pop(run.call_id, None)
+            run.call.status = "error"
+            self._hold(
+                {
+                    "id": run.call.part_id,
+                    "state": {
+                        "status": "error",
+                        "input": run.args,
+                        "error": "the model's step failed before this call ran",
+                        "metadata": {},
+                        "time": {"start": run.call.start, "end": self._now()},
+                    },
+                }
+            )
 
     async def _await_approval(self, call_id: str, call: Call, args: dict[str, Any]) -> None:
         """Log the call as waiting for an answer, and do not run it (the turn suspends

@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from forge.models import SessionLease
+from forge.models import SessionLease, Usage
 from forge.runtime import NotRunning, abort_turn, recover_sessions, start_turn
 from forge.tools import Tool, temporary_tools
 from sessions import services
@@ -349,7 +349,11 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
                     {"type": "reasoning-delta", "id": "r", "delta": "thinking"},
                     {"type": "tool-input-start", "call_id": "c1", "tool": "sleepy"},
                     {"type": "tool-call", "call_id": "c1", "tool": "sleepy", "input": "{}"},
-                    {"type": "finish-step", "finish_reason": "tool-calls"},
+                    {
+                        "type": "finish-step",
+                        "finish_reason": "tool-calls",
+                        "usage": {"input": 120, "output": 30},
+                    },
                 ]
             ]
         )
@@ -383,13 +387,22 @@ async def test_kill_9_mid_reply_then_recovery_leaves_nothing_open(
     assert_nothing_open(items)
     parts = {p["type"]: p for p in reply["parts"]}
     assert parts["text"]["text"] == "Let me look."
-    # The reasoning was still streaming when the process died: with Redis, what had
-    # streamed survives in the in-flight mirror; without it, only the log's (empty) text.
-    expected = "thinking" if django_settings.REDIS_URL else ""
-    assert parts["reasoning"]["text"] == expected
+    # A call runs once the model's step has ended: its reasoning was closed whole.
+    assert parts["reasoning"]["text"] == "thinking"
     assert parts["reasoning"]["time"]["end"]
     assert parts["tool"]["state"]["status"] == "error"
     assert parts["tool"]["state"]["metadata"]["interrupted"] is True
+    # The model's call had ended before its tool ran: what it used was logged then,
+    # and the dead turn's usage counts it.
+    assert parts["step-finish"]["tokens"]["input"] == 120
+    used = await database_sync_to_async(
+        lambda: list(
+            Usage.objects.filter(model="offline/script").values_list(
+                "input_tokens", "output_tokens", "steps"
+            )
+        )
+    )()
+    assert used == [(120, 30, 1)]
     # The next prompt to that session works.
     settings.FORGE_MODEL = "offline/echo"
     await asyncio.wait_for((await start_turn(session=session, text="still here")).task, 10)

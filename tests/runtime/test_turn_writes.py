@@ -121,9 +121,9 @@ async def test_a_tool_step_batches_what_it_holds_with_the_next_write(
     assert transactions.logging() == [
         3,  # the prompt
         2,  # step-start, the tool part pending
-        1,  # the tool running
+        2,  # the tool running and the step-finish: the model's call is over, the tool runs
         1,  # the tool's error (the file is missing)
-        2,  # step-finish, the message update that ends step 1
+        1,  # the message update that ends step 1
         2,  # step-start, the text part opening
         3,  # the finished text, its step-finish right behind it, the reply's completion
     ]

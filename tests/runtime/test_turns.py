@@ -282,6 +282,45 @@ async def test_a_stream_that_ends_without_finishing_the_step_is_an_error(session
     assert (text["text"], bool(text["time"]["end"])) == ("cut off", True)
 
 
+async def test_a_call_runs_only_once_its_step_has_ended(session, agents, script):
+    """A tool runs once the model's stream has ended its step: the step-finish (what the
+    model call used) is logged before the call's result; a stream that fails after the
+    call was made runs no tool."""
+    from forge.tools import Tool, temporary_tools
+
+    calls: list[dict] = []
+
+    async def note(ctx: Any, args: dict) -> str:
+        calls.append(args)
+        return "noted"
+
+    script(
+        [
+            tool_reply("note", '{"n": 1}'),
+            [
+                {"type": "tool-call", "call_id": "c2", "tool": "note", "input": '{"n": 2}'},
+                {"type": "error", "name": "ProviderError", "message": "the server went away"},
+            ],
+        ]
+    )
+    with temporary_tools(Tool("note", "notes", {"type": "object"}, note)):
+        await run(session, "note it")
+    log = await alog(session)
+    parts = [e for e in log if e["type"] == "part.updated"]
+    tool_states = [
+        (e["data"]["state"]["status"], e["seq"]) for e in parts if e["data"]["type"] == "tool"
+    ]
+    finishes = [e["seq"] for e in parts if e["data"]["type"] == "step-finish"]
+    completed = next(seq for status, seq in tool_states if status == "completed")
+    assert finishes[0] < completed, (finishes, tool_states)
+    assert calls == [{"n": 1}]  # the second call's step failed: it never ran
+    reply = assistant(await ahistory(session))
+    second = [p for p in reply["parts"] if p["type"] == "tool"][1]
+    assert second["state"]["status"] == "error"
+    assert second["state"]["error"] == "the model's step failed before this call ran"
+    assert reply["info"]["error"]["message"] == "the server went away"
+
+
 async def test_the_step_limit_stops_a_model_that_keeps_calling_tools(session, agents, script):
     agents["build"].step_limit = 2
     await database_sync_to_async(agents["build"].save)()
