@@ -47,6 +47,7 @@ from forge.context.blocks import blocks_in_force
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
+from memory.normalize import MESSAGE_TEXT_MAX
 from sessions import selectors, services, turn_sql
 from sessions import sql as session_sql
 from sessions.models import Session
@@ -56,10 +57,17 @@ from .turn import Turn
 
 
 def _text(item: dict[str, Any]) -> str:
+    """A message's text as its speaker's memory keeps it: its text parts, clipped to what
+    a memory message holds (``MESSAGE_TEXT_MAX``, an ellipsis last). A longer reply is a
+    normal reply (~25,000 tokens): the log keeps it whole, and the memory window's
+    copy, which only rolling's summary reads, must never fail its completion."""
     parts = item["parts"]
-    return "\n".join(
+    text = "\n".join(
         p["text"] for p in parts if p["type"] == "text" and not p.get("synthetic") and p["text"]
     ).strip()
+    if len(text) > MESSAGE_TEXT_MAX:
+        text = text[: MESSAGE_TEXT_MAX - 1] + "…"
+    return text
 
 
 def speaker_id(info: dict[str, Any], session: Session) -> Any:

@@ -22,6 +22,7 @@ from rest_framework.test import APIClient
 from accounts.selectors import tenant_for_user
 from forge.runtime import abort_turn, start_turn
 from memory import selectors as memory_selectors
+from memory.normalize import MESSAGE_TEXT_MAX
 from sessions import selectors
 from tests.providers.fake_openai import FakeOpenAI, Status, reply
 
@@ -170,6 +171,28 @@ def test_idle_rolling_starts_a_new_unit_and_memory_session(chat, user):
         PROMPTS[1],
         "Trains it is.",
     ]
+
+
+def test_a_reply_longer_than_a_memory_message_completes_and_is_remembered_clipped(chat, user):
+    """A memory message holds at most ``MESSAGE_TEXT_MAX`` characters (the memory API
+    refuses more). A reply that long (~25,000 output tokens) is a normal reply: it
+    completes and counts, and its window copy is clipped. It used to fail the reply's
+    completion (``UnknownError``, its tokens in no usage row)."""
+    api, fake = chat
+    session_id = api.post("/api/sessions/", {}, format="json").json()["id"]
+    long = "lorem ipsum dolor sit amet " * 4000  # 108,000 characters
+    for prompt in ("the first, which makes the core", "the second, into its window"):
+        say(api, fake, session_id, prompt, long)
+    tenant, core = the_core(user)
+    window = memory_selectors.dialogue_window(tenant=tenant, core=core)
+    answers = [m["text"] for m in window if m["role"] == "assistant"]
+    assert [len(a) for a in answers] == [MESSAGE_TEXT_MAX, MESSAGE_TEXT_MAX]
+    assert answers[0].startswith("lorem ipsum")
+    assert answers[0].endswith("…")
+    messages = api.get(f"/api/sessions/{session_id}/messages/").json()["results"]
+    assert [p["text"] for p in messages[-1]["parts"] if p["type"] == "text"] == [long.strip()]
+    used = api.get("/api/usage/?group_by=model").json()["results"]
+    assert [(row["turns"], row["failed"]) for row in used] == [(2, 0)], used
 
 
 def test_a_failed_reply_adds_nothing_to_the_window(chat, user):
