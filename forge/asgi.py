@@ -42,6 +42,10 @@ from forge.runtime import start_janitor  # noqa: E402
 
 start_janitor()
 
+from forge.runtime.shutdown import on_daphne_shutdown  # noqa: E402
+
+on_daphne_shutdown()  # SIGTERM: running turns finish, or end as aborted, before exit
+
 from channels.routing import URLRouter  # noqa: E402
 
 from forge.nul import RefuseNulSockets  # noqa: E402

@@ -53,6 +53,7 @@ def server_env(**extra: str) -> dict[str, str]:
             "FORGE_ECHO_DELAY": "0",
             "FORGE_RECOVER_ON_START": "0",
             "FORGE_LEASE_JANITOR": "0",
+            "FORGE_SHUTDOWN_GRACE": "0",  # a stopped server ends its turns at once
             "FORGE_WORKSPACE_ROOT": str(settings.FORGE_WORKSPACE_ROOT),
         }
     )

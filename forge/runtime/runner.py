@@ -321,6 +321,30 @@ async def start_compaction(*, session: Session) -> asyncio.Task[dict[str, Any]]:
 # --- asking and aborting ----------------------------------------------------------
 
 
+async def stop_turns(*, grace: float, timeout: float = 10.0) -> int:
+    """End the turns this event loop runs, for a process that is stopping: wait up to
+    ``grace`` seconds for them to finish (turns started meanwhile included), then stop
+    the rest, each finalized as an abort is (what streamed kept, its tools interrupted,
+    its lease given back); calls awaiting approval are left waiting, as recovery leaves
+    them. Returns how many were stopped. Waits at most ``timeout`` for their ends."""
+    loop = asyncio.get_running_loop()
+
+    def running() -> list[_Runner]:
+        return [r for r in _runners.values() if not r.task.done() and r.task.get_loop() is loop]
+
+    deadline = loop.time() + max(0.0, grace)
+    while (runners := running()) and (left := deadline - loop.time()) > 0:
+        await asyncio.wait({r.task for r in runners}, timeout=left)
+    runners = running()
+    for runner in runners:
+        runner.turn.abort.set()
+        if not runner.task.cancelling():
+            runner.task.cancel()
+    if runners:
+        await asyncio.wait({r.task for r in runners}, timeout=timeout)
+    return len(runners)
+
+
 def running_turn(session_id: str) -> asyncio.Task[None] | None:
     """The task of the session's turn, if this process runs one."""
     runner = _runners.get(session_id)

@@ -292,6 +292,9 @@ FORGE_BUDGET_RESERVE_TOKENS = env_int("FORGE_BUDGET_RESERVE_TOKENS", 1000)
 # and, in every process that runs turns, whenever a lease expires.
 FORGE_RECOVER_ON_START = env_bool("FORGE_RECOVER_ON_START", True)
 FORGE_LEASE_JANITOR = env_bool("FORGE_LEASE_JANITOR", True)
+# A serving process asked to stop (SIGTERM, Ctrl-C) lets its running turns finish for
+# this many seconds, then ends the rest as aborted (forge/runtime/shutdown.py).
+FORGE_SHUTDOWN_GRACE = env_float("FORGE_SHUTDOWN_GRACE", 10.0)
 
 # Context windows and compaction (issue 9). A model's context limit, in tokens, by
 # "provider/model" (an agent may override it); compaction starts when a step's
