@@ -105,3 +105,46 @@ def test_fold_and_stored_projection_agree(scripted):
 def test_unknown_session_is_a_command_error():
     with pytest.raises(CommandError, match="no session"):
         call_command("rebuild_projections", "--session", "ses_missing")
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_rebuild_over_many_sessions_while_another_process_writes(user, monkeypatch, capsys):
+    """More sessions than one read batch, and another connection committing while the
+    rebuild runs (a server serving prompts): every session is rebuilt. The sessions were
+    read through an open cursor, whose stale read snapshot made the next session's
+    ``BEGIN IMMEDIATE`` fail at once with "database is locked"."""
+    import sqlite3
+
+    from django.db import connection
+
+    from sessions import services
+    from sessions.management.commands import rebuild_projections
+
+    monkeypatch.setattr(rebuild_projections, "BATCH", 50)
+    for n in range(205):  # more than a batch of Django's iterator() too
+        services.create_session(user=user, title=f"chat {n}")
+    rebuild = services.rebuild_projection
+    calls = []
+
+    def rebuild_while_another_writes(**kwargs):
+        calls.append(kwargs["session"].pk)
+        with sqlite3.connect(connection.settings_dict["NAME"], timeout=5) as other:
+            other.execute("UPDATE forge_sessions_session SET title = hex(randomblob(4))")
+        return rebuild(**kwargs)
+
+    monkeypatch.setattr(services, "rebuild_projection", rebuild_while_another_writes)
+    call_command("rebuild_projections")
+    assert len(calls) == len(set(calls)) == 205
+    assert "rebuilt 205 session(s)" in capsys.readouterr().out
+
+
+def test_ctrl_c_ends_rebuild_with_a_message_not_a_traceback(scripted, monkeypatch):
+    from sessions import services
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(services, "rebuild_projection", interrupted)
+    with pytest.raises(CommandError, match=r"interrupted after 0 of 1 session\(s\).*run it again"):
+        call_command("rebuild_projections")

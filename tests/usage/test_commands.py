@@ -70,3 +70,14 @@ def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
         run("rebuild_usage", "--since", "")
     with pytest.raises(CommandError, match="no tenant"):
         run("rebuild_usage", "--tenant", "nope")
+
+
+def test_ctrl_c_ends_rebuild_usage_with_a_message_not_a_traceback(db, monkeypatch):
+    from forge.management.commands import rebuild_usage
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rebuild_usage, "rebuild_usage", interrupted)
+    with pytest.raises(CommandError, match=r"interrupted; .* run it again"):
+        call_command("rebuild_usage")

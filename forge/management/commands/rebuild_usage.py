@@ -34,7 +34,13 @@ class Command(BaseCommand):
             tenant = Tenant.objects.filter(name=options["tenant"]).first()
             if tenant is None:
                 raise CommandError(f"no tenant named {options['tenant']!r}")
-        counted = rebuild_usage(since=since, tenant=tenant)
+        try:
+            counted = rebuild_usage(since=since, tenant=tenant)
+        except KeyboardInterrupt:
+            raise CommandError(
+                "interrupted; each tenant's usage is rebuilt in a transaction of its own, "
+                "so none is half-done: run it again"
+            ) from None
         scope = f"tenant {tenant.name}" if tenant else "every tenant"
         days = f"from {since}" if since else "all days"
         self.stdout.write(f"usage rebuilt for {scope}, {days}: {counted} replies counted")

@@ -2,14 +2,36 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Q, QuerySet
 from tqdm import tqdm
 
 from sessions import selectors, services
 from sessions.models import Session
 from sessions.projector import compare
+
+BATCH = 200
+
+
+def _batches(sessions: QuerySet[Session]) -> Iterator[Session]:
+    """The sessions, read ``BATCH`` at a time, each batch a query read whole (keyset on
+    ``(created_at, id)``). A cursor left open across the rebuild's writes (Django's
+    ``iterator()``) held a read snapshot on SQLite: once another connection committed,
+    each session's ``BEGIN IMMEDIATE`` failed at once with "database is locked" (a stale
+    snapshot cannot be upgraded to a write, and the busy timeout does not wait for it)."""
+    after: tuple[Any, str] | None = None
+    while True:
+        page = sessions
+        if after is not None:
+            page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+        batch = list(page[:BATCH])
+        yield from batch
+        if len(batch) < BATCH:
+            return
+        after = (batch[-1].created_at, batch[-1].pk)
 
 
 class Command(BaseCommand):
@@ -33,15 +55,21 @@ class Command(BaseCommand):
                 raise CommandError(f"no session {options['session']!r}")
         total = sessions.count()
         progress = tqdm(
-            sessions.iterator(chunk_size=200),
+            _batches(sessions),
             total=total,
             unit="session",
             disable=not sys.stderr.isatty() or total < 2,
         )
-        if options["check"]:
-            self._check(progress, total)
-        else:
-            self._rebuild(progress, total)
+        try:
+            if options["check"]:
+                self._check(progress, total)
+            else:
+                self._rebuild(progress, total)
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"interrupted after {progress.n} of {total} session(s); each session is "
+                "rebuilt in a transaction of its own, so none is half-done: run it again"
+            ) from None
 
     def _check(self, sessions: Any, total: int) -> None:
         differing = 0
