@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -78,7 +79,11 @@ def _lock_session(session: Session) -> bool:
 
 @transaction.atomic
 def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id: str) -> Session:
-    """A new session holding the history before ``before_message_id`` (new ids, same content)."""
+    """A new session holding the history before ``before_message_id`` (new ids, same content).
+
+    The copies get new ids in the originals' order, so every id comparison still holds,
+    and every id one of them names (a parent, a compaction's ``tail_start_id``, …) is
+    renamed with :func:`remap_ids`, as an import's copy renames them."""
     tenant = session.tenant
     selectors.get_message(tenant=tenant, session_id=session.pk, message_id=before_message_id)
     fork = create_session(
@@ -90,30 +95,53 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
     blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
     if blocks:
         append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
-    new_ids: dict[str, str] = {}
+    new_ids: dict[str, str] = {}  # message ids only: ``rolled_through_moved`` reads it
     for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
         info = item["info"]
         if info["id"] >= before_message_id:
             break
         new_ids[info["id"]] = new_message_id()
-        copy = {**info, "id": new_ids[info["id"]], "session_id": fork.pk}
-        if copy.get("parent_id"):
-            copy["parent_id"] = new_ids.get(copy["parent_id"])
+        copy = {**remap_ids(info, new_ids), "session_id": fork.pk}
+        if copy.get("parent_id") and info["parent_id"] not in new_ids:
+            copy["parent_id"] = None  # a parent that is no more (never copied)
         update_message(session=fork, info=copy)
+        parts = {part["id"]: new_part_id() for part in item["parts"]}
         for part in item["parts"]:
-            update_part(
-                session=fork,
-                part={
-                    **part,
-                    "id": new_part_id(),
-                    "message_id": copy["id"],
-                    "session_id": fork.pk,
-                },
-            )
+            renamed = remap_ids(part, {**new_ids, **parts})
+            update_part(session=fork, part={**renamed, "session_id": fork.pk})
     moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
     return fork
+
+
+ID_FIELDS = ("id", "message_id", "parent_id", "tail_start_id", "part_id")
+
+
+def remap_ids(data: dict[str, Any], new_ids: Mapping[str, str]) -> dict[str, Any]:
+    """``data`` (a message, a part, an event's data) with every id-valued field
+    (:data:`ID_FIELDS`) renamed to the copy's id (``new_ids``: original -> copy, the
+    copies' ids made in the originals' order). The one renaming of fork and of an
+    import's copy: a field left as it was names the *source's* message, and since every
+    copied id sorts after it, a compaction's ``tail_start_id`` then kept the whole
+    summarized history in the fork's context.
+
+    A ``tail_start_id`` whose message was not copied (removed from the source) becomes
+    the copy of the first message after it, which is what it stood for: the tail
+    starts there either way."""
+    copy = dict(data)
+    for key in ID_FIELDS:
+        value = copy.get(key)
+        if not isinstance(value, str):
+            continue
+        if value in new_ids:
+            copy[key] = new_ids[value]
+        elif key == "tail_start_id":
+            kind = value.split("_", 1)[0] + "_"  # a message's id, never a part's
+            later = [o for o in new_ids if o > value and o.startswith(kind)]
+            if later:
+                copy[key] = new_ids[min(later)]
+    return copy
 
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
@@ -456,14 +484,8 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
         },
     )
 
-    def remap(value: Any) -> Any:
-        return new_ids.get(value, value) if isinstance(value, str) else value
-
     for event in events[1:]:
-        kind, data = event["type"], dict(event["data"])
-        for key in ("id", "message_id", "parent_id", "tail_start_id", "part_id"):
-            if key in data:
-                data[key] = remap(data[key])
+        kind, data = event["type"], remap_ids(event["data"], new_ids)
         data["session_id"] = session.pk
         if "user_id" in data:
             data["user_id"] = user.pk

@@ -540,3 +540,19 @@ def test_an_export_saved_with_a_byte_order_mark_imports(compacted, user, tmp_pat
     call_command("import_session", str(path), "--user", user.username)
     imported = Session.objects.get(pk=capsys.readouterr().out.strip())
     assert contents(imported) == contents(compacted)
+
+
+def test_a_fork_of_a_compacted_session_keeps_its_boundary(compacted):
+    """QA (MEDIUM): fork renamed only ``parent_id``; the compaction part's
+    ``tail_start_id`` still named the source's message, older than every copied one,
+    so the fork's model input held the whole summarized history again. Forked before
+    a new last message, the fork's input is the source's before that message."""
+    head = selectors.head_seq(tenant=compacted.tenant, session_id=compacted.pk)
+    expected = contents(compacted, at=head)
+    assert not any("question 0" in text for text in expected)  # summarized away
+    _exchange(compacted, 4)
+    last = list(selectors.iter_history(tenant=compacted.tenant, session_id=compacted.pk))[-2]
+    fork = services.fork_session(
+        session=compacted, user=compacted.user, before_message_id=last["info"]["id"]
+    )
+    assert contents(fork) == expected
