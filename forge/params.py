@@ -11,10 +11,12 @@ MAX_DIGITS = 18  # a seq or a count fits a signed 64-bit integer
 
 
 def parse_seq(raw: str | None, *, name: str, default: int) -> int:
-    """A non-negative integer, or ``default`` when ``raw`` is missing or empty."""
-    if raw is None or raw.strip() == "":
+    """A non-negative integer, or ``default`` when ``raw`` is missing or empty.
+
+    Nothing but ASCII digits: no sign, no white space (``int()`` strips it, so
+    ``?after=%205`` read as 5 though the contract says digits only)."""
+    if raw is None or raw == "":
         return default
-    raw = raw.strip()
     if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_DIGITS:
         raise InvalidCursor(f"{name} must be a non-negative integer, got {raw[:40]!r}")
     return int(raw)

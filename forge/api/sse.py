@@ -70,7 +70,9 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
         refused["Allow"] = "GET"
         return refused
     try:
-        raw = request.headers.get("Last-Event-ID") or request.GET.get("after")
+        # A header's value is what is between its optional white space (RFC 9110 5.5).
+        header = (request.headers.get("Last-Event-ID") or "").strip(" \t")
+        raw = header or request.GET.get("after")
         owner, session, after = await sync_to_async(_find)(request, session_id, raw)
         subscription = await open_stream(session.pk, owner=owner, face="sse")
     except ForgeError as exc:

@@ -139,6 +139,27 @@ def test_a_bad_cursor_or_limit_is_400(api, session, query):
     assert error(response)["code"] == "invalid_cursor"
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "events/?after=%205",
+        "events/?after=5%20",
+        "events/?after=%095",
+        "events/?after=%20",
+        "events/?limit=%205",
+        "context/?at=%201",
+        "context/?at=1%0A",
+        "messages/?limit=%205",
+    ],
+)
+def test_a_number_with_white_space_is_400(api, session, user_message, query):
+    """QA (LOW): ``int()`` strips white space, so ``after=%205`` read as 5 (200); the
+    contract takes ASCII digits only."""
+    response = api.get(f"/api/sessions/{session.pk}/{query}")
+    assert response.status_code == 400, response.content
+    assert error(response)["code"] == "invalid_cursor"
+
+
 def test_events_after_a_seq_are_paged(api, session, user_message):
     for n in range(5):
         services.update_part(
