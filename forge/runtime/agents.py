@@ -14,6 +14,7 @@ from django.db import connection
 from forge.errors import UnknownAgent
 from forge.models import Agent
 from forge.tools.mcp import merged
+from sessions.models import Session
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # forge.models.AGENT_NAME
 MENTION = re.compile(r"(?<![\w@/.])@([a-z][a-z0-9_-]{0,63})\b")
@@ -108,6 +109,17 @@ def get_agent(name: str) -> AgentConfig:
         known = ", ".join(Agent.objects.values_list("name", flat=True)) or "none"
         raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
     return _config(agent)
+
+
+def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
+    """``sessions.signals.session_imported``: the imported session's agent must be one of
+    this server's (``UnknownAgent``, 400, and the import's transaction is rolled back),
+    as ``PATCH`` and ``POST /api/sessions/`` refuse an unknown one. Imported as it
+    was, every prompt to it then failed with ``unknown_agent``. No agent (the default)
+    is always fine; the agents that messages of the history name are not checked: they
+    are what happened."""
+    if session.agent:
+        get_agent(session.agent)
 
 
 def default_agent() -> AgentConfig:

@@ -185,7 +185,7 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
                     f"line {number}: the file has no header (a first line with "
                     f'"format": "{LOG_FORMAT}")'
                 )
-            if event.get("version") != LOG_VERSION:
+            if not _same_int(event.get("version"), LOG_VERSION):
                 raise LogIntegrityError(
                     f"unknown format version {event.get('version')!r}; this server reads "
                     f"version {LOG_VERSION}"
@@ -204,7 +204,7 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
         events.append(event)
     if header is None:
         raise LogIntegrityError("the file is empty: no header, no events")
-    if header.get("events") != len(events):
+    if not _same_int(header.get("events"), len(events)):
         raise LogIntegrityError(
             f"the header announces {header.get('events')!r} events; the file holds {len(events)}"
         )
@@ -213,6 +213,12 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
     if events and header.get("session_id") != events[0].get("session_id"):
         raise LogIntegrityError("the header names another session than its events")
     return events
+
+
+def _same_int(value: Any, expected: int) -> bool:
+    """``value`` is the integer ``expected``: not ``true``, not ``1.0`` (which ``==``
+    takes for 1, so such a header was read as version 1)."""
+    return type(value) is int and value == expected
 
 
 def _no_constant(name: str) -> Any:
@@ -439,12 +445,18 @@ def _canonical(
             raise ValueError(f"no message {part['message_id']!r} before it")
         parts[part["id"]] = part
         return part
+    # The removals exactly as ``remove_message`` / ``remove_part`` write them: their data
+    # was returned as given, so one with extra keys passed (and was logged with them).
     if kind == "message.removed":
         messages.pop(data["message_id"])
-        return data
+        return {"session_id": session_id, "message_id": data["message_id"]}
     if kind == "part.removed":
-        parts.pop(data["part_id"])
-        return data
+        part = parts.pop(data["part_id"])
+        return {
+            "session_id": session_id,
+            "message_id": part["message_id"],
+            "part_id": data["part_id"],
+        }
     check_free_event(kind, data)  # session.compacted, context.updated
     if kind == "session.compacted":
         for field in ("message_id", "parent_id"):

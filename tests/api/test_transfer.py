@@ -556,3 +556,85 @@ def test_a_fork_of_a_compacted_session_keeps_its_boundary(compacted):
         session=compacted, user=compacted.user, before_message_id=last["info"]["id"]
     )
     assert contents(fork) == expected
+
+
+def _header(**change: Any) -> Any:
+    def tamper(lines: list[Any]) -> list[Any]:
+        lines[0].update(change)
+        return lines
+
+    return tamper
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (_header(version=True), "unknown format version"),
+        (_header(version=1.0), "unknown format version"),
+        (lambda lines: _header(events=float(len(lines) - 1))(lines), "announces"),
+    ],
+    ids=["version-true", "version-float", "events-float"],
+)
+def test_a_header_number_must_be_an_integer(compacted, user, tmp_path, tamper, message):
+    """QA (LOW): the header was checked with ``!=``, and ``True == 1 == 1.0``, so
+    ``"version": true`` and ``"events": 28.0`` were accepted."""
+    path = export(compacted, tmp_path)
+    _write(path, tamper(_lines(path)))
+    before = (Session.objects.count(), SessionEvent.objects.count())
+    with pytest.raises(CommandError, match=message):
+        call_command("import_session", str(path), "--user", user.username, "--copy")
+    assert (Session.objects.count(), SessionEvent.objects.count()) == before
+
+
+def _removal(kind: str, **extra: Any) -> Any:
+    """A new last event removing the newest part (or its message), as the services
+    write it, plus ``extra``."""
+
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        part = next(e["data"] for e in reversed(lines[1:]) if e["type"] == "part.updated")
+        data = {"session_id": part["session_id"], "message_id": part["message_id"]}
+        if kind == "part.removed":
+            data["part_id"] = part["id"]
+        return _with_event(kind, {**data, **extra})(lines)
+
+    return tamper
+
+
+def _post_import(api: Any, compacted: Any, tamper: Any) -> Any:
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    lines = _rehash(tamper([json.loads(line) for line in body.splitlines()]))
+    tampered = "\n".join(json.dumps(line) for line in lines).encode()
+    return api.generic(
+        "POST", "/api/sessions/import/", tampered, content_type="application/x-ndjson"
+    )
+
+
+@pytest.mark.parametrize("kind", ["part.removed", "message.removed"])
+def test_a_removal_with_extra_keys_is_not_canonical(api, compacted, kind):
+    """QA (LOW): a removal's data was returned as given by the canonical check, so
+    extra keys passed; as the services write it, it still imports."""
+    before = (Session.objects.count(), SessionEvent.objects.count())
+    response = _post_import(api, compacted, _removal(kind, extra=1))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "log_integrity"
+    assert (Session.objects.count(), SessionEvent.objects.count()) == before
+    assert _post_import(api, compacted, _removal(kind)).status_code == 201
+
+
+def test_an_import_naming_an_unknown_agent_is_refused(api, compacted):
+    """QA (LOW): such an import was accepted, and every prompt to it then failed with
+    400 unknown_agent. It is refused as PATCH refuses that agent, nothing written."""
+    from forge.models import Agent
+
+    def agent(name: str) -> Any:
+        return _data_of("session.created", agent=name)
+
+    before = (Session.objects.count(), SessionEvent.objects.count())
+    response = _post_import(api, compacted, agent("ghost"))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "unknown_agent"
+    assert (Session.objects.count(), SessionEvent.objects.count()) == before
+    Agent.objects.create(name="ghost")
+    response = _post_import(api, compacted, agent("ghost"))
+    assert response.status_code == 201, response.content
+    assert Session.objects.get(pk=response.json()["id"]).agent == "ghost"
