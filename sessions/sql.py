@@ -119,6 +119,22 @@ def lock_session(cursor: CursorWrapper, dialect: Dialect, session_id: str, tenan
     return cursor.fetchone() is not None
 
 
+def share_session(cursor: CursorWrapper, dialect: Dialect, session_id: str, tenant_id: int) -> bool:
+    """Hold the session row against its writers and its deletion until the transaction
+    ends, without holding off other readers that take this lock (a fork of it, say);
+    False if there is no such session.
+
+    PostgreSQL: ``FOR SHARE``, which conflicts with :func:`lock_statement`'s ``FOR NO
+    KEY UPDATE`` (every writer's, and the deletion's) but not with itself. SQLite:
+    the transaction's ``BEGIN IMMEDIATE`` already excludes every writer.
+    """
+    lock = " FOR SHARE" if dialect.postgres else ""
+    cursor.execute(
+        f"SELECT 1 FROM {SESSION} WHERE id = %s AND tenant_id = %s{lock}", [session_id, tenant_id]
+    )
+    return cursor.fetchone() is not None
+
+
 def read_head(
     cursor: CursorWrapper,
     dialect: Dialect,

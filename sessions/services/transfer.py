@@ -83,8 +83,18 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
 
     The copies get new ids in the originals' order, so every id comparison still holds,
     and every id one of them names (a parent, a compaction's ``tail_start_id``, …) is
-    renamed with :func:`remap_ids`, as an import's copy renames them."""
+    renamed with :func:`remap_ids`, as an import's copy renames them.
+
+    The source is read under its row's share lock (:func:`sql.share_session`) for the
+    whole transaction: its writers and its deletion wait for the fork to commit, so
+    the history (read in batches, each its own snapshot under READ COMMITTED) is one
+    consistent history. Unlocked, a deletion committed between two batches left a
+    fork holding the first batch only, answered as a success. A source deleted
+    before the lock is ``NotFound`` (404), and nothing is written."""
     tenant = session.tenant
+    with transaction.get_connection().cursor() as cursor:
+        if not sql.share_session(cursor, sql.Dialect(cursor), session.pk, session.tenant_id):
+            raise NotFound(f"session {session.pk!r} does not exist")
     selectors.get_message(tenant=tenant, session_id=session.pk, message_id=before_message_id)
     fork = create_session(
         user=user,
