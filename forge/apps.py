@@ -18,11 +18,13 @@ class ForgeConfig(AppConfig):
         from forge import checks, tools  # noqa: F401
         from forge.runtime import subtask  # noqa: F401
 
-        # A deleted session's uploads and workspace go with it.
-        from forge.runtime.files import on_session_deleted
-        from sessions.signals import session_deleted
+        # A deleted session's uploads and workspace go with it; a fork or an import's
+        # copy carries the files its parts name.
+        from forge.runtime.files import on_part_copying, on_session_deleted
+        from sessions.signals import part_copying, session_deleted
 
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
+        part_copying.connect(on_part_copying, dispatch_uid="forge.carry-files")
 
         # What a deleted log had counted stays counted, through rebuild_usage too.
         from forge.usage.services import on_session_deleting

@@ -13,6 +13,13 @@ usage the log had counted on it.
 ``session_imported(sender=Session, session)``: sent inside the transaction that
 imported a log (``import_log``), so what a receiver writes commits with the import
 or not at all. The application counts the imported replies' usage on it.
+
+``part_copying(sender=Session, part, session)``: sent for each part a copy is about to
+write (a fork, an import's copy), inside its transaction, with ``part`` the copy's
+part (its ids already renamed: :func:`sessions.services.transfer.remap_ids`) and
+``session`` the copy. A receiver may return the part to write instead (the last
+answer that is not None wins). The store knows nothing of stored files; the
+application copies a ``file`` part's file to the copy and names it there.
 """
 
 from django.dispatch import Signal
@@ -20,3 +27,4 @@ from django.dispatch import Signal
 session_deleted = Signal()
 session_deleting = Signal()
 session_imported = Signal()
+part_copying = Signal()

@@ -15,12 +15,12 @@ import shutil
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.files.base import ContentFile
+from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 
 from forge.tools.base import ToolFile
 from forge.tools.sandbox import delete_workspace
-from forge.tools.session_files import file_url, upload_path, uploads_dir
+from forge.tools.session_files import file_url, stored_file, upload_path, uploads_dir
 from sessions.ids import new_part_id
 from sessions.models import Session
 
@@ -28,6 +28,7 @@ __all__ = [
     "delete_session_files",
     "file_parts",
     "file_url",
+    "on_part_copying",
     "on_session_deleted",
     "store_file",
     "upload_path",
@@ -66,6 +67,62 @@ async def file_parts(
             }
         )
     return parts
+
+
+# The files route a ``file`` part names (``file_url``): whose session, which part.
+_FILE_URL = re.compile(r"/api/sessions/([A-Za-z0-9_-]{1,64})/files/([A-Za-z0-9_-]{1,64})/")
+
+
+def on_part_copying(
+    sender: Any, *, part: dict[str, Any], session: Session, **kwargs: Any
+) -> dict[str, Any] | None:
+    """``sessions.signals.part_copying``: a part a fork or an import's copy writes
+    names its file in the copy, never in another session.
+
+    A ``file`` part naming a stored file (``/api/sessions/<S>/files/<P>/``) whose
+    session ``S`` is of the copy's tenant and still holds the file: the file is copied
+    among the copy's files, under the copy's part id, in the copy's transaction (its
+    source cannot be deleted meanwhile: a fork holds the source's row). When it
+    cannot be (another tenant's or another server's session, one deleted since, a
+    file gone): the part is kept, naming the copy's own files route, which answers
+    404; it named the source's file, which the copy's readers may not be allowed to
+    read, and which goes when the source goes. A URL that names no stored file (an
+    http(s) link) is left as it is. A tool part's ``metadata.output_file`` names the
+    copy's part its id was renamed to (its bytes travel with that ``file`` part).
+    """
+    if part.get("type") == "file" and isinstance(part.get("url"), str):
+        named = _FILE_URL.fullmatch(part["url"])
+        if named is None:
+            return None
+        _copy_stored_file(
+            source_id=named.group(1), source_part=named.group(2), copy=session, part=part
+        )
+        return {**part, "url": file_url(session.pk, part["id"])}
+    state = part.get("state")
+    if not isinstance(state, dict) or not isinstance(state.get("metadata"), dict):
+        return None
+    metadata: dict[str, Any] = state["metadata"]
+    spilled = metadata.get("output_file")
+    if not isinstance(spilled, dict) or not isinstance(spilled.get("part_id"), str):
+        return None
+    spilled = {**spilled, "url": file_url(session.pk, spilled["part_id"])}
+    return {**part, "state": {**state, "metadata": {**metadata, "output_file": spilled}}}
+
+
+def _copy_stored_file(
+    *, source_id: str, source_part: str, copy: Session, part: dict[str, Any]
+) -> bool:
+    """Copy file part ``source_part``'s file of session ``source_id`` to ``copy``'s files
+    under ``part``'s id, when that session is of the copy's tenant and has the file."""
+    if not Session.objects.filter(pk=source_id, tenant_id=copy.tenant_id).exists():
+        return False
+    path = stored_file(tenant_id=copy.tenant_id, session_id=source_id, part_id=source_part)
+    if path is None:
+        return False
+    name = path.rsplit("/", 1)[-1]
+    with default_storage.open(path, "rb") as source:
+        default_storage.save(upload_path(copy, part["id"], name), File(source, name=name))
+    return True
 
 
 def delete_session_files(*, tenant_id: int, session_id: str) -> None:

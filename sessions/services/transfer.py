@@ -26,7 +26,7 @@ from ..shapes import (
     nul_path,
     v_time,
 )
-from ..signals import session_imported
+from ..signals import part_copying, session_imported
 from .messages import (
     append_event,
     remove_message,
@@ -118,7 +118,7 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
         parts = {part["id"]: new_part_id() for part in item["parts"]}
         for part in item["parts"]:
             renamed = remap_ids(part, {**new_ids, **parts})
-            update_part(session=fork, part={**renamed, "session_id": fork.pk})
+            update_part(session=fork, part=_carried({**renamed, "session_id": fork.pk}, fork))
     moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
@@ -128,9 +128,29 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
 ID_FIELDS = ("id", "message_id", "parent_id", "tail_start_id", "part_id")
 
 
+def _output_file(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A tool part's ``state.metadata.output_file`` (the ``file`` part holding its whole
+    output, ``forge.runtime.tool_output``), if any."""
+    state = part.get("state")
+    metadata = state.get("metadata") if isinstance(state, dict) else None
+    spilled = metadata.get("output_file") if isinstance(metadata, dict) else None
+    return spilled if isinstance(spilled, dict) else None
+
+
+def _carried(part: dict[str, Any], copy: Session) -> dict[str, Any]:
+    """The part a copy writes, as the receivers of ``part_copying`` make it (the
+    application carries a ``file`` part's stored file into the copy)."""
+    for _, answer in part_copying.send(sender=Session, part=part, session=copy):
+        replacement: Any = answer
+        if isinstance(replacement, dict):
+            part = replacement
+    return part
+
+
 def remap_ids(data: dict[str, Any], new_ids: Mapping[str, str]) -> dict[str, Any]:
     """``data`` (a message, a part, an event's data) with every id-valued field
-    (:data:`ID_FIELDS`) renamed to the copy's id (``new_ids``: original -> copy, the
+    (:data:`ID_FIELDS`, and a tool part's ``state.metadata.output_file.part_id``)
+    renamed to the copy's id (``new_ids``: original -> copy, the
     copies' ids made in the originals' order). The one renaming of fork and of an
     import's copy: a field left as it was names the *source's* message, and since every
     copied id sorts after it, a compaction's ``tail_start_id`` then kept the whole
@@ -140,6 +160,12 @@ def remap_ids(data: dict[str, Any], new_ids: Mapping[str, str]) -> dict[str, Any
     the copy of the first message after it, which is what it stood for: the tail
     starts there either way."""
     copy = dict(data)
+    spilled = _output_file(copy)
+    moved = spilled.get("part_id") if spilled is not None else None
+    if spilled is not None and isinstance(moved, str) and moved in new_ids:
+        state = copy["state"]  # a tool's output stored as a file: its part is renamed
+        output_file = {**spilled, "part_id": new_ids[moved]}
+        copy["state"] = {**state, "metadata": {**state["metadata"], "output_file": output_file}}
     for key in ID_FIELDS:
         value = copy.get(key)
         if not isinstance(value, str):
@@ -516,7 +542,7 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
         elif kind == "message.updated":
             update_message(session=session, info=data)
         elif kind == "part.updated":
-            update_part(session=session, part=data)
+            update_part(session=session, part=_carried(data, session))
         elif kind == "message.removed":
             remove_message(session=session, message_id=data["message_id"])
         elif kind == "part.removed":

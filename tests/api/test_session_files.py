@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.files.storage import default_storage
@@ -110,3 +111,71 @@ def test_an_upload_is_served_as_a_passive_type_or_as_bytes(
     assert served["Content-Type"] == served_as
     assert served["Content-Security-Policy"] == "sandbox; default-src 'none'"
     assert served["Content-Disposition"].startswith("attachment")
+
+
+def _with_a_file(api, session, content: bytes) -> list[dict]:
+    """A turn whose prompt attaches ``content``, then a second turn: the history."""
+    upload = {"filename": "notes.txt", "content": base64.b64encode(content).decode()}
+    for text, files in (("see the file", [upload]), ("and now?", [])):
+        answer = api.post(
+            f"/api/sessions/{session.pk}/messages/?wait=1",
+            {"text": text, "files": files},
+            format="json",
+        )
+        assert answer.status_code == 200, answer.content
+    return api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+
+
+def _file_part(api, session_id: str) -> dict:
+    history = api.get(f"/api/sessions/{session_id}/messages/").json()["results"]
+    (part,) = [p for item in history for p in item["parts"] if p["type"] == "file"]
+    return part
+
+
+def test_a_fork_carries_its_files(api, session, agents, tmp_path, settings):
+    """QA (MEDIUM): a fork's ``file`` part still named the source's file
+    (``/api/sessions/<source>/files/<source part>/``), and the fork's own files route
+    for its part was 404. The fork has its own copy, which outlives the source."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    history = _with_a_file(api, session, b"secret")
+    forked = api.post(
+        f"/api/sessions/{session.pk}/fork/", {"message_id": history[2]["info"]["id"]}, format="json"
+    )
+    assert forked.status_code == 201, forked.content
+    fork_id = forked.json()["id"]
+    part = _file_part(api, fork_id)
+    assert part["url"] == f"/api/sessions/{fork_id}/files/{part['id']}/"
+    assert api.delete(f"/api/sessions/{session.pk}/").status_code == 204
+    served = api.get(part["url"])
+    assert served.status_code == 200
+    assert b"".join(served.streaming_content) == b"secret"
+
+
+def test_an_imported_copy_carries_the_files_its_importer_may_read(
+    api, session, agents, tmp_path, settings, other_user
+):
+    """The export holds only the file's URL: an import in the source's tenant copies
+    the source's file while it is there; anyone else's copy keeps the part, naming its
+    own files route (404), never the source's."""
+    from rest_framework.test import APIClient
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    _with_a_file(api, session, b"secret")
+    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
+    stranger: Any = APIClient()
+    stranger.force_authenticate(other_user)
+    clients: Any = api
+    for client, served in ((clients, b"secret"), (stranger, None)):
+        imported = client.generic(
+            "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+        )
+        assert imported.status_code == 201, imported.content
+        copy_id = imported.json()["id"]
+        part = _file_part(client, copy_id)
+        assert part["url"] == f"/api/sessions/{copy_id}/files/{part['id']}/"
+        answer = client.get(part["url"])
+        if served is None:
+            assert answer.status_code == 404
+        else:
+            assert answer.status_code == 200
+            assert b"".join(answer.streaming_content) == served

@@ -115,3 +115,20 @@ def test_a_fork_of_a_deleted_session_is_not_found_and_writes_nothing(session: An
     with pytest.raises(NotFound):
         services.fork_session(session=session, user=session.user, before_message_id=last)
     assert not Session.objects.exists()
+
+
+def test_remap_ids_renames_nested_and_missing_ids() -> None:
+    """``remap_ids`` renames a tool's ``output_file.part_id`` (its stored output's part)
+    and moves a ``tail_start_id`` whose message was not copied to the copy of the
+    first message after it."""
+    from sessions.services.transfer import remap_ids
+
+    new_ids = {"msg_b": "msg_y", "msg_c": "msg_z", "prt_a": "prt_x"}
+    tool: dict[str, Any] = {
+        "id": "prt_t",
+        "state": {"metadata": {"output_file": {"part_id": "prt_a"}}},
+    }
+    assert remap_ids(tool, new_ids)["state"]["metadata"]["output_file"] == {"part_id": "prt_x"}
+    assert tool["state"]["metadata"]["output_file"] == {"part_id": "prt_a"}  # not changed
+    assert remap_ids({"tail_start_id": "msg_a"}, new_ids) == {"tail_start_id": "msg_y"}
+    assert remap_ids({"tail_start_id": "msg_c"}, new_ids) == {"tail_start_id": "msg_z"}
