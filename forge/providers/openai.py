@@ -26,6 +26,9 @@ a :class:`~forge.providers.retry.RetryPolicy` (each retry announced by a
 an ``Error`` event. Once content has reached the caller a retry would repeat it,
 so a failure after that ends the step with an ``Error`` (open text and reasoning
 blocks are closed first; a tool call whose input was still streaming is dropped).
+``timeout`` bounds each wait: for the response's headers, and for every chunk of
+the stream after them (SSE comments, such as a proxy's keep-alive ``: ping``, do
+not count), so a stalled stream times out like a silent one.
 Cancelling the task that consumes the stream propagates ``CancelledError`` and
 closes the HTTP response.
 """
@@ -198,16 +201,29 @@ class OpenAIProvider:
     async def _attempt(
         self, params: dict[str, Any], mapper: ChunkMapper
     ) -> AsyncGenerator[StreamEvent, None]:
-        """One HTTP request: its events, ending with ``FinishStep``; failures raise."""
+        """One HTTP request: its events, ending with ``FinishStep``; failures raise.
+
+        No chunk for ``timeout`` seconds is a timeout (``APITimeoutError``), as a silent
+        stall is: httpx's read timeout alone does not bound a stream, since any bytes
+        reset it, and a server or proxy that sends only SSE comments (``: ping``, which
+        the SDK skips) kept a stalled step open for ever. The deadline covers only the
+        wait for the next chunk, never the consumer's time between two (an
+        ``asyncio.timeout`` around a ``yield`` would cancel the consumer's own work)."""
         response: openai.AsyncStream[ChatCompletionChunk]
         response = await self.client.chat.completions.create(**params)
         async with response:
             chunks = response.__aiter__()
             while True:
+                deadline = asyncio.timeout(self.timeout)
                 try:
-                    chunk = await chunks.__anext__()
+                    async with deadline:
+                        chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
+                except TimeoutError as exc:
+                    if not deadline.expired():
+                        raise
+                    raise openai.APITimeoutError(request=response.response.request) from exc
                 except (ValueError, TypeError) as exc:  # bad JSON in an SSE data line
                     raise _MalformedChunk(str(exc)) from exc
                 try:

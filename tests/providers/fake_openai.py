@@ -54,6 +54,11 @@ class Stream:
     done: bool = True  # send "data: [DONE]" at the end
     drop: bool = False  # after the chunks, close the socket mid-body
     delay: float = 0.0  # seconds before each chunk
+    # After the chunks, stay open this long before ending (cut short when the server
+    # stops), silent or, with ``ping``, sending an SSE comment (``: ping``) every
+    # ``ping`` seconds: a stalled model behind a proxy that keeps the line alive.
+    stall: float = 0.0
+    ping: float = 0.0
 
 
 @dataclass
@@ -314,6 +319,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
+    def _stall(self, stream: Stream) -> None:
+        """``stream.stall`` seconds of silence, or of ``: ping`` comments."""
+        stopping = self.server.fake.stopping
+        end = time.monotonic() + stream.stall
+        while (left := end - time.monotonic()) > 0:
+            if stopping.wait(min(left, stream.ping) if stream.ping else left):
+                return
+            if stream.ping and end - time.monotonic() > 0:
+                self._write_chunk(b": ping\n\n")
+
     def _send_stream(self, stream: Stream) -> None:
         fake = self.server.fake
         self.send_response(200)
@@ -327,6 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(stream.delay)
                 data = item if isinstance(item, str) else json.dumps(item)
                 self._write_chunk(f"data: {data}\n\n".encode())
+            self._stall(stream)
             if stream.drop:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)

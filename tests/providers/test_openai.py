@@ -638,6 +638,55 @@ async def test_error_object_in_the_stream(fake_openai: FakeOpenAI, make_provider
     assert "model overloaded" in error.message
 
 
+# --- stalls -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ping", [0.0, 0.1], ids=["silent", "comments only"])
+async def test_a_stall_after_content_ends_the_step_within_the_timeout(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, ping: float
+):
+    """A model that stops mid-reply ends the step after ``timeout`` seconds without a
+    stream event, whether the line is silent or kept alive by SSE comments (``: ping``):
+    a comment resets httpx's read timeout, so it alone never bounded such a stream and
+    the session stayed busy for as long as the proxy pinged."""
+    fake_openai.push(Stream([chunk({"content": "Hel"})], stall=10, ping=ping))
+
+    started = time.monotonic()
+    events = await collect(make_provider(timeout=0.5))
+
+    assert time.monotonic() - started < 5
+    assert events[:4] == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="Hel"),
+        TextEnd(id="text-0"),
+    ]
+    assert events[4] == Error(
+        name="APIError",
+        message="the model server timed out (after part of the reply was streamed)",
+        retryable=True,
+    )
+    assert len(events) == 5
+    assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.parametrize("ping", [0.0, 0.1], ids=["silent", "comments only"])
+async def test_a_stall_before_content_is_retried(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, ping: float
+):
+    """Before any content, a stall (silent or comments only) is a timeout, retried."""
+    fake_openai.push(Stream([chunk({"role": "assistant", "content": ""})], stall=10, ping=ping))
+    fake_openai.push(hello_reply())
+
+    events = await collect(make_provider(timeout=0.5))
+
+    retry = events[1]
+    assert isinstance(retry, Retry)
+    assert retry.message == "the model server timed out"
+    assert events[2:] == HELLO_EVENTS
+    assert len(fake_openai.requests) == 2
+
+
 # --- cancellation -------------------------------------------------------------------
 
 
