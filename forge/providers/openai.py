@@ -16,7 +16,9 @@ How chunks become stream events (see :mod:`forge.providers.events`):
 ``reasoning_content`` (or ``reasoning``), an extension field of vLLM, DeepSeek and
 llama.cpp, becomes a reasoning block; ``content`` (and ``refusal``) a text block;
 ``tool_calls`` fragments, keyed by ``index``, the input of tool calls, each
-completed by a ``tool-call`` when the choice finishes. Blocks are numbered
+completed by a ``tool-call`` when the choice finishes (``arguments`` sent as a JSON
+value instead of text is serialized; ``tool_calls`` that is not a list of objects
+is a malformed chunk). Blocks are numbered
 within the step (``text-0``, ``reasoning-0``, ``text-1`` …).
 
 Failures never raise out of :meth:`OpenAIProvider.stream`: 429, 408, 5xx,

@@ -3,9 +3,11 @@ for which fields map to which blocks)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai import BaseModel
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
@@ -84,7 +86,12 @@ class ChunkMapper:
                     text = getattr(delta, key, None)
                     if isinstance(text, str) and text:
                         out += self._text_delta(text)
-                for position, tool_call in enumerate(getattr(delta, "tool_calls", None) or ()):
+                tool_calls = getattr(delta, "tool_calls", None)
+                if tool_calls is not None and not isinstance(tool_calls, list):
+                    # Iterating a dict or a string made calls of its keys or letters:
+                    # phantom calls with an empty tool name.
+                    raise TypeError(f"delta.tool_calls is not a list: {tool_calls!r:.200}")
+                for position, tool_call in enumerate(tool_calls or ()):
                     out += self._tool_delta(tool_call, position)
             reason = getattr(choice, "finish_reason", None)
             if reason is not None:
@@ -152,16 +159,29 @@ class ChunkMapper:
         return out
 
     def _tool_delta(self, tool_call: Any, position: int) -> list[StreamEvent]:
+        """One fragment of a tool call. Its call and its ``function`` must be objects (a
+        string there is a malformed chunk, ``TypeError``); ``function.arguments`` is a
+        fragment of JSON text, or, from some servers, the arguments as a JSON value,
+        which is serialized (dropping it ran the tool with ``{}``)."""
+        if not isinstance(tool_call, BaseModel):
+            raise TypeError(f"a tool call is not an object: {tool_call!r:.200}")
+        function = getattr(tool_call, "function", None)
+        if function is not None and not isinstance(function, BaseModel):
+            raise TypeError(f"a tool call's function is not an object: {function!r:.200}")
+        # Checked before anything changes: a malformed chunk leaves the open blocks open,
+        # for the provider to close (``close_blocks``) before its error.
         out = self.close_blocks()
         index = getattr(tool_call, "index", None)
         index = index if isinstance(index, int) else position
         call_id = getattr(tool_call, "id", None)
         call_id = call_id if isinstance(call_id, str) and call_id else None
-        function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
         name = name if isinstance(name, str) else ""
         fragment = getattr(function, "arguments", None)
-        fragment = fragment if isinstance(fragment, str) else ""
+        if fragment is None:
+            fragment = ""
+        elif not isinstance(fragment, str):
+            fragment = json.dumps(fragment, ensure_ascii=False)
 
         call = self._by_index.get(index)
         # Some servers reuse one index for parallel calls; a new id means a new call.

@@ -843,3 +843,58 @@ def test_a_servers_absurd_usage_is_kept_within_what_the_log_takes():
         CompletionUsage.model_construct(prompt_tokens=2**70, completion_tokens=-5, total_tokens=1.5)
     )
     assert (usage.input, usage.output) == (MAX_TOKENS, 0)
+
+
+async def test_tool_call_arguments_sent_as_an_object_are_kept(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """A server that sends ``function.arguments`` as a JSON object (not the string
+    OpenAI sends): the object is the call's input, serialized; it was dropped, and the
+    tool ran with ``{}``."""
+    arguments = {"city": "Paris", "days": [1, 2]}
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    fake_openai.push(
+        Stream(
+            [
+                chunk({"tool_calls": [{**call, "function": {"name": "get_weather"}}]}),
+                chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+                chunk(finish_reason="tool_calls"),
+            ]
+        )
+    )
+
+    events = await collect(make_provider())
+
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert len(calls) == 1
+    assert calls[0].tool == "get_weather"
+    assert json.loads(calls[0].input) == arguments
+    deltas = [e.delta for e in events if isinstance(e, ToolInputDelta)]
+    assert "".join(deltas) == calls[0].input
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    [
+        {"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}},
+        "get_weather",
+        [{"index": 0, "function": "get_weather"}],
+    ],
+    ids=["an object", "a string", "function not an object"],
+)
+async def test_tool_calls_that_are_not_a_list_are_a_malformed_chunk(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, tool_calls: Any
+):
+    """``delta.tool_calls`` must be a list of call objects: anything else is a malformed
+    chunk (a ProviderError, not retried), not a phantom call with an empty tool name."""
+    fake_openai.push(Stream([chunk({"content": "Hi"}), chunk({"tool_calls": tool_calls})]))
+
+    events = await collect(make_provider())
+
+    assert not [e for e in events if isinstance(e, ToolInputStart | ToolCall)]
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert (error.name, error.retryable) == ("ProviderError", False)
+    assert "malformed chunk" in error.message
+    assert isinstance(events[-2], TextEnd)
+    assert len(fake_openai.requests) == 1
