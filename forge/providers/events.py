@@ -20,6 +20,7 @@ Scripts (``offline/script``) use the same events as JSON objects:
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -171,30 +172,75 @@ _BY_TYPE: dict[str, type] = {
 
 
 NUL = "\x00"
-REPLACEMENT = "\ufffd"  # what a model's NUL becomes
+REPLACEMENT = "\ufffd"  # what a model's NUL, or lone surrogate, becomes
+# What the log cannot store: NUL, and the UTF-16 surrogates (U+D800-U+DFFF). A str
+# holds a surrogate only alone: JSON decodes a pair of escapes to one character, so a
+# surrogate left in a str is a half pair, which UTF-8 cannot encode.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> bool:
+    """Whether ``text`` holds neither NUL nor a lone surrogate. Cheap on the hot path:
+    ``isascii`` is O(1) in CPython, and for other text a UTF-8 encoding (which fails
+    on a surrogate, the only thing it can fail on) was measured 3-7 times faster
+    than a regex search (2 µs for 1,000 CJK characters; NUL's scan alone is 1 µs)."""
+    if NUL in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def without_nul(text: str) -> str:
-    """``text`` with every NUL character (U+0000) replaced by U+FFFD.
+    """``text`` with every NUL character (U+0000), and every lone UTF-16 surrogate
+    (U+D800-U+DFFF), replaced by U+FFFD.
 
     A model may emit NUL; the log stores none (``sessions.services`` refuses it,
-    as PostgreSQL cannot store it). Refusing a model's output would fail the
-    reply for one stray character, so what a model says is stored, and streamed,
-    with U+FFFD in its place: the log holds exactly what clients were sent."""
-    return text.replace(NUL, REPLACEMENT) if NUL in text else text
+    as PostgreSQL cannot store it). A server whose strings are UTF-16 (JavaScript)
+    may emit half a surrogate pair (an emoji split between two chunks), which no
+    UTF-8 text can hold: hashing the log's event, sending the frame and storing
+    the row would each fail (``UnicodeEncodeError``), leaving the reply open.
+    Refusing a model's output would fail the reply for one stray character, so
+    what a model says is stored, and streamed, with U+FFFD in its place: the log
+    holds exactly what clients were sent. (A pair split across two deltas of one
+    block is joined before this, by ``openai_chunks``.)"""
+    if storable(text):
+        return text
+    return _UNSTORABLE.sub(REPLACEMENT, text)
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, NUL kept."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(REPLACEMENT, text)
 
 
 def event_without_nul(event: StreamEvent) -> StreamEvent:
-    """``event`` with NUL replaced (:func:`without_nul`) in each of its strings, except
-    a tool call's ``input``: that is raw JSON, which the tool machinery parses and
-    refuses with a tool error when it holds a NUL (``forge.tools.prepare_call``)."""
+    """``event`` with NUL and lone surrogates replaced (:func:`without_nul`) in each of
+    its strings, except a tool call's ``input``: that is raw JSON, which the tool
+    machinery parses and refuses with a tool error when it holds a NUL or an escaped
+    lone surrogate (``forge.tools.prepare_call``); only its raw lone surrogates, which
+    no text can carry, are replaced there."""
     if isinstance(event, TextDelta | ReasoningDelta):  # the hot path: one check
-        return event if NUL not in event.delta else replace(event, delta=without_nul(event.delta))
+        delta = event.delta
+        if delta.isascii() and NUL not in delta:  # most deltas: no call
+            return event
+        return event if storable(delta) else replace(event, delta=without_nul(delta))
     changes = {
         f.name: without_nul(value)
         for f in fields(event)
-        if f.name != "input" and isinstance(value := getattr(event, f.name), str) and NUL in value
+        if f.name != "input"
+        and isinstance(value := getattr(event, f.name), str)
+        and not storable(value)
     }
+    if isinstance(event, ToolCall) and (raw := without_surrogates(event.input)) != event.input:
+        changes["input"] = raw
     return replace(event, **changes) if changes else event  # type: ignore[arg-type]
 
 

@@ -60,6 +60,10 @@ class ChunkMapper:
     usage: Usage = field(default_factory=Usage)
     _text: str | None = None  # id of the open text block
     _reasoning: str | None = None  # id of the open reasoning block
+    # A high surrogate that ended the open block's last delta, held for the next one
+    # (see _join_surrogates).
+    _text_high: str = ""
+    _reasoning_high: str = ""
     _texts: int = 0
     _reasonings: int = 0
     _calls: list[_ToolInput] = field(default_factory=list)
@@ -130,13 +134,23 @@ class ChunkMapper:
         if self._text is None:
             return []
         text_id, self._text = self._text, None
-        return [TextEnd(id=text_id)]
+        out: list[StreamEvent] = []
+        if self._text_high:  # half a pair, never completed: U+FFFD at the boundary
+            out.append(TextDelta(id=text_id, delta=self._text_high))
+            self._text_high = ""
+        out.append(TextEnd(id=text_id))
+        return out
 
     def _end_reasoning(self) -> list[StreamEvent]:
         if self._reasoning is None:
             return []
         reasoning_id, self._reasoning = self._reasoning, None
-        return [ReasoningEnd(id=reasoning_id)]
+        out: list[StreamEvent] = []
+        if self._reasoning_high:
+            out.append(ReasoningDelta(id=reasoning_id, delta=self._reasoning_high))
+            self._reasoning_high = ""
+        out.append(ReasoningEnd(id=reasoning_id))
+        return out
 
     def _text_delta(self, text: str) -> list[StreamEvent]:
         out = self._end_reasoning()
@@ -144,7 +158,9 @@ class ChunkMapper:
             self._text = f"text-{self._texts}"
             self._texts += 1
             out.append(TextStart(id=self._text))
-        out.append(TextDelta(id=self._text, delta=text))
+        text, self._text_high = _join_surrogates(self._text_high, text)
+        if text:
+            out.append(TextDelta(id=self._text, delta=text))
         self.content = True
         return out
 
@@ -154,7 +170,9 @@ class ChunkMapper:
             self._reasoning = f"reasoning-{self._reasonings}"
             self._reasonings += 1
             out.append(ReasoningStart(id=self._reasoning))
-        out.append(ReasoningDelta(id=self._reasoning, delta=text))
+        text, self._reasoning_high = _join_surrogates(self._reasoning_high, text)
+        if text:
+            out.append(ReasoningDelta(id=self._reasoning, delta=text))
         self.content = True
         return out
 
@@ -218,6 +236,28 @@ class ChunkMapper:
         if call.arguments:  # fragments that came before the tool's name
             out.append(ToolInputDelta(call_id=call.call_id, delta=call.arguments))
         return out
+
+
+def _join_surrogates(held: str, text: str) -> tuple[str, str]:
+    """The delta to send, and the high surrogate to hold for the next delta.
+
+    A server whose strings are UTF-16 (JavaScript) may cut a chunk between the two
+    halves of a surrogate pair (an emoji): ``"smile \\ud83d"`` then ``"\\ude00 done"``.
+    JSON decodes each half alone, and a lone surrogate is no text (UTF-8 cannot encode
+    it). So a high surrogate ending a delta is held back, and joined with a low one
+    starting the block's next delta into the one character they encode; a half that
+    finds no other half is sent as it is when its block ends, and becomes U+FFFD at
+    the provider boundary (``events.without_nul``). ``text`` is not empty; the check
+    costs one comparison per delta."""
+    if held:
+        if "\udc00" <= text[0] <= "\udfff":
+            pair = 0x10000 + ((ord(held) - 0xD800) << 10) + (ord(text[0]) - 0xDC00)
+            text = chr(pair) + text[1:]
+        else:
+            text = held + text
+    if "\ud800" <= text[-1] <= "\udbff":
+        return text[:-1], text[-1]
+    return text, ""
 
 
 def _reasoning_text(delta: Any) -> str | None:

@@ -12,10 +12,13 @@
 | start-step / finish-step         | step-start / step-finish part            | yes         |
 | (after a step that changed files) | a patch part                            | yes         |
 
-A model's NUL characters (U+0000) become U+FFFD as they arrive, in every string of
-the stream but a tool call's raw input (``ev.event_without_nul``): the log stores
-no NUL, and holds exactly what clients were sent. A tool call whose input or
-result holds one ends in a tool error (``forge.tools``); the reply goes on.
+A model's NUL characters (U+0000) and lone UTF-16 surrogates (half an emoji from a
+JavaScript server; no UTF-8 text can hold one, so the event's hash, the frame and
+the row would each fail) become U+FFFD as they arrive, in every string of the
+stream but a tool call's raw input, where only raw lone surrogates are replaced
+(``ev.event_without_nul``): the log stores neither, and holds exactly what clients
+were sent. A tool call whose input or result holds one ends in a tool error
+(``forge.tools``); the reply goes on.
 
 Deltas are kept in the in-flight buffer at once (for snapshots, and for
 finalizing an aborted reply) and published in short time windows

@@ -898,3 +898,34 @@ async def test_tool_calls_that_are_not_a_list_are_a_malformed_chunk(
     assert "malformed chunk" in error.message
     assert isinstance(events[-2], TextEnd)
     assert len(fake_openai.requests) == 1
+
+
+async def test_a_surrogate_pair_split_across_chunks_arrives_whole(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """A server with UTF-16 strings (JavaScript) may cut an emoji between its two
+    surrogates, one chunk each (the fake's JSON escapes them: ``"smile \\ud83d"``): the
+    halves are joined into the character, in text and reasoning alike. A half that finds
+    no other half before its block ends is sent alone when the block ends (the
+    Processor makes it U+FFFD)."""
+    fake_openai.push(
+        reply(
+            reasoning=["think \ud83e", "\udd14"],
+            text=["smile \ud83d", "\ude00 done", " cut \ud800"],
+        )
+    )
+
+    events = await collect(make_provider())
+
+    assert events[1:-1] == [
+        ReasoningStart(id="reasoning-0"),
+        ReasoningDelta(id="reasoning-0", delta="think "),
+        ReasoningDelta(id="reasoning-0", delta="\U0001f914"),
+        ReasoningEnd(id="reasoning-0"),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="smile "),
+        TextDelta(id="text-0", delta="\U0001f600 done"),
+        TextDelta(id="text-0", delta=" cut "),
+        TextDelta(id="text-0", delta="\ud800"),
+        TextEnd(id="text-0"),
+    ]

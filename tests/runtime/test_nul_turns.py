@@ -185,3 +185,42 @@ async def test_a_text_complete_hook_that_adds_a_nul_fails_nothing(session, agent
     reply = reply_of(await ahistory(session))
     assert texts(reply) == ["hello\ufffd"]
     assert reply["info"]["error"] is None
+
+
+async def test_a_models_lone_surrogates_become_u_fffd_and_the_reply_completes(
+    session, agents, settings, record
+):
+    """A model server whose strings are UTF-16 (JavaScript) may send half a surrogate
+    pair: one split between two chunks arrives whole (the emoji), one alone becomes
+    U+FFFD, in text, reasoning, a tool's name and an error message, in the frames and
+    the log alike. Before, hashing the text part's event failed (``UnicodeEncodeError:
+    surrogates not allowed``), so did the failure handler's, and the reply stayed open
+    for ever (``completed_at`` null) while the session said idle."""
+    from tests.providers.fake_openai import FakeOpenAI, Stream, ToolCallScript, chunk, reply
+
+    with FakeOpenAI() as fake:
+        settings.OPENAI_BASE_URL = fake.base_url
+        settings.OPENAI_API_KEY = "sk-test"
+        settings.FORGE_MODEL = "openai/gpt-4o-mini"
+        fake.push(
+            reply(
+                reasoning=["hmm \udc00"],
+                text=["smile \ud83d", "\ude00 done", " bad \ud800 half"],
+                tool_calls=[ToolCallScript("call_a", "rm\udfffrf", ["{}"])],
+                finish_reason="tool_calls",
+            ),
+            Stream([chunk({"content": "then \ud83d"}), {"error": {"message": "down \udbff"}}]),
+        )
+        recorder = await record(session)
+        await run(session, "smile")
+        frames = await recorder.settle()
+    reply_item = reply_of(await ahistory(session))
+    assert texts(reply_item) == ["smile \U0001f600 done bad \ufffd half", "then \ufffd"]
+    assert texts(reply_item, "reasoning") == ["hmm \ufffd"]
+    assert tool_part(reply_item)["tool"] == "rm\ufffdrf"
+    assert reply_item["info"]["completed_at"] is not None
+    assert "down \ufffd (after part" in reply_item["info"]["error"]["message"]
+    streamed = "".join(f["delta"] for f in frames if f["kind"] == "delta")
+    assert "smile \U0001f600 done bad \ufffd half" in streamed
+    assert "\ud83d" not in streamed
+    assert "\ud800" not in streamed
