@@ -45,6 +45,45 @@ class ShapeError(ValueError):
 NUL = "\x00"
 
 
+def _holds_nul(text: str) -> bool:
+    return NUL in text
+
+
+def holds_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone UTF-16 surrogate (U+D800-U+DFFF; a str holds one
+    only alone: JSON decodes an escaped pair to one character). No UTF-8 text can hold
+    it, so neither can the log (its hash, its rows, its frames are UTF-8). O(1) for
+    ASCII text (``isascii``); else a UTF-8 encoding, the one thing it fails on."""
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _path_where(value: Any, path: str, holds: Callable[[str], bool]) -> str | None:
+    """Where a string of ``value`` (a key included) ``holds``, as a path from ``path``;
+    None when none does. Iterative: any depth that JSON could encode is walked."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if holds(item):
+                return where
+        elif isinstance(item, Mapping):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str) and holds(key):
+                    return f"{where}[{key!r}]"  # repr: shows the character as an escape
+                children.append((child, f"{where}.{key}"))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(c, f"{where}[{i}]") for i, c in enumerate(item)]))
+    return None
+
+
 def nul_path(value: Any, path: str) -> str | None:
     """Where ``value`` holds a NUL character (U+0000) in a string, a key included, as a
     path from ``path`` (``part.state.input.content``, ``data.blocks[0].text``); None
@@ -53,22 +92,15 @@ def nul_path(value: Any, path: str) -> str | None:
     The log refuses NUL in every string (``services.append``): PostgreSQL can store
     it neither in ``jsonb`` nor in ``text``, and a log must read the same on both
     stacks, so SQLite refuses it too."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            if NUL in item:
-                return where
-        elif isinstance(item, Mapping):
-            children = []
-            for key, child in item.items():
-                if isinstance(key, str) and NUL in key:
-                    return f"{where}[{key!r}]"
-                children.append((child, f"{where}.{key}"))
-            stack.extend(reversed(children))
-        elif isinstance(item, list | tuple):
-            stack.extend(reversed([(c, f"{where}[{i}]") for i, c in enumerate(item)]))
-    return None
+    return _path_where(value, path, _holds_nul)
+
+
+def surrogate_path(value: Any, path: str) -> str | None:
+    """Where ``value`` holds a lone surrogate (:func:`holds_surrogate`) in a string, a
+    key included, as :func:`nul_path` says where a NUL is. JSON's ``"\\ud800"`` decodes
+    to one, so any JSON a client or a tool sends may hold one; the log refuses it
+    (``services.append``), as it refuses NUL."""
+    return _path_where(value, path, holds_surrogate)
 
 
 Validator = Callable[[str, Any], Any]

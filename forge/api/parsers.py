@@ -8,16 +8,34 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, JSONParser
 
+from sessions.shapes import surrogate_path
+
+
+class NotText(ParseError):
+    default_code = "invalid"  # as a NUL in the request is (forge.nul)
+
 
 class SafeJSONParser(JSONParser):
     """DRF's JSON parser; JSON nested deeper than Python's recursion limit is a 400
-    ``parse_error`` instead of a ``RecursionError`` (a 500)."""
+    ``parse_error`` instead of a ``RecursionError`` (a 500), and a lone UTF-16
+    surrogate anywhere in the body (``"\\ud800"``, half a pair, which JSON decodes but
+    no UTF-8 text holds) is a 400 ``invalid``: the log cannot store it (a title
+    holding one failed the event's hash, a 500) nor the database look it up (an
+    agent's name). A pair of escapes is one character, and is text. Walking the
+    body costs O(1) per ASCII string (base64 attachments)."""
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+        where = surrogate_path(data, "body")
+        if where is not None:
+            raise NotText(
+                f"the request's {where} holds a lone surrogate (U+D800-U+DFFF, half a "
+                "UTF-16 pair), which is no text"
+            )
+        return data
 
 
 class NDJSONParser(BaseParser):

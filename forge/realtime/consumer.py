@@ -38,6 +38,7 @@ from sessions.frames import (
     snapshot_frame,
 )
 from sessions.models import Session
+from sessions.shapes import holds_surrogate, surrogate_path
 
 from . import hub
 from .auth import authorization, current_user
@@ -247,7 +248,32 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "known: prompt, abort, ping, snapshot, approval",
             )
             return
+        # Half a surrogate pair (an escape, "\ud800") is no UTF-8 text: neither the log,
+        # nor a query, nor a frame can hold it. An ASCII frame without such an escape
+        # holds none, and is not walked.
+        maybe = not raw.isascii() or "\\ud" in raw or "\\uD" in raw
+        if maybe and (where := surrogate_path(content, "frame")):
+            await self._not_text(str(kind), content, where)
+            return
         await handler(content)
+
+    async def _not_text(self, kind: str, content: dict[str, Any], where: str) -> None:
+        """The error frame for a frame holding a lone surrogate at ``where``: a prompt's
+        is ``invalid_prompt`` and an answer's ``invalid_answer`` (as a NUL in them is),
+        with the frame's id when that id is text; any other frame's ``bad_frame``."""
+        code, key = {
+            "prompt": ("invalid_prompt", "client_id"),
+            "approval": ("invalid_answer", "call_id"),
+        }.get(kind, ("bad_frame", ""))
+        extra: dict[str, Any] = {}
+        if key:
+            value = content.get(key)
+            extra[key] = value if isinstance(value, str) and not holds_surrogate(value) else None
+        message = (
+            f"the {where} holds a lone surrogate (U+D800-U+DFFF, half a UTF-16 pair), "
+            "which is no text"
+        )
+        await self._error(code, message, **extra)
 
     async def _ping(self, content: dict[str, Any]) -> None:
         await self._send(pong_frame())

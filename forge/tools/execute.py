@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -18,7 +19,14 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from forge.telemetry import metrics
-from sessions.shapes import MAX_DEPTH, NUL, nul_path, too_deep
+from sessions.shapes import (
+    MAX_DEPTH,
+    NUL,
+    holds_surrogate,
+    nul_path,
+    surrogate_path,
+    too_deep,
+)
 
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
 from .registry import get_tool, tool_names
@@ -27,6 +35,8 @@ from .registry import get_tool, tool_names
 # there; the log keeps it whole). Tools that page their own output stay under it.
 MAX_OUTPUT_CHARS = 50_000
 MAX_RAW_INPUT_CHARS = 2_000  # how much of unparseable input is kept in the error's metadata
+# What the log cannot store in a text: NUL, and the surrogates (alone in a str).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 MAX_ERROR_CHARS = 2_000  # how much of an unexpected exception's message reaches the model
 
 
@@ -35,9 +45,11 @@ def _truncate(text: str, limit: int) -> str:
 
 
 def _shown(text: str) -> str:
-    """Text for an error message or its metadata: the log stores no NUL (U+0000), so one
-    is shown as U+FFFD."""
-    return text.replace(NUL, "\ufffd")
+    """Text for an error message or its metadata: the log stores no NUL (U+0000) and no
+    lone surrogate (half a UTF-16 pair, no text), so each is shown as U+FFFD."""
+    if NUL not in text and not holds_surrogate(text):
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def _shown_value(value: Any) -> Any:
@@ -53,7 +65,11 @@ def _shown_value(value: Any) -> Any:
 
 def _storable(error: ToolError) -> ToolError:
     """A tool's own error, with any NUL in its message or metadata shown as U+FFFD."""
-    if NUL not in error.message and nul_path(error.metadata, "metadata") is None:
+    if (
+        _shown(error.message) is error.message
+        and nul_path(error.metadata, "metadata") is None
+        and surrogate_path(error.metadata, "metadata") is None
+    ):
         return error
     return ToolError(_shown(error.message), metadata=_shown_value(error.metadata))
 
@@ -78,7 +94,8 @@ def prepare_call(
     input is also kept (truncated) in ``metadata["raw_input"]``. Arguments holding a
     NUL character (U+0000, ``"\\u0000"`` in the JSON) are refused too: the log, which
     records a call's input, stores no NUL; ``metadata`` then has ``input: {}`` and
-    the raw JSON text (in which the NUL is an escape, six plain characters).
+    the raw JSON text (in which the NUL is an escape, six plain characters). So are
+    arguments holding a lone surrogate (``"\\ud800"``, half a UTF-16 pair: no text).
 
     An empty (or all-blank) ``raw_input`` counts as ``{}``: models send that for
     tools without parameters.
@@ -95,7 +112,9 @@ def prepare_call(
         if parse_error is None and too_deep(parsed):  # the log would refuse it
             parsed, parse_error = None, f"nested deeper than {MAX_DEPTH} levels"
     nul_at = nul_path(parsed, "arguments") if parsed is not None else None
-    args: dict[str, Any] = parsed if isinstance(parsed, dict) and nul_at is None else {}
+    lone_at = surrogate_path(parsed, "arguments") if parsed is not None else None
+    storable = nul_at is None and lone_at is None
+    args: dict[str, Any] = parsed if isinstance(parsed, dict) and storable else {}
 
     registered = tool_names()
     available = registered if allowed is None else [n for n in registered if n in allowed]
@@ -120,6 +139,13 @@ def prepare_call(
         raise ToolError(
             f"invalid input for {name}: {nul_at} holds a NUL character (U+0000), which "
             "cannot be stored; send the text without it",
+            metadata={"input": {}, "raw_input": _shown(raw_input[:MAX_RAW_INPUT_CHARS])},
+        )
+    if lone_at is not None:
+        raise ToolError(
+            f"invalid input for {name}: {lone_at} holds a lone surrogate (U+D800-U+DFFF, "
+            "half a UTF-16 pair), which is no text and cannot be stored; send whole "
+            "characters",
             metadata={"input": {}, "raw_input": _shown(raw_input[:MAX_RAW_INPUT_CHARS])},
         )
     if not isinstance(parsed, dict):
@@ -191,8 +217,9 @@ async def run_tool(
     is returned whole, however long: it is logged raw (the runtime stores one over
     ``FORGE_TOOL_OUTPUT_MAX_BYTES`` as a file), and only the model's projection
     truncates it (:mod:`forge.context.messages`). A
-    result holding a NUL character (U+0000) anywhere is an error (the log stores no
-    NUL); a NUL in an error's text is shown as U+FFFD.
+    result holding a NUL character (U+0000) or a lone surrogate (half a UTF-16 pair,
+    from a tool or an MCP server that cut an emoji) anywhere is an error (the log
+    stores neither); either in an error's text is shown as U+FFFD.
     Cancellation of the awaiting task propagates as :class:`asyncio.CancelledError`.
     """
     limit = _effective_timeout(tool, timeout)
@@ -227,14 +254,20 @@ async def run_tool(
             f"{type(result.output).__name__}, expected a str",
             metadata={"exception": "TypeError"},
         )
-    where = nul_path(
-        {"output": result.output, "title": result.title, "metadata": result.metadata}, "result"
-    )
+    stored = {"output": result.output, "title": result.title, "metadata": result.metadata}
+    where = nul_path(stored, "result")
     if where is not None:
         raise ToolError(
             f"tool {tool.name!r} failed: {where} holds a NUL character (U+0000), which "
             "cannot be stored",
             metadata={"exception": "NulCharacter"},
+        )
+    where = surrogate_path(stored, "result")
+    if where is not None:
+        raise ToolError(
+            f"tool {tool.name!r} failed: {where} holds a lone surrogate (U+D800-U+DFFF, "
+            "half a UTF-16 pair), which is no text and cannot be stored",
+            metadata={"exception": "LoneSurrogate"},
         )
     return result
 

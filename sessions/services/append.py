@@ -30,7 +30,7 @@ from ..log import (
     now_ms,
 )
 from ..models import Session, SessionEvent, row_held_keys
-from ..shapes import nul_path
+from ..shapes import nul_path, surrogate_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
 
@@ -68,6 +68,20 @@ def _refuse_nul(event_type: str, data: dict[str, Any]) -> None:
         raise error(f"{where}: holds a NUL character (U+0000), which the log does not store")
 
 
+def _refuse_surrogate(event_type: str, data: dict[str, Any]) -> None:
+    """The log's rule for lone UTF-16 surrogates (U+D800-U+DFFF), which a JSON string
+    can carry (``"\\ud800"``) and no UTF-8 text can: refused like NUL, with the write's
+    own error (status 400), before anything is written. Without it the event's hash
+    raised ``UnicodeEncodeError`` (a 500, or a reply left open for ever). What a model
+    says has them replaced with U+FFFD before it gets here (``providers.events``)."""
+    name, error = _REFUSALS.get(event_type, ("data", InvalidEvent))
+    where = surrogate_path(data, name)
+    if where is not None:
+        raise error(
+            f"{where}: holds a lone surrogate (U+D800-U+DFFF), which the log does not store"
+        )
+
+
 def _prepare(
     dialect: sql.Dialect, session: Session, head: sql.Head, event_type: str, data: dict[str, Any]
 ) -> _Prepared:
@@ -93,7 +107,11 @@ def _prepare(
         at=at_text,
         data_json=data_json,
     )
-    event_hash = chain_hash_text(head.hash, body_text)
+    try:
+        event_hash = chain_hash_text(head.hash, body_text)
+    except UnicodeEncodeError:  # a lone surrogate: found only when hashing, at no cost
+        _refuse_surrogate(event_type, data)
+        raise
     db_at = dialect.adapt_datetime(at)
     statements = [
         sql.insert_event(

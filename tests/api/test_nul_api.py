@@ -123,3 +123,79 @@ async def test_a_socket_prompt_naming_an_agent_with_a_nul_gets_an_error_frame(
     assert json.loads(await ws.receive_from()) == {"kind": "pong"}
     await ws.disconnect()
     assert await database_sync_to_async(session.events.count)() == 1
+
+
+LONE = "\ud800"  # half a UTF-16 surrogate pair: JSON's "\ud800" decodes to it
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("post", "messages", {"text": f"hi {LONE} there"}),
+        ("post", "messages", {"text": "hi", "agent": f"bu{LONE}ild"}),
+        ("post", "messages", {"text": "hi", "files": [{"filename": f"{LONE}.txt", "content": ""}]}),
+        ("post", "sessions", {"title": f"a{LONE}b"}),
+        ("patch", "session", {"title": f"a{LONE}b"}),
+        ("patch", "session", {f"ti{LONE}tle": "x"}),
+    ],
+    ids=["prompt", "agent", "filename", "create-title", "rename", "key"],
+)
+def test_a_lone_surrogate_in_a_json_body_is_400_and_writes_nothing(
+    api, session, agents, method, url, body
+):
+    """DRF's JSON parser accepts ``"\\ud800"``; no UTF-8 text holds what it decodes to,
+    so a title holding one failed the log's hash (a 500) and an agent's name reached the
+    database. The parser refuses it anywhere in a body, as the API refuses NUL."""
+    path = {
+        "messages": f"/api/sessions/{session.pk}/messages/",
+        "sessions": "/api/sessions/",
+        "session": f"/api/sessions/{session.pk}/",
+    }[url]
+    sessions, events = Session.objects.count(), SessionEvent.objects.count()
+    raw = json.dumps(body)  # ASCII: the surrogate as an escape, as a browser sends it
+    assert "\\ud800" in raw
+    response = getattr(api, method)(path, raw, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert error(response)["code"] == "invalid"
+    assert "lone surrogate" in error(response)["message"]
+    assert (Session.objects.count(), SessionEvent.objects.count()) == (sessions, events)
+
+
+def test_a_surrogate_pair_in_a_json_body_is_text(api, session):
+    response = api.patch(
+        f"/api/sessions/{session.pk}/",
+        json.dumps({"title": "smile \U0001f600"}),
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.content
+    assert Session.objects.get(pk=session.pk).title == "smile \U0001f600"
+
+
+async def test_a_socket_frame_holding_a_lone_surrogate_gets_an_error_frame(session, token, agents):
+    ws = socket(session.pk, token)
+    await ws.connect()
+    await frames_until(ws, lambda f: len(f) == 1)
+    for frame, code, extra in (
+        ({"type": "prompt", "text": "hi", "agent": f"bu{LONE}ild"}, "invalid_prompt", {}),
+        (
+            {"type": "prompt", "text": "hi", "client_id": "c1", "files": [{"mime": f"t/{LONE}"}]},
+            "invalid_prompt",
+            {"client_id": "c1"},
+        ),
+        ({"type": "prompt", "text": "hi", "client_id": LONE}, "invalid_prompt", {}),
+        (
+            {"type": "approval", "call_id": "x", "approve": False, "reason": LONE},
+            "invalid_answer",
+            {"call_id": "x"},
+        ),
+        ({"type": "snapshot", LONE: 1}, "bad_frame", {}),
+    ):
+        await ws.send_to(text_data=json.dumps(frame))
+        reply = json.loads(await ws.receive_from(timeout=5))
+        assert (reply["kind"], reply["code"]) == ("error", code), reply
+        assert "lone surrogate" in reply["message"]
+        assert extra.items() <= reply.items()
+    await ws.send_to(text_data=json.dumps({"type": "ping"}))
+    assert json.loads(await ws.receive_from()) == {"kind": "pong"}
+    await ws.disconnect()
+    assert await database_sync_to_async(session.events.count)() == 1

@@ -224,3 +224,66 @@ async def test_a_models_lone_surrogates_become_u_fffd_and_the_reply_completes(
     assert "smile \U0001f600 done bad \ufffd half" in streamed
     assert "\ud83d" not in streamed
     assert "\ud800" not in streamed
+
+
+async def test_a_tool_call_whose_arguments_hold_a_lone_surrogate_ends_in_a_tool_error(
+    session, agents, script
+):
+    """``"\\ud800"`` in the arguments' JSON decodes to half a surrogate pair, which the
+    log cannot store: a tool error, as a NUL is, and the reply goes on."""
+    arguments = '{"path": "notes.txt", "content": "a\\ud800b"}'
+    script([tool_reply("write_file", arguments), text_reply("I see the problem")])
+    await run(session, "write it")
+    reply = reply_of(await ahistory(session))
+    part = tool_part(reply)
+    assert part["state"]["status"] == "error"
+    assert "arguments.content holds a lone surrogate" in part["state"]["error"]
+    assert part["state"]["input"] == {}
+    assert part["state"]["metadata"]["raw_input"] == arguments  # JSON text: an escape
+    assert reply["info"]["error"] is None
+    assert reply["info"]["completed_at"] is not None
+    assert texts(reply) == ["I see the problem"]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        ToolResult(output="smile \ud83d"),
+        ToolResult(output="ok", title="\udc00"),
+        ToolResult(output="ok", metadata={"name\ud800": 1}),
+    ],
+    ids=["output", "title", "metadata-key"],
+)
+async def test_a_tool_whose_result_holds_a_lone_surrogate_ends_in_a_tool_error(
+    session, agents, script, result
+):
+    """A tool's (or an MCP server's) result holding half a surrogate pair ends its call
+    in error, as a NUL does; before, the write of its result failed the reply."""
+
+    async def half(ctx: Any, args: dict[str, Any]) -> ToolResult:
+        return result
+
+    script([tool_reply("half", "{}"), text_reply("noted")])
+    with temporary_tools(Tool("half", "returns half a pair", {"type": "object"}, half)):
+        await run(session, "go")
+    reply = reply_of(await ahistory(session))
+    part = tool_part(reply)
+    assert part["state"]["status"] == "error"
+    assert "lone surrogate" in part["state"]["error"]
+    assert reply["info"]["error"] is None
+    assert reply["info"]["completed_at"] is not None
+    assert texts(reply) == ["noted"]
+
+
+async def test_a_tool_that_raises_a_message_with_a_lone_surrogate_ends_in_that_error(
+    session, agents, script
+):
+    async def broken(ctx: Any, args: dict[str, Any]) -> str:
+        raise OSError("cannot open '\udcff'")
+
+    script([tool_reply("broken", "{}"), text_reply("noted")])
+    with temporary_tools(Tool("broken", "raises", {"type": "object"}, broken)):
+        await run(session, "go")
+    reply = reply_of(await ahistory(session))
+    assert "cannot open '\ufffd'" in tool_part(reply)["state"]["error"]
+    assert reply["info"]["completed_at"] is not None

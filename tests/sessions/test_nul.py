@@ -149,3 +149,33 @@ def test_a_backslash_u0000_that_is_text_is_no_nul(session: Any, user_message: di
         },
     )
     assert Part.objects.get(pk=event.data["id"]).data["text"] == "C's NUL is written \\u0000 or \\0"
+
+
+@pytest.mark.parametrize(
+    ("part", "where"),
+    [
+        ({"type": "text", "text": "smile \ud83d"}, "part.text"),
+        (
+            {
+                "type": "tool",
+                "call_id": "c1",
+                "tool": "write_file",
+                "state": {"status": "running", "input": {"a\udc00": 1}, "time": {"start": TIME}},
+            },
+            "part.state.input",
+        ),
+    ],
+    ids=["text", "key"],
+)
+def test_a_lone_surrogate_in_a_write_is_refused_and_nothing_is_written(
+    session: Any, user_message: dict[str, Any], part: dict[str, Any], where: str
+) -> None:
+    """Half a UTF-16 surrogate pair is no text: the event's hash raised
+    ``UnicodeEncodeError``. Refused like NUL, with the write's own error (400)."""
+    counts = (SessionEvent.objects.count(), Part.objects.count())
+    with pytest.raises(InvalidPart) as refused:
+        services.update_part(session=session, part={"message_id": user_message["id"], **part})
+    assert refused.value.status == 400
+    assert str(refused.value).startswith(where), str(refused.value)
+    assert "lone surrogate" in str(refused.value)
+    assert (SessionEvent.objects.count(), Part.objects.count()) == counts

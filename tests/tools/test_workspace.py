@@ -449,8 +449,13 @@ async def test_write_file_refusals(ctx: ToolContext, root: Path, outside: Path) 
 
 
 async def test_write_file_refuses_lone_surrogates(ctx: ToolContext, root: Path) -> None:
+    """Refused as the call's input, before the tool runs (the log could not store that
+    input either); the tool's own check (``content is not valid Unicode text``) stays
+    behind it."""
     error = await refused("write_file", {"path": "x.txt", "content": "a\ud800b"}, ctx)
-    assert error.message.startswith("content is not valid Unicode text")
+    assert error.message.startswith(
+        "invalid input for write_file: arguments.content holds a lone surrogate"
+    )
     assert not (root / "x.txt").exists()
 
 
