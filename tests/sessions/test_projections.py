@@ -148,3 +148,33 @@ def test_ctrl_c_ends_rebuild_with_a_message_not_a_traceback(scripted, monkeypatc
     monkeypatch.setattr(services, "rebuild_projection", interrupted)
     with pytest.raises(CommandError, match=r"interrupted after 0 of 1 session\(s\).*run it again"):
         call_command("rebuild_projections")
+
+
+def test_an_imported_copy_appended_in_batches_projects_as_its_source(scripted, user, monkeypatch):
+    """An import's copy appends its events in batches (``IMPORT_BATCH``): batch bounds fall
+    anywhere in the log (a message and its parts, a removal, a rename, a compaction),
+    and the copy's rows are still what its log projects, its history the source's."""
+    from sessions import services
+    from sessions.services import transfer
+
+    monkeypatch.setattr(transfer, "IMPORT_BATCH", 3)
+    lines = list(selectors.export_lines(session=scripted))
+    copy = services.import_log(user=user, events=services.parse_log(lines), copy=True)
+    tenant = scripted.tenant
+    assert (
+        compare(
+            selectors.projection_from_log(tenant=tenant, session=copy),
+            selectors.stored_projection(tenant=tenant, session=copy),
+        )
+        == []
+    )
+    assert selectors.verify_log(tenant=tenant, session=copy) == []
+
+    def shape(session):
+        return [
+            (item["info"]["role"], [(p["type"], p.get("text")) for p in item["parts"]])
+            for item in selectors.iter_history(tenant=tenant, session_id=session.pk)
+        ]
+
+    assert shape(copy) == shape(scripted)
+    assert len(list(selectors.export_lines(session=copy))) == len(lines)
