@@ -151,13 +151,13 @@ def test_ctrl_c_ends_rebuild_with_a_message_not_a_traceback(scripted, monkeypatc
 
 
 def test_an_imported_copy_appended_in_batches_projects_as_its_source(scripted, user, monkeypatch):
-    """An import's copy appends its events in batches (``IMPORT_BATCH``): batch bounds fall
+    """An import's copy appends its events in batches (``COPY_BATCH``): batch bounds fall
     anywhere in the log (a message and its parts, a removal, a rename, a compaction),
     and the copy's rows are still what its log projects, its history the source's."""
     from sessions import services
     from sessions.services import transfer
 
-    monkeypatch.setattr(transfer, "IMPORT_BATCH", 3)
+    monkeypatch.setattr(transfer, "COPY_BATCH", 3)
     lines = list(selectors.export_lines(session=scripted))
     copy = services.import_log(user=user, events=services.parse_log(lines), copy=True)
     tenant = scripted.tenant
