@@ -52,7 +52,7 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import any_waiting
 from .finalize import INTERRUPTED, finalize_open_messages, message_error
-from .processor import price
+from .model_calls import price
 from .small_model import ask
 
 logger = logging.getLogger(__name__)

@@ -58,15 +58,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-from django.conf import settings
 
 from forge import hooks, tools
 from forge.db.worker import db
@@ -75,10 +72,10 @@ from forge.telemetry import metrics, tracing
 from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
-from sessions.shapes import MAX_COST
 
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
+from .model_calls import failure_kind, price, provider_of
 from .readahead import ReadAhead
 from .tool_calls import Call, Deferred, ToolCalls
 from .turn import Turn
@@ -121,48 +118,6 @@ class StepResult:
     usage: ev.Usage
     cost: float
     error: ev.Error | None = None
-
-
-def price(model: str, usage: ev.Usage) -> float:
-    """Cost in dollars of a step, from ``FORGE_MODEL_PRICES`` (per million tokens).
-
-    Input tokens include cached ones, billed at the cache-read price; output
-    tokens include reasoning.
-    """
-    table = settings.FORGE_MODEL_PRICES.get(model, {})
-    uncached = max(usage.input - usage.cache_read, 0)
-    cost = (
-        uncached * table.get("input", 0.0)
-        + usage.cache_read * table.get("cache_read", table.get("input", 0.0))
-        + usage.cache_write * table.get("cache_write", 0.0)
-        + usage.output * table.get("output", 0.0)
-    )
-    return min(round(cost / 1_000_000, 10), MAX_COST)  # what one event may log
-
-
-def provider_of(model: str) -> str:
-    return model.split("/", 1)[0]
-
-
-_HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
-
-
-def failure_kind(message: str) -> str:
-    """A bounded label for a provider failure: ``http_<status>``, ``timeout``,
-    ``connection``, ``overflow`` or ``other``."""
-    found = _HTTP_STATUS.search(message)
-    if found:
-        return f"http_{found.group(1)}"
-    lowered = message.lower()
-    for word, kind in (
-        ("timed out", "timeout"),
-        ("timeout", "timeout"),
-        ("connect", "connection"),
-        ("context", "overflow"),
-    ):
-        if word in lowered:
-            return kind
-    return "other"
 
 
 class Processor(ToolCalls):

@@ -17,7 +17,7 @@ from forge.providers.base import ModelRequest
 from forge.usage.services import record_side_call
 from memory.summarizers import extractive, summary_for
 
-from .processor import price
+from .model_calls import price
 
 
 class SmallModelError(Exception):

@@ -14,7 +14,7 @@ from sessions import selectors, services
 from sessions.exceptions import NotFound
 from sessions.models import Session
 
-from .processor import price
+from .model_calls import price
 from .small_model import SmallModelError, ask
 
 logger = logging.getLogger(__name__)

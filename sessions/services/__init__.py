@@ -13,12 +13,14 @@ is written: no event, no row, no publish.
   the single entries and ``append_batch`` validate and append the same way;
 * ``messages``: messages and parts, the free events, and the bus-only frames;
 * ``batch``: ``append_batch``, several writes as one transaction (one event each);
-* ``transfer``: rebuild a projection, fork, import a log.
+* ``transfer``: rebuild a projection, fork (and the copies' id renaming and batches);
+* ``imports``: parse, verify and import an exported log (keeping its ids or as a copy).
 """
 
 from ..log import LOG_FORMAT, LOG_VERSION, log_header
 from .append import OPTIMISTIC_ATTEMPTS
 from .batch import append_batch
+from .imports import import_log, parse_log
 from .messages import (
     FREE_EVENT_TYPES,
     append_event,
@@ -32,7 +34,7 @@ from .messages import (
     update_part,
 )
 from .session import create_session, delete_session, session_info, update_session
-from .transfer import fork_session, import_log, parse_log, rebuild_projection
+from .transfer import fork_session, rebuild_projection
 from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart, Write
 
 __all__ = [

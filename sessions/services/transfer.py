@@ -1,38 +1,26 @@
-"""Whole logs: rebuild a session's projection, fork it, import an exported log."""
+"""Whole logs: rebuild a session's projection from its log, fork it; the copies' id
+renaming and batched writes, which an import's copy (``imports``) shares."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import IntegrityError, transaction
-
-from accounts.exceptions import ForgeError, NoTenant
-from accounts.selectors import members_of, tenant_for_user
+from django.db import transaction
 
 from .. import selectors, snapshots, sql
-from ..exceptions import LogIntegrityError, NotFound, SessionMismatch
-from ..free_shapes import check_free_event
-from ..ids import is_valid_id, new_message_id, new_part_id
-from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
+from ..exceptions import NotFound
+from ..ids import new_message_id, new_part_id
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context, rolled_through_moved
-from ..shapes import (
-    ShapeError,
-    normalize_message,
-    normalize_part,
-    nul_path,
-    v_time,
-)
-from ..signals import part_copying, session_imported
+from ..signals import part_copying
 from .batch import append_batch
 from .messages import (
     append_event,
 )
-from .session import TITLE_MAX, clean_agent, clean_title, create_session, update_session
-from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart, Write
+from .session import TITLE_MAX, create_session
+from .writes import UpdateMessage, UpdatePart, Write
 
 
 @transaction.atomic
@@ -77,8 +65,28 @@ def _lock_session(session: Session) -> bool:
 
 # The writes a fork or an import's copy appends at once (``append_batch``). One at a
 # time, a 20,000-event copy took 20-26 s on SQLite, holding its one write lock (every
-# tenant's writers wait), against 6-9 s (bench/transfer.py).
+# tenant's writers wait), against 5-7 s (bench/transfer.py).
 COPY_BATCH = 500
+
+
+class CopyWriter:
+    """A copy's writes, appended ``COPY_BATCH`` at a time (one event per write, as the
+    single entries write them), in the copy's transaction."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.writes: list[Write] = []
+
+    def add(self, write: Write) -> None:
+        self.writes.append(write)
+        if len(self.writes) >= COPY_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is pending (before a write that goes another way)."""
+        if self.writes:
+            append_batch(session=self.session, writes=self.writes)
+            self.writes = []
 
 
 @transaction.atomic
@@ -110,7 +118,7 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
     if blocks:
         append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
     new_ids: dict[str, str] = {}  # message ids only: ``rolled_through_moved`` reads it
-    writes: list[Write] = []  # appended in batches, as an import's copy is
+    writes = CopyWriter(fork)
     for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
         info = item["info"]
         if info["id"] >= before_message_id:
@@ -119,16 +127,12 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
         copy = {**remap_ids(info, new_ids), "session_id": fork.pk}
         if copy.get("parent_id") and info["parent_id"] not in new_ids:
             copy["parent_id"] = None  # a parent that is no more (never copied)
-        writes.append(UpdateMessage(info=copy))
+        writes.add(UpdateMessage(info=copy))
         parts = {part["id"]: new_part_id() for part in item["parts"]}
         for part in item["parts"]:
             renamed = remap_ids(part, {**new_ids, **parts})
-            writes.append(UpdatePart(part=_carried({**renamed, "session_id": fork.pk}, fork)))
-        if len(writes) >= COPY_BATCH:
-            append_batch(session=fork, writes=writes)
-            writes = []
-    if writes:
-        append_batch(session=fork, writes=writes)
+            writes.add(UpdatePart(part=carried({**renamed, "session_id": fork.pk}, fork)))
+    writes.flush()
     moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
@@ -147,7 +151,7 @@ def _output_file(part: dict[str, Any]) -> dict[str, Any] | None:
     return spilled if isinstance(spilled, dict) else None
 
 
-def _carried(part: dict[str, Any], copy: Session) -> dict[str, Any]:
+def carried(part: dict[str, Any], copy: Session) -> dict[str, Any]:
     """The part a copy writes, as the receivers of ``part_copying`` make it (the
     application carries a ``file`` part's stored file into the copy)."""
     for _, answer in part_copying.send(sender=Session, part=part, session=copy):
@@ -188,398 +192,3 @@ def remap_ids(data: dict[str, Any], new_ids: Mapping[str, str]) -> dict[str, Any
             if later:
                 copy[key] = new_ids[min(later)]
     return copy
-
-
-MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
-
-
-def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str, Any]]:
-    """The events of an export file (JSON Lines: a header, then the events in order).
-
-    Raises ``LogIntegrityError`` for a broken line, a line over ``max_line_bytes``,
-    a missing header or an unknown format version, events out of order, or a
-    header that does not match the events (count, head hash). The hash chain is
-    verified by :func:`import_log`.
-    """
-    max_line_bytes = max_line_bytes or MAX_LINE_BYTES
-    header: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        size = len(line) if isinstance(line, bytes) else len(str(line).encode())
-        if size > max_line_bytes:
-            raise LogIntegrityError(f"line {number} is over the limit of {max_line_bytes} bytes")
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise LogIntegrityError(f"line {number} is not UTF-8") from None
-        if number == 1 and line.startswith("\ufeff"):
-            line = line[1:]  # a byte order mark, as editors on Windows save UTF-8
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line, parse_constant=_no_constant)
-        except RecursionError:
-            raise LogIntegrityError(f"line {number} is nested too deeply") from None
-        except ValueError as exc:
-            raise LogIntegrityError(f"line {number} is not JSON: {exc}") from None
-        if not isinstance(event, dict):
-            raise LogIntegrityError(f"line {number} is not an event object")
-        if header is None:
-            if event.get("format") != LOG_FORMAT:
-                raise LogIntegrityError(
-                    f"line {number}: the file has no header (a first line with "
-                    f'"format": "{LOG_FORMAT}")'
-                )
-            if not _same_int(event.get("version"), LOG_VERSION):
-                raise LogIntegrityError(
-                    f"unknown format version {event.get('version')!r}; this server reads "
-                    f"version {LOG_VERSION}"
-                )
-            header = event
-            continue
-        if type(event.get("seq")) is not int:
-            raise LogIntegrityError(
-                f"line {number}: seq must be an integer, not {event.get('seq')!r:.40}"
-            )
-        if events and event["seq"] != events[-1]["seq"] + 1:
-            raise LogIntegrityError(
-                f"line {number}: events out of order (seq {event.get('seq')!r} after "
-                f"{events[-1].get('seq')!r})"
-            )
-        events.append(event)
-    if header is None:
-        raise LogIntegrityError("the file is empty: no header, no events")
-    if not _same_int(header.get("events"), len(events)):
-        raise LogIntegrityError(
-            f"the header announces {header.get('events')!r} events; the file holds {len(events)}"
-        )
-    if events and header.get("head_hash") != events[-1].get("hash"):
-        raise LogIntegrityError("the header's head_hash is not the hash of the last event")
-    if events and header.get("session_id") != events[0].get("session_id"):
-        raise LogIntegrityError("the header names another session than its events")
-    return events
-
-
-def _same_int(value: Any, expected: int) -> bool:
-    """``value`` is the integer ``expected``: not ``true``, not ``1.0`` (which ``==``
-    takes for 1, so such a header was read as version 1)."""
-    return type(value) is int and value == expected
-
-
-def _no_constant(name: str) -> Any:
-    """JSON has no ``NaN``, ``Infinity`` or ``-Infinity`` (Python's decoder takes them)."""
-    raise ValueError(f"{name} is not a JSON value")
-
-
-@transaction.atomic
-def import_log(
-    *, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool = False
-) -> Session:
-    """Recreate a session from its exported log, after verifying it, in the user's tenant.
-
-    The log must verify (sequence, hash chain) and be canonical
-    (:func:`check_canonical`). When its ids are all free in the whole database
-    the session keeps them and its events stay byte for byte what they were;
-    otherwise, and always with ``copy``, it is imported as a copy
-    (:func:`_import_copy`: new ids and a new chain). Whether an id exists in
-    another tenant is never told.
-    """
-    if not events:
-        raise LogIntegrityError("the log is empty")
-    session_id = events[0].get("session_id")
-    if not is_valid_id(session_id):
-        raise LogIntegrityError("the first event names no session")
-    problems = verify_chain(events, session_id=session_id)
-    if problems:
-        raise LogIntegrityError(
-            f"the log does not verify at seq {problems[0].seq}: {problems[0].message}"
-        )
-    first = events[0]
-    if (
-        first["type"] != "session.created"
-        or not isinstance(first["data"], dict)
-        or first["data"].get("id") != session_id
-    ):
-        raise LogIntegrityError("a log starts with its session.created event")
-    check_canonical(events)
-    with transaction.atomic():
-        session = _import(user=user, events=events, copy=copy)
-        session_imported.send(sender=Session, session=session)
-    return session
-
-
-def _import(*, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool) -> Session:
-    strangers = _strangers(user=user, events=events)
-    if copy or strangers or _ids_taken(events):
-        return _import_copy(user=user, events=events)
-    try:
-        with transaction.atomic():  # a savepoint: a taken id undoes only this attempt
-            return _import_keeping_ids(user=user, events=events)
-    except IntegrityError:
-        # An id of this log is taken, perhaps in another tenant: import a copy with
-        # new ids rather than say so (ids are kept only when free in the database).
-        return _import_copy(user=user, events=events)
-
-
-def _strangers(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> set[int]:
-    """The speakers of the log (its messages' ``user_id``) who are not members of the
-    importing user's tenant: another tenant's users, users of another server (a user id
-    is a database's own number), deleted ones. Memory and usage go by the speaker, so
-    such a log is imported as a copy, whose speakers are the importing user."""
-    speakers = {
-        e["data"]["user_id"]
-        for e in events
-        if e["type"] == "message.updated" and "user_id" in e["data"]
-    }
-    if not speakers:
-        return set()
-    try:
-        tenant = tenant_for_user(user)
-    except NoTenant as exc:
-        raise SessionMismatch(str(exc)) from exc
-    members = members_of([tenant.pk]).filter(pk__in=speakers).values_list("pk", flat=True)
-    return speakers - set(members)
-
-
-def _ids_taken(events: list[dict[str, Any]]) -> bool:
-    """Whether an id of the log (its session's, an event's, a message's, a part's) is
-    used already, in any tenant. The database's keys no longer say it on PostgreSQL
-    (they are ``(id, tenant_id)``: ready for Citus), and row-level security hides other
-    tenants' rows from a query, so PostgreSQL asks ``forge_ids_taken`` (migration 0013),
-    which sees every tenant and answers only yes or no. SQLite's keys are still ``id``,
-    and a taken id also fails the insert there."""
-    session_id = events[0]["session_id"]
-    ids: dict[str, set[str]] = {"message.updated": set(), "part.updated": set()}
-    for event in events:
-        if event["type"] in ids:
-            ids[event["type"]].add(event["data"]["id"])
-    event_ids = sorted({e["id"] for e in events})
-    messages, parts = sorted(ids["message.updated"]), sorted(ids["part.updated"])
-    connection = transaction.get_connection()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT forge_ids_taken(%s, %s, %s, %s)", [session_id, event_ids, messages, parts]
-            )
-            return bool(cursor.fetchone()[0])
-    return (
-        Session.objects.filter(pk=session_id).exists()
-        or SessionEvent.objects.filter(pk__in=event_ids).exists()
-        or Message.objects.filter(pk__in=messages).exists()
-        or Part.objects.filter(pk__in=parts).exists()
-    )
-
-
-def _import_keeping_ids(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
-    """The log as it is: the session keeps its id and its events stay byte for byte what
-    they were (the chain still verifies); messages and parts are rebuilt from them.
-    Raises ``IntegrityError`` when any of its ids is taken."""
-    try:
-        tenant = tenant_for_user(user)
-    except NoTenant as exc:
-        raise SessionMismatch(str(exc)) from exc
-    first, session_id = events[0], events[0]["session_id"]
-    info = first["data"]
-    session = Session.objects.create(
-        id=session_id,
-        tenant=tenant,
-        user_id=user.pk,
-        title=clean_title(info.get("title") or ""),
-        agent=clean_agent(info.get("agent")),
-        created_at=parse_time(info["created_at"]),
-        updated_at=parse_time(events[-1]["at"]),
-    )
-    SessionEvent.objects.bulk_create(
-        [
-            SessionEvent(
-                id=e["id"],
-                tenant=tenant,
-                session=session,
-                seq=e["seq"],
-                type=e["type"],
-                at=parse_time(e["at"]),
-                data=e["data"],
-                hash=e["hash"],
-            )
-            for e in events
-        ],
-        batch_size=500,
-    )
-    rebuild_projection(session=session)
-    return session
-
-
-EVENT_KEYS = frozenset({"seq", "id", "session_id", "type", "at", "data", "hash"})
-
-
-def check_canonical(events: list[dict[str, Any]]) -> None:
-    """Every event exactly as this server's write entries would have written it, or
-    ``LogIntegrityError`` naming the first that is not.
-
-    A log whose hashes verify can still hold what no write entry accepts (``seq:
-    true``, a time in another format, an unknown role, a ``javascript:`` file URL,
-    a control character in a title, a NUL anywhere); imported as it is, its
-    projection would differ from its events, or the database would refuse it. So
-    each event's data is normalized again, as the services do, against the state
-    the log built so far, and must come out unchanged.
-    """
-    session_id = events[0]["session_id"]
-    messages: dict[str, dict[str, Any]] = {}
-    parts: dict[str, dict[str, Any]] = {}
-    event_ids: set[Any] = set()
-    for event in events:
-        seq = event.get("seq")
-        where = f"seq {seq!r}"
-        try:
-            if set(event) != EVENT_KEYS:
-                raise ValueError(f"an event has exactly the keys {sorted(EVENT_KEYS)}")
-            if type(seq) is not int or not is_valid_id(event["id"]):
-                raise ValueError("seq must be an integer and id an id")
-            if event["id"] in event_ids:
-                raise ValueError(f"event id {event['id']!r} appears twice")
-            event_ids.add(event["id"])
-            at = event["at"]
-            if not isinstance(at, str) or format_time(parse_time(at)) != at:
-                raise ValueError(f"at must be a time as this server writes it, not {at!r:.40}")
-            data = event["data"]
-            if not isinstance(data, dict):
-                raise ValueError("data must be an object")
-            nul = nul_path(event, "event")
-            if nul is not None:  # the log stores none (services.append), on any stack
-                raise ValueError(f"{nul} holds a NUL character (U+0000)")
-            canonical = _canonical(event["type"], data, session_id, messages, parts)
-        except (
-            ValueError,
-            LookupError,
-            TypeError,
-            AttributeError,
-            RecursionError,
-            ShapeError,
-            ForgeError,
-        ) as exc:
-            raise LogIntegrityError(f"{where}: not as this server writes it: {exc}") from None
-        if canonical != data:
-            raise LogIntegrityError(f"{where}: the event's data is not in its canonical form")
-
-
-def _canonical(
-    kind: str,
-    data: dict[str, Any],
-    session_id: str,
-    messages: dict[str, dict[str, Any]],
-    parts: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
-    if kind in ("session.created", "session.updated"):
-        if data.get("id") != session_id:
-            raise ValueError("the session's own id")
-        clean_title(data.get("title") or "")
-        clean_agent(data.get("agent"))
-        if v_time("data.created_at", data["created_at"]) != data["created_at"]:
-            raise ValueError("created_at must be a time as this server writes it")
-        return data
-    if kind == "message.updated":
-        message = normalize_message(data, session_id=session_id, existing=messages.get(data["id"]))
-        parent = message.get("parent_id")
-        if parent is not None and parent not in messages:
-            raise ValueError(f"no message {parent!r} before it")
-        messages[message["id"]] = message
-        return message
-    if kind == "part.updated":
-        part = normalize_part(data, session_id=session_id, existing=parts.get(data["id"]))
-        if part["message_id"] not in messages:
-            raise ValueError(f"no message {part['message_id']!r} before it")
-        parts[part["id"]] = part
-        return part
-    # The removals exactly as ``remove_message`` / ``remove_part`` write them: their data
-    # was returned as given, so one with extra keys passed (and was logged with them).
-    if kind == "message.removed":
-        messages.pop(data["message_id"])
-        return {"session_id": session_id, "message_id": data["message_id"]}
-    if kind == "part.removed":
-        part = parts.pop(data["part_id"])
-        return {
-            "session_id": session_id,
-            "message_id": part["message_id"],
-            "part_id": data["part_id"],
-        }
-    check_free_event(kind, data)  # session.compacted, context.updated
-    if kind == "session.compacted":
-        for field in ("message_id", "parent_id"):
-            if data[field] not in messages:
-                raise ValueError(f"data.{field}: no message {data[field]!r} before it")
-    return data
-
-
-def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Session:
-    """A copy of a verified log: the session, its messages and parts get new ids (in the
-    same order as the originals, so every id comparison still holds) and the events
-    are appended anew, so the copy has its own chain; its ``session.created`` records
-    the source's id, head seq and head hash. The copy is the importing user's: every
-    message names them as its speaker (``user_id``), so that its memory and its usage
-    are theirs, never those of whoever spoke in the source (a copy imported again and
-    again would otherwise spend that person's budget)."""
-    source = events[0]["data"]
-    message_ids = sorted(
-        {e["data"]["id"] for e in events if e["type"] == "message.updated"}
-        | {e["data"]["message_id"] for e in events if e["type"] == "message.removed"}
-    )
-    part_ids = sorted(
-        {e["data"]["id"] for e in events if e["type"] == "part.updated"}
-        | {e["data"]["part_id"] for e in events if e["type"] == "part.removed"}
-    )
-    new_ids = {old: new_message_id() for old in message_ids}
-    message_new_ids = dict(new_ids)  # in creation order, as ``message_ids`` is sorted
-    new_ids.update({old: new_part_id() for old in part_ids})
-    session = create_session(
-        user=user,
-        title=clean_title(source.get("title") or ""),
-        agent=clean_agent(source.get("agent")) or None,
-        copied_from={
-            "session_id": events[0]["session_id"],
-            "head_seq": events[-1]["seq"],
-            "head_hash": events[-1]["hash"],
-        },
-    )
-
-    # The events are appended in batches (``append_batch``: one event per write, as the
-    # single entries write them). One at a time, a 60,000-event import took a minute,
-    # and on SQLite its transaction holds the one write lock of every tenant that long.
-    writes: list[Write] = []
-
-    def flush() -> None:
-        if writes:
-            append_batch(session=session, writes=writes)
-            writes.clear()
-
-    for event in events[1:]:
-        kind, data = event["type"], remap_ids(event["data"], new_ids)
-        data["session_id"] = session.pk
-        if "user_id" in data:
-            data["user_id"] = user.pk
-        if kind == "session.updated":
-            flush()
-            update_session(session=session, title=data.get("title") or "", agent=data.get("agent"))
-        elif kind == "message.updated":
-            writes.append(UpdateMessage(info=data))
-        elif kind == "part.updated":
-            writes.append(UpdatePart(part=_carried(data, session)))
-        elif kind == "message.removed":
-            writes.append(RemoveMessage(message_id=data["message_id"]))
-        elif kind == "part.removed":
-            writes.append(RemovePart(part_id=data["part_id"]))
-        else:  # session.compacted, context.updated
-            data.pop("session_id")
-            if kind == "context.updated":
-                moved = {
-                    (b.get("kind"), b.get("key")): b
-                    for b in rolled_through_moved(data["blocks"], message_new_ids)
-                }
-                data["blocks"] = [
-                    moved.get((b.get("kind"), b.get("key")), b) for b in data["blocks"]
-                ]
-            writes.append(AppendEvent(type=kind, data=data))
-        if len(writes) >= COPY_BATCH:
-            flush()
-    flush()
-    return session

@@ -225,9 +225,9 @@ def _huge(lines: list[Any]) -> list[Any]:
 def test_a_bad_export_file_is_refused_and_nothing_is_written(
     compacted, user, tmp_path, tamper, message, monkeypatch
 ):
-    from sessions.services import transfer
+    from sessions.services import imports
 
-    monkeypatch.setattr(transfer, "MAX_LINE_BYTES", 2000)
+    monkeypatch.setattr(imports, "MAX_LINE_BYTES", 2000)
     path = export(compacted, tmp_path)
     _write(path, tamper(_lines(path)))
     sessions, events = Session.objects.count(), SessionEvent.objects.count()

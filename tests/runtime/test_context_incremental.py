@@ -28,7 +28,7 @@ from forge.context.incremental import (
 from forge.context.pruning import prune
 from forge.context.visible import visible_history as full_history
 from sessions import selectors, services
-from sessions.services.transfer import parse_log
+from sessions.services.imports import parse_log
 
 pytestmark = pytest.mark.django_db
 
