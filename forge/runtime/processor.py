@@ -7,8 +7,8 @@
 | text-end / reasoning-end         | the whole part (trimmed, hook applied)   | yes         |
 | tool-input-start                 | the tool part, ``pending``               | yes         |
 | tool-input deltas                | no                                       | no          |
-| tool-call                        | ``running`` (held), then, once the step's | yes         |
-|                                  | stream ended, ``completed``/``error``     |             |
+| tool-call                        | ``running``, with the step-finish; once   | yes         |
+|                                  | the stream ended, ``completed``/``error`` |             |
 | start-step / finish-step         | step-start / step-finish part            | yes         |
 | (after a step that changed files) | a patch part                            | yes         |
 
@@ -40,8 +40,9 @@ state) or with the message update that ends the step (:meth:`Processor.write`),
 so a one-text step costs three transactions (its opening with the step-start,
 its end, the step-finish with the message update).
 
-**A tool runs once the model's call is over.** An allowed call is logged
-``running`` at the model's ``tool-call`` but held; the step's ``finish-step`` (the
+**A tool runs once the model's call is over.** An allowed call's ``running`` state
+is made at the model's ``tool-call`` but kept apart from what is held (another write
+of the step, a block's end, must not carry it); the step's ``finish-step`` (the
 call's usage) follows, the stream is closed, and then one transaction writes the
 running states with the step-finish before the first tool runs. A process killed
 while a tool runs thus leaves the model call's tokens and cost in the log, and the
@@ -129,6 +130,7 @@ class Processor(ToolCalls):
         self.calls: dict[str, Call] = {}
         self.awaiting: list[str] = []  # calls of this step logged awaiting-approval
         self.deferred: list[Deferred] = []  # allowed calls, run once the step ends
+        self.running: list[services.Write] = []  # their running states, held at the step's end
         self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
         self.workspace: Path | None = None  # the session's workspace path, once known
@@ -194,8 +196,10 @@ class Processor(ToolCalls):
         return result
 
     def take_held(self) -> list[services.Write]:
-        """The held writes, handed over (for finalizing an aborted reply with them)."""
-        held, self.held = self.held, []
+        """The held writes, handed over (for finalizing an aborted reply with them), with
+        the running states of calls the step had not ended yet (finalizing ends them
+        interrupted, with their input)."""
+        held, self.held, self.running = [*self.held, *self.running], [], []
         return held
 
     async def _part(self, part: dict[str, Any]) -> None:
@@ -429,8 +433,12 @@ class Processor(ToolCalls):
 
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
-        await self.close_open_blocks()
+        for block_id in list(self.blocks):  # the step's end is in hand: held, not written
+            await self._close(block_id, with_step_end=True)
         self._hold_unfinished_calls()
+        # The calls' running states go with the step-finish, in one transaction.
+        self.held.extend(self.running)
+        self.running = []
         after = await self._workspace()
         cost = price(turn.model, event.usage)
         self.step_end = _StepEnd(part_id=new_part_id(), hash=after.hash)

@@ -63,6 +63,7 @@ class ToolCalls:
     calls: dict[str, Call]  # call id -> its call, while it is open
     awaiting: list[str]  # calls of this step logged awaiting-approval
     deferred: list[Deferred]  # allowed calls of this step, run once the step ends
+    running: list[services.Write]  # their ``running`` states, held from the step's end on
     mcp_tools: dict[str, tools.Tool] | None  # the agent's MCP tools, listed once per turn
 
     if TYPE_CHECKING:
@@ -149,12 +150,17 @@ class ToolCalls:
             return
         # Run once the model's call has ended (:meth:`run_deferred`), so that its
         # step-finish (what the call used) is in the log before any tool runs.
+        # Its ``running`` state is kept apart, not held: a write of the step before its
+        # end (a block's end, another call's opening) would carry it, and a process killed
+        # then left a running call with no step-finish before it.
         call.status = "running"
-        self._hold(
-            {
-                "id": call.part_id,
-                "state": {"status": "running", "input": args, "time": {"start": call.start}},
-            }
+        self.running.append(
+            services.UpdatePart(
+                part={
+                    "id": call.part_id,
+                    "state": {"status": "running", "input": args, "time": {"start": call.start}},
+                }
+            )
         )
         self.deferred.append(Deferred(event.call_id, call, tool, args))
 
@@ -173,7 +179,7 @@ class ToolCalls:
     def _hold_unrun_calls(self) -> None:
         """The step's allowed calls that will never run (the model's stream failed after
         it made them) end as errors, held for the step's last write."""
-        deferred, self.deferred = self.deferred, []
+        deferred, self.deferred, self.running = self.deferred, [], []
         for run in deferred:
             self.calls.pop(run.call_id, None)
             run.call.status = "error"

@@ -321,6 +321,63 @@ async def test_a_call_runs_only_once_its_step_has_ended(session, agents, script)
     assert reply["info"]["error"]["message"] == "the server went away"
 
 
+async def test_a_call_is_logged_running_only_with_its_steps_finish(session, agents, settings):
+    """A CI failure (a flaky kill -9 test): a write of the step after the model's
+    ``tool-call`` (a block opened or ended) carried the call's ``running`` state, so a
+    process killed before the step's end left a running call and no step-finish (the
+    model call's usage lost). Here the stream pauses after such a write: the call is
+    still ``pending``, and ``running`` comes in the transaction of the step-finish."""
+    from forge import providers
+    from forge.providers import events as ev
+    from forge.tools import Tool, temporary_tools
+
+    paused, go_on = asyncio.Event(), asyncio.Event()
+
+    class Pausing:
+        name = "pausing"
+        steps = 0
+
+        async def stream(self, request: Any) -> Any:
+            Pausing.steps += 1
+            yield ev.StartStep()
+            if Pausing.steps > 1:
+                yield ev.TextStart("t")
+                yield ev.TextDelta("t", "done")
+                yield ev.TextEnd("t")
+                yield ev.FinishStep("stop", ev.Usage())
+                return
+            yield ev.ToolInputStart("c1", "note")
+            yield ev.ToolCall("c1", "note", "{}")
+            yield ev.ReasoningStart("r")
+            yield ev.ReasoningDelta("r", "thinking")
+            paused.set()
+            await go_on.wait()
+            yield ev.FinishStep("tool-calls", ev.Usage(input=120, output=30))
+
+    async def note(ctx: Any, args: dict) -> str:
+        return "noted"
+
+    providers.register("pausing", lambda model: Pausing())
+    settings.FORGE_MODEL = "pausing/any"
+    with temporary_tools(Tool("note", "notes", {"type": "object"}, note)):
+        started = await start_turn(session=session, text="note it")
+        await asyncio.wait_for(paused.wait(), 10)
+        await asyncio.sleep(0.05)  # whatever the opening wrote is in
+        tools = [p for p in assistant(await ahistory(session))["parts"] if p["type"] == "tool"]
+        assert [p["state"]["status"] for p in tools] == ["pending"]
+        go_on.set()
+        await asyncio.wait_for(started.task, 30)
+    log = [e for e in await alog(session) if e["type"] == "part.updated"]
+    running = next(e["seq"] for e in log if e["data"].get("state", {}).get("status") == "running")
+    finish = next(e["seq"] for e in log if e["data"]["type"] == "step-finish")
+    reasoning_end = next(
+        e["seq"] for e in log if e["data"]["type"] == "reasoning" and e["data"]["time"].get("end")
+    )
+    # One batch: the reasoning's end, the running state, the step-finish, in a row.
+    assert [running, finish] == [reasoning_end + 1, reasoning_end + 2]
+    assert assistant(await ahistory(session))["info"]["completed_at"]
+
+
 async def test_the_step_limit_stops_a_model_that_keeps_calling_tools(session, agents, script):
     agents["build"].step_limit = 2
     await database_sync_to_async(agents["build"].save)()
