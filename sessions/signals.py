@@ -2,8 +2,10 @@
 its usage table).
 
 ``session_deleted(sender=Session, tenant_id, session_id)``: sent once the
-transaction that deleted a session with its log has committed. The store knows
-nothing of workspaces or uploads; the application removes them on this signal.
+transaction that deleted a session with its log has committed, and for a fork or an
+import's copy that failed (its rows rolled back, never what ``part_copying``'s receivers
+stored beside them). The store knows nothing of workspaces or uploads; the application
+removes them on this signal.
 
 ``session_deleting(sender=Session, session)``: sent inside the transaction that deletes
 a session, before anything of it is deleted, so a receiver can still read its log,

@@ -27,7 +27,7 @@ from ..shapes import (
 )
 from ..signals import session_imported
 from .session import clean_agent, clean_title, create_session, update_session
-from .transfer import CopyWriter, carried, rebuild_projection, remap_ids
+from .transfer import CopyWriter, carried, rebuild_projection, remap_ids, undone_on_failure
 from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
@@ -145,7 +145,8 @@ def import_log(
     check_canonical(events)
     with transaction.atomic():
         session = _import(user=user, events=events, copy=copy)
-        session_imported.send(sender=Session, session=session)
+        with undone_on_failure(session):  # a receiver refusing it (an unknown agent)
+            session_imported.send(sender=Session, session=session)
     return session
 
 
@@ -382,6 +383,19 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
         },
     )
 
+    with undone_on_failure(session):
+        _copy_events(session, events, user=user, new_ids=new_ids, message_new_ids=message_new_ids)
+    return session
+
+
+def _copy_events(
+    session: Session,
+    events: list[dict[str, Any]],
+    *,
+    user: AbstractBaseUser,
+    new_ids: dict[str, str],
+    message_new_ids: dict[str, str],
+) -> None:
     writes = CopyWriter(session)
     for event in events[1:]:
         kind, data = event["type"], remap_ids(event["data"], new_ids)
@@ -411,4 +425,3 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
                 ]
             writes.add(AppendEvent(type=kind, data=data))
     writes.flush()
-    return session

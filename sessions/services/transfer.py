@@ -3,7 +3,8 @@ renaming and batched writes, which an import's copy (``imports``) shares."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -14,7 +15,7 @@ from ..exceptions import NotFound
 from ..ids import new_message_id, new_part_id
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context, rolled_through_moved
-from ..signals import part_copying
+from ..signals import part_copying, session_deleted
 from .batch import append_batch
 from .messages import (
     append_event,
@@ -69,6 +70,19 @@ def _lock_session(session: Session) -> bool:
 COPY_BATCH = 500
 
 
+@contextmanager
+def undone_on_failure(copy: Session) -> Iterator[None]:
+    """What the application keeps beside a copy (the files ``part_copying`` copied, in
+    the copy's transaction) goes when the copy fails: its transaction rolls the rows
+    back, never the files. ``session_deleted`` is sent for the copy, which never was (a
+    new id: nothing else is stored under it), before the failure goes on."""
+    try:
+        yield
+    except BaseException:
+        session_deleted.send(sender=Session, tenant_id=copy.tenant_id, session_id=copy.pk)
+        raise
+
+
 class CopyWriter:
     """A copy's writes, appended ``COPY_BATCH`` at a time (one event per write, as the
     single entries write them), in the copy's transaction."""
@@ -114,6 +128,13 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
         title=f"{session.title or 'Session'} (fork)"[:TITLE_MAX],
         agent=session.agent or None,
     )
+    with undone_on_failure(fork):
+        _copy_history(session, fork, before_message_id=before_message_id)
+    return fork
+
+
+def _copy_history(session: Session, fork: Session, *, before_message_id: str) -> None:
+    tenant = session.tenant
     blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
     if blocks:
         append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
@@ -136,7 +157,6 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
     moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
-    return fork
 
 
 ID_FIELDS = ("id", "message_id", "parent_id", "tail_start_id", "part_id")

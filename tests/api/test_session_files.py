@@ -179,3 +179,59 @@ def test_an_imported_copy_carries_the_files_its_importer_may_read(
         else:
             assert answer.status_code == 200
             assert b"".join(answer.streaming_content) == served
+
+
+def _uploaded_sessions(tenant_id: int) -> set[str]:
+    """The sessions of the tenant that have an uploads directory on disk."""
+    root = Path(default_storage.path(uploads_dir(tenant_id=tenant_id, session_id="x"))).parent
+    return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
+def test_a_fork_that_fails_leaves_no_copied_file(
+    api, session, agents, tmp_path, settings, monkeypatch
+):
+    """QA (LOW): a fork copies its files in its transaction; one that failed after the
+    copy (rolled back, 500) left the files on disk under a session that never was."""
+    from sessions.services import transfer
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    history = _with_a_file(api, session, b"secret")
+    before = _uploaded_sessions(session.tenant_id)
+    assert before == {session.pk}
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk filled up")
+
+    monkeypatch.setattr(transfer, "rolled_through_moved", fails)
+    api.raise_request_exception = False
+    forked = api.post(
+        f"/api/sessions/{session.pk}/fork/", {"message_id": history[2]["info"]["id"]}, format="json"
+    )
+    assert forked.status_code == 500
+    assert _uploaded_sessions(session.tenant_id) == before
+
+
+def test_an_import_refused_after_its_copy_leaves_no_copied_file(
+    api, session, agents, tmp_path, settings
+):
+    """An import refused once its copy is written (a ``session.created`` naming an agent
+    this server has not: 400 ``unknown_agent``, nothing written) left the files its
+    copy had carried on disk."""
+    import json
+
+    from tests.api.test_transfer import _data_of, _rehash
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    _with_a_file(api, session, b"secret")
+    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    lines = _rehash(_data_of("session.created", agent="ghost")(lines))
+    imported = api.generic(
+        "POST",
+        "/api/sessions/import/?copy=1",
+        "\n".join(json.dumps(line) for line in lines).encode(),
+        content_type="application/x-ndjson",
+    )
+    assert imported.status_code == 400, imported.content
+    assert imported.json()["error"]["code"] == "unknown_agent"
+    assert _uploaded_sessions(session.tenant_id) == {session.pk}
