@@ -83,10 +83,11 @@ def on_part_copying(
     session ``S`` is of the copy's tenant and still holds the file: the file is copied
     among the copy's files, under the copy's part id, in the copy's transaction (its
     source cannot be deleted meanwhile: a fork holds the source's row); a copy that
-    fails takes its copies back (``session_deleted``, sent for it). When it cannot be (another tenant's or another server's session, one deleted since, a
-    file gone): the part is kept, naming the copy's own files route, which answers
-    404; it named the source's file, which the copy's readers may not be allowed to
-    read, and which goes when the source goes. A URL that names no stored file (an
+    fails takes its copies back (``session_deleted``, sent for it). When it cannot be
+    (another tenant's or another server's session, one deleted since, a file gone):
+    the part is kept, naming the copy's own files route, which answers 404; it named
+    the source's file, which the copy's readers may not be allowed to read, and which
+    goes when the source goes. A URL that names no stored file (an
     http(s) link) is left as it is. A tool part's ``metadata.output_file`` names the
     copy's part its id was renamed to (its bytes travel with that ``file`` part).
     """
