@@ -46,7 +46,7 @@ from accounts import tenancy
 from accounts.models import Tenant
 from forge import runtime
 from forge.access import chat_of, tenant_of
-from forge.api.parsers import SafeJSONParser
+from forge.api.parsers import PromptJSONParser
 from forge.api.schema import errors
 from forge.context.superseded import is_reply
 from forge.db.routing import session_read
@@ -214,7 +214,7 @@ def _chat_stream(
 class ChatView(APIView):
     """``POST /api/chat``: a user message in, the reply out as a UI message stream."""
 
-    parser_classes = [SafeJSONParser]
+    parser_classes = [PromptJSONParser]
 
     def get_throttles(self) -> list[Any]:
         return [*super().get_throttles(), PromptRateThrottle()]

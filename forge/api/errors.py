@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
@@ -60,7 +61,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         body = error_body(exc.code, str(exc), **error_extra(exc))
         return _with_headers(Response(body, status=exc.status), exc)
     if isinstance(exc, RequestDataTooBig):
-        return Response(error_body("too_large", str(exc)), status=413)
+        # Django's message names its setting: say the limit, as every other 413 does.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        message = f"the request body is over the limit of {limit} bytes"
+        return Response(error_body("too_large", message), status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)

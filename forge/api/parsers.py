@@ -1,13 +1,16 @@
-"""Request body parsers: JSON that refuses what would crash the decoder, and the
-export format (JSON Lines), which the import route reads itself."""
+"""Request body parsers: JSON that refuses what would crash the decoder, a prompt's JSON
+(up to the prompt routes' own limit), and the export format (JSON Lines), which the
+import route reads itself."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, JSONParser
 
+from forge.server_limits import prompt_body_limit, too_large
 from sessions.shapes import surrogate_path
 
 
@@ -36,6 +39,27 @@ class SafeJSONParser(JSONParser):
                 "UTF-16 pair), which is no text"
             )
         return data
+
+
+class PromptJSONParser(BaseParser):
+    """A prompt's JSON (``POST …/messages/``, the AI SDK's ``POST /api/chat``), parsed as
+    :class:`SafeJSONParser` parses, up to the prompt routes' limit
+    (:func:`forge.server_limits.prompt_body_limit`: ten attachments at their limit).
+
+    Not a ``JSONParser``: DRF reads such a parser's body through ``request.body``, which
+    Django caps at ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB), so two 7 MB attachments
+    sent as JSON were a 413 naming that setting, while the same files as multipart
+    passed. The body is read here from the request's stream, one byte past the limit
+    at most (daphne has already refused a larger one as it arrived)."""
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        limit = prompt_body_limit()
+        body = stream.read(limit + 1)
+        if len(body) > limit:
+            raise too_large(limit)
+        return SafeJSONParser().parse(io.BytesIO(body), media_type, parser_context)
 
 
 class NDJSONParser(BaseParser):

@@ -38,7 +38,7 @@ from sessions import selectors, services
 from sessions.models import Session
 
 from .paging import CheckedCursorPagination
-from .parsers import NDJSONParser, SafeJSONParser
+from .parsers import NDJSONParser, PromptJSONParser, SafeJSONParser
 from .schema import errors
 from .serializers import (
     ApprovalSerializer,
@@ -176,7 +176,7 @@ class SessionViewSet(GenericViewSet):
     @action(
         detail=True,
         methods=["get", "post"],
-        parser_classes=[SafeJSONParser, MultiPartParser, FormParser],
+        parser_classes=[PromptJSONParser, MultiPartParser, FormParser],
     )
     def messages(self, request: Request, pk: str) -> Response:
         if request.method == "POST":

@@ -136,3 +136,27 @@ def test_a_media_type_holding_a_nul_is_400_and_creates_no_chat(echo: LiveServer,
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["code"] == "invalid_prompt"
     assert not Session.objects.exists()
+
+
+def test_a_chat_takes_attachments_past_djangos_body_limit_as_multipart_would(
+    echo: LiveServer, user, token, settings
+):
+    """QA (MEDIUM): a prompt route takes ten attachments at their limit, but two 7 MB
+    files sent as JSON were a 413 naming ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (DRF read the
+    JSON through ``request.body``, capped at Django's 16 MiB)."""
+    import os
+
+    body = chat_body("bigFiles")
+    payloads = [os.urandom(7_000_000) for _ in range(2)]
+    body["messages"][-1]["parts"] += [
+        _file_part(data, media_type="application/octet-stream", name=f"f{i}.bin")
+        for i, data in enumerate(payloads)
+    ]
+    answer = chat(echo, token, body)
+    assert answer.status_code == 200, answer.text[:300]
+    session = Session.objects.get(chat_alias="bigFiles")
+    prompt = next(iter(selectors.iter_history(tenant=session.tenant, session_id=session.pk)))
+    assert sorted(p["filename"] for p in prompt["parts"] if p["type"] == "file") == [
+        "f0.bin",
+        "f1.bin",
+    ]

@@ -230,6 +230,39 @@ def test_files_arrive_as_json_base64_or_multipart(api, session, agents, settings
     assert (file_part["filename"], file_part["mime"]) == ("b.csv", "text/csv")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_json_files_past_djangos_body_limit_arrive_as_multipart_ones_do(
+    api, session, agents, settings, tmp_path
+):
+    """QA (MEDIUM): two 7 MB files as JSON (18.7 MB) were a 413 naming Django's
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``; as multipart they passed. A prompt route takes ten
+    attachments at their limit either way; another route's body still stops at 16 MiB,
+    its 413 saying the limit."""
+    import os
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_MODEL = "offline/echo"
+    files = [
+        {"filename": f"f{i}.bin", "content": base64.b64encode(os.urandom(7_000_000)).decode()}
+        for i in range(2)
+    ]
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "keep these", "files": files},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content[:300]
+    names = [p["filename"] for p in answer.json()["message"]["parts"] if p["type"] == "file"]
+    assert names == ["f0.bin", "f1.bin"]
+    renamed = api.patch(f"/api/sessions/{session.pk}/", {"title": "x" * 17_000_000}, format="json")
+    assert renamed.status_code == 413
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert renamed.json()["error"] == {
+        "code": "too_large",
+        "message": f"the request body is over the limit of {limit} bytes",
+    }
+
+
 @pytest.mark.parametrize(
     ("given", "kept", "stored"),
     [
