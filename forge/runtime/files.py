@@ -87,13 +87,17 @@ def on_part_copying(
     (another tenant's or another server's session, one deleted since, a file gone):
     the part is kept, naming the copy's own files route, which answers 404; it named
     the source's file, which the copy's readers may not be allowed to read, and which
-    goes when the source goes. A URL that names no stored file (an
-    http(s) link) is left as it is. A tool part's ``metadata.output_file`` names the
-    copy's part its id was renamed to (its bytes travel with that ``file`` part).
+    goes when the source goes. Any other path of this server (``../`` in it, an old
+    ``/media/…`` one, a crafted log's) names the copy's route too: a copy holds no
+    link into the server that its parts did not put there. An http(s) link is left as
+    it is. A tool part's ``metadata.output_file`` names the copy's part its id was
+    renamed to (its bytes travel with that ``file`` part).
     """
     if part.get("type") == "file" and isinstance(part.get("url"), str):
         named = _FILE_URL.fullmatch(part["url"])
         if named is None:
+            if part["url"].startswith("/"):  # a path of this server that names no file
+                return {**part, "url": file_url(session.pk, part["id"])}
             return None
         _copy_stored_file(
             source_id=named.group(1), source_part=named.group(2), copy=session, part=part

@@ -235,3 +235,43 @@ def test_an_import_refused_after_its_copy_leaves_no_copied_file(
     assert imported.status_code == 400, imported.content
     assert imported.json()["error"]["code"] == "unknown_agent"
     assert _uploaded_sessions(session.tenant_id) == {session.pk}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/sessions/{sid}/files/{pid}/../../../../../../etc/passwd",
+        "/api/sessions/{sid}/files/..%2f..%2f..%2fetc%2fpasswd/",
+        "/api/sessions/../../../../etc/passwd/files/x/",
+        "/media/uploads/t1/notes.txt",
+    ],
+)
+def test_an_imported_copy_names_its_own_route_for_any_other_path(
+    api, session, agents, tmp_path, settings, url
+):
+    """QA (LOW): a copy kept a file part's same-origin path as sent when it was not
+    exactly the files route (``../`` in it, encoded or not), so a crafted log planted
+    arbitrary links to this server in the chat page. Every path names the copy's own
+    route (404 here)."""
+    import json
+
+    from tests.api.test_transfer import _rehash
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    _with_a_file(api, session, b"secret")
+    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    files = [e for e in lines[1:] if e["type"] == "part.updated" and e["data"]["type"] == "file"]
+    assert len(files) == 1  # the upload, its path tampered with
+    files[0]["data"]["url"] = url.format(sid=session.pk, pid=files[0]["data"]["id"])
+    imported = api.generic(
+        "POST",
+        "/api/sessions/import/?copy=1",
+        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
+        content_type="application/x-ndjson",
+    )
+    assert imported.status_code == 201, imported.content
+    copy_id = imported.json()["id"]
+    part = _file_part(api, copy_id)
+    assert part["url"] == f"/api/sessions/{copy_id}/files/{part['id']}/"
+    assert api.get(part["url"]).status_code == 404
