@@ -52,7 +52,7 @@ def assert_denied_by_abort(part: dict) -> None:
     assert state["metadata"]["denied"] is True
     assert state["metadata"]["approval"]["approved"] is False
     assert state["metadata"]["approval"]["reason"] == "aborted"
-    assert state["error"] == "the user denied this tool call: aborted"
+    assert state["error"] == "this tool call was not run: the reply was aborted"
 
 
 async def waiting_calls(session: Any) -> list[str]:
@@ -154,7 +154,7 @@ async def test_abort_of_a_reply_that_only_waits_denies_its_calls_and_ends_it(
     from forge.context import request_for
 
     _, request = await database_sync_to_async(request_for)(session)
-    assert "the user denied this tool call: aborted" in str(request.as_dict()["messages"])
+    assert "this tool call was not run: the reply was aborted" in str(request.as_dict()["messages"])
 
 
 def _turn_env(

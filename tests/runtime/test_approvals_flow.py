@@ -174,6 +174,9 @@ async def test_an_expired_approval_is_denied_and_the_turn_goes_on(
     tool = _tool(reply)
     assert tool["state"]["status"] == "error"
     assert tool["state"]["metadata"]["approval"]["expired"] is True
+    # No one answered: the system's denial says the call was not run, not that the
+    # user denied it (QA: an abort's read as the owner's refusal).
+    assert tool["state"]["error"] == "this tool call was not run: the approval expired"
     assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["expired it"]
     with pytest.raises(ApprovalExpired):
         await answer(session=session, user=user, call_id="call_1", approve=True)
@@ -213,7 +216,7 @@ async def test_a_new_prompt_denies_the_waiting_call_first(session, agents, setti
     first_reply = items[1]
     tool = _tool(first_reply)
     assert tool["state"]["status"] == "error"
-    assert "new prompt" in tool["state"]["error"]
+    assert tool["state"]["error"] == "this tool call was not run: the user sent a new prompt"
     assert first_reply["info"]["completed_at"] is not None
     assert [p["text"] for p in items[-1]["parts"] if p["type"] == "text"] == [
         "second prompt answered"

@@ -28,6 +28,8 @@ AWAITING = "awaiting-approval"
 EXPIRED = "expired"
 NEW_PROMPT = "the user sent a new prompt"
 SYSTEM = "system"
+# A system denial's reason as the model reads it (``denied_state``).
+_SYSTEM_REASONS = {"aborted": "the reply was aborted"}
 
 
 def _waiting_rows(**filters: Any) -> Any:
@@ -95,14 +97,25 @@ def approved_state(part: dict[str, Any], *, reason: str, at: str, by: Any) -> di
 
 
 def denied_state(part: dict[str, Any], *, reason: str, at: str, by: Any) -> dict[str, Any]:
-    """The tool's output the model sees: an error saying it was denied, and why."""
+    """The tool's output the model sees: an error saying it was denied, and why.
+
+    Only a person's answer says the user denied it. The system's denials (``by``
+    :data:`SYSTEM`: the approval expired, a new prompt, an abort, which any member
+    who may prompt the session can send) say the call was not run, and why: "the
+    user denied" it read as the owner's refusal of a call no one had answered."""
     state = part["state"]
     expired = reason == EXPIRED
-    why = "the approval expired" if expired else (reason or "no reason given")
+    if expired:
+        error = "this tool call was not run: the approval expired"
+    elif by == SYSTEM:
+        why = _SYSTEM_REASONS.get(reason, reason or "no reason given")
+        error = f"this tool call was not run: {why}"
+    else:
+        error = f"the user denied this tool call: {reason or 'no reason given'}"
     return {
         "status": "error",
         "input": state.get("input", {}),
-        "error": f"the user denied this tool call: {why}",
+        "error": error,
         "metadata": {
             "denied": True,
             "approval": _approval(
