@@ -66,13 +66,18 @@ SEARCH_MAX = 100
 
 
 def agent_param(raw: str | None) -> str | None:
-    """The ``agent`` filter: None when missing or empty; 400 for what no agent is called."""
-    if raw is None or raw.strip() == "":
+    """The ``agent`` filter: None when missing or empty; 400 for what no agent is called.
+
+    White space around the name is refused, not trimmed: ``?agent=%0a`` trimmed to
+    nothing listed every core, unfiltered, and `` build`` matched ``build``."""
+    if raw is None or raw == "":
         return None
-    name = raw.strip()
-    if len(name) > AGENT_MAX or not name.isprintable():
-        raise InvalidQuery(f"agent must be a name of at most {AGENT_MAX} printable characters")
-    return name
+    if len(raw) > AGENT_MAX or not raw.isprintable() or raw != raw.strip():
+        raise InvalidQuery(
+            f"agent must be a name of at most {AGENT_MAX} printable characters, "
+            "without white space around it"
+        )
+    return raw
 
 
 # --- documentation-only shapes (CONTRACT §2) ------------------------------------------------

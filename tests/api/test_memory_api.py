@@ -238,6 +238,10 @@ def test_query_syntax_is_plain_text_never_a_500(api, mine, query, settings):
         ("/api/memory/cores/?limit=%D9%A3", "invalid_cursor"),
         ("/api/memory/cores/?cursor=bogus", "invalid_cursor"),
         ("/api/memory/cores/?agent=a%00b", "invalid"),
+        # QA (LOW): trimmed, a newline was no filter at all and " build" matched build.
+        ("/api/memory/cores/?agent=%0a", "invalid_query"),
+        ("/api/memory/cores/?agent=%20build", "invalid_query"),
+        ("/api/memory/search/?q=x&agent=build%09", "invalid_query"),
         ("/api/memory/units/{unit}/?limit=1001", "invalid_cursor"),
         ("/api/memory/units/{unit}/?offset=-1", "invalid_cursor"),
         ("/api/memory/units/{unit}/?offset=%D9%A3", "invalid_cursor"),
