@@ -227,8 +227,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             content = json.loads(raw)
-        except (ValueError, RecursionError):
+        except ValueError:
             await self._error("bad_json", "a frame must be a JSON object")
+            return
+        except RecursionError:  # as the HTTP parser says it (forge.api.parsers)
+            await self._error("bad_json", "the frame's JSON is nested too deeply")
             return
         if not isinstance(content, dict):
             await self._error("bad_frame", "a frame must be a JSON object with a type")

@@ -275,6 +275,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         (json.dumps({"type": "prompt", "text": "x" * 100_001}), "too_large"),
         (json.dumps({"type": "prompt", "text": "hi", "agent": "nobody"}), "unknown_agent"),
         (json.dumps({"type": "abort"}), "not_running"),
+        ('{"type": "prompt", "client_id": ' + "[" * 100_000 + "]" * 100_000 + "}", "bad_json"),
     ],
     ids=[
         "not json",
@@ -287,6 +288,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "too large",
         "unknown agent",
         "abort idle",
+        "nested too deeply",
     ],
 )
 async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
@@ -300,6 +302,8 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
     assert reply["kind"] == "error"
     assert reply["code"] == code
     assert reply["message"]
+    if "[[[" in frame:  # QA (LOW): it said "a frame must be a JSON object"
+        assert reply["message"] == "the frame's JSON is nested too deeply"
     await ws.send_to(text_data=json.dumps({"type": "ping"}))
     assert json.loads(await ws.receive_from(timeout=20)) == {"kind": "pong"}
     await ws.disconnect()
