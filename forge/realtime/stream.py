@@ -69,6 +69,12 @@ class SessionStream:
     last_seq: int = 0
     # Streaming parts: how much of each part's text this client has.
     sent: dict[str, int] = field(default_factory=dict)
+    # Parts whose end (or removal) this client was sent: their whole text is in that
+    # event, so no delta or snapshot of theirs follows it. The hub's queue can still
+    # hold a part's deltas when the backlog already sent its end, and the writer drops
+    # a finished part's buffer only once the end is written (a snapshot of it then is
+    # stale, even empty). One id per finished part this stream saw.
+    ended: set[str] = field(default_factory=set)
     stats: StreamStats = field(default_factory=StreamStats)
     # Live frames arrived since the log was last checked for a lost tail.
     needs_resync: bool = False
@@ -104,6 +110,8 @@ class SessionStream:
         for snapshot in await self.snapshots(self.session.pk):
             if only is not None and snapshot["part_id"] != only:
                 continue
+            if snapshot["part_id"] in self.ended:
+                continue
             self.sent[snapshot["part_id"]] = len(snapshot["text"])
             frames.append(snapshot_frame(snapshot))
         return frames
@@ -115,10 +123,13 @@ class SessionStream:
             if part["type"] in ("text", "reasoning"):
                 if part.get("time", {}).get("end"):
                     self.sent.pop(part["id"], None)  # finished: its whole text is in the event
-                elif part["id"] not in self.sent:
+                    self.ended.add(part["id"])
+                elif part["id"] not in self.sent and part["id"] not in self.ended:
                     self.sent[part["id"]] = len(part.get("text", ""))
-        elif frame["type"] in ("part.removed", "message.removed"):
-            self.sent.pop(frame["data"].get("part_id", ""), None)
+        elif frame["type"] == "part.removed":
+            part_id = frame["data"].get("part_id", "")
+            self.sent.pop(part_id, None)
+            self.ended.add(part_id)
 
     # --- live frames --------------------------------------------------------------------
 
@@ -160,6 +171,9 @@ class SessionStream:
 
     async def _accept_delta(self, frame: Frame) -> list[Frame]:
         part_id, offset, delta = frame["part_id"], frame["offset"], frame["delta"]
+        if part_id in self.ended:  # its end was sent, with the whole text
+            self.stats.deltas_dropped += 1
+            return []
         have = self.sent.get(part_id)
         if have is None:
             # A part this client has not seen start: its text-start event is on its way

@@ -105,3 +105,63 @@ async def test_without_replay_the_backlog_is_left_to_the_caller(session, setting
     async with contextlib.aclosing(frames):
         source.put(status_frame(session.pk, "busy"))
         assert (await _next_frame(frames))["status"] == "busy"  # not the event again
+
+
+T0, T1 = "2026-12-06T08:00:00.000Z", "2026-12-06T08:00:01.000Z"
+
+
+def _log_a_finished_text(session: Any) -> tuple[str, str]:
+    """A reply whose text part started and ended in the log: (message id, part id)."""
+    reply = services.update_message(session=session, info={"role": "assistant"})
+    message_id = reply.data["id"]
+    part = services.update_part(
+        session=session,
+        part={"message_id": message_id, "type": "text", "text": "", "time": {"start": T0}},
+    )
+    part_id = part.data["id"]
+    services.update_part(
+        session=session,
+        part={"id": part_id, "text": "hello there", "time": {"start": T0, "end": T1}},
+    )
+    return message_id, part_id
+
+
+async def test_a_part_seen_ending_gets_no_delta_or_snapshot_after_its_end(session, settings):
+    """QA (MEDIUM): with many watchers, a socket opened before a reply received the
+    reasoning's end event in its backlog, then that part's deltas from the hub queue
+    (offset 0: trusted as a part not seen start) or a snapshot of it (the buffer not
+    yet dropped, sometimes empty): a client appending deltas showed it twice, one
+    applying snapshots cleared a finished part. Once a stream has sent a part's end,
+    nothing more of that part's text is sent."""
+    stream = await database_sync_to_async(_stream)(session)
+    message_id, part_id = await database_sync_to_async(_log_a_finished_text)(session)
+    stale = {
+        "session_id": session.pk,
+        "message_id": message_id,
+        "part_id": part_id,
+        "field": "text",
+        "text": "hello",
+    }
+
+    async def still_buffered(session_id: str) -> list[dict[str, Any]]:
+        return [stale]  # the writer has not dropped the buffer yet
+
+    stream.snapshots = still_buffered
+    backlog = await stream.backlog()
+    assert [f["kind"] for f in backlog] == ["event", "event", "event"]
+    assert backlog[-1]["data"]["time"]["end"]
+
+    def delta(offset: int, text: str) -> Frame:
+        return {
+            "kind": "delta",
+            "type": "part.delta",
+            "session_id": session.pk,
+            "message_id": message_id,
+            "part_id": part_id,
+            "field": "text",
+            "offset": offset,
+            "delta": text,
+        }
+
+    assert await stream.accept(delta(0, "hello")) == []  # queued before the end
+    assert await stream.accept(delta(5, " there")) == []  # no repair either
