@@ -118,6 +118,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         try:
             for frame in await self.stream.backlog():
                 await self._send(frame)
+        except Disconnected:  # the client left while its backlog was sent: no error
+            await self._unsubscribe()
+            return
         except BaseException:
             # Channels does not call disconnect() when connect() fails: leave here.
             await self._unsubscribe()

@@ -521,3 +521,30 @@ async def test_a_socket_path_that_names_no_route_closes_4404(token):
         await ws.connect()
         assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4404}
         await ws.disconnect()
+
+
+async def test_a_client_leaving_while_its_backlog_is_sent_is_no_error(
+    session, token, settings, monkeypatch, caplog
+):
+    """QA (LOW): a client that closed while its backlog was being sent made
+    ``connect`` raise autobahn's ``Disconnected`` (logged by daphne as an exception
+    inside the application, with a traceback). It is a client leaving: its stream's
+    place is given back, and nothing is logged as an error."""
+    from forge.realtime import consumer as consumer_module
+
+    settings.FORGE_MAX_STREAMS_PER_USER = 1
+    send = consumer_module.SessionConsumer._send
+
+    async def gone(self: Any, frame: dict) -> None:
+        raise consumer_module.Disconnected("Attempt to send on a closed protocol")
+
+    monkeypatch.setattr(consumer_module.SessionConsumer, "_send", gone)
+    left = socket(session.pk, token)
+    await left.connect()
+    await left.disconnect()  # raised the application's exception
+    monkeypatch.setattr(consumer_module.SessionConsumer, "_send", send)
+    again = socket(session.pk, token)
+    assert (await again.connect())[0]
+    await frames_until(again, lambda f: len(f) == 1)  # the place was given back
+    await again.disconnect()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
