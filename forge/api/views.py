@@ -32,6 +32,7 @@ from forge.context import request_for
 from forge.db.routing import lagging_read, session_iter, session_read
 from forge.errors import InvalidAnswer, SessionBusy
 from forge.params import parse_flag, parse_limit, parse_seq
+from forge.realtime.stream import check_after
 from forge.runtime.agents import get_agent
 from forge.throttling import PromptRateThrottle
 from sessions import selectors, services
@@ -264,6 +265,10 @@ class SessionViewSet(GenericViewSet):
             request.query_params.get("limit"), default=500, maximum=selectors.EVENTS_PAGE_MAX
         )
         events = selectors.events_after(tenant=self.tenant, session_id=pk, after=after, limit=limit)
+        if not events and after:
+            # Past the head: 400, as the socket and SSE refuse it (a client polling from
+            # there would silently miss what comes next).
+            check_after(self.get_object(), after)
         next_url = (
             _url(request, after=events[-1]["seq"], limit=limit) if len(events) == limit else None
         )

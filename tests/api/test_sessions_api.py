@@ -174,6 +174,12 @@ def test_events_after_a_seq_are_paged(api, session, user_message):
     assert rest["next"] is None
     for bad in ("after=-1", "after=x", "limit=5000", "after=%C2%B2", "after=" + "9" * 40):
         assert api.get(f"{url}?{bad}").status_code == 400
+    # The head is no gap; past it is 400, as the socket and SSE refuse it (QA, LOW: it
+    # was 200 with nothing, and a client polling from there missed what came next).
+    assert api.get(f"{url}?after=7").json()["results"] == []
+    past = api.get(f"{url}?after=8")
+    assert past.status_code == 400
+    assert error(past)["code"] == "invalid_cursor"
 
 
 # --- prompts --------------------------------------------------------------------------------
