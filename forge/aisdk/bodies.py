@@ -21,13 +21,20 @@ def chat_request(body: Any) -> tuple[dict[str, Any], str, str]:
     """``(body, chat id, trigger)`` of a chat request; raises ``ValidationError``."""
     if not isinstance(body, dict):
         raise ValidationError({"body": "send a JSON object: {id, messages, trigger}"})
-    chat_id = body.get("id")
-    if not isinstance(chat_id, str) or not is_valid_id(chat_id):
-        raise ValidationError({"id": "a chat id is 1 to 64 letters, digits, '_' or '-'"})
+    chat_id = checked_chat_id(body.get("id"))
     trigger = body.get("trigger", "submit-message")
     if trigger not in TRIGGERS:
         raise ValidationError({"trigger": f"one of {', '.join(TRIGGERS)}"})
     return body, chat_id, trigger
+
+
+def checked_chat_id(chat_id: Any) -> str:
+    """A chat id as the routes take it (the body's ``id``, the path's): 400 for what can
+    never name a chat. The resume route answered 204 for ``bad id!`` as for a chat not
+    created yet, which it can never be."""
+    if not isinstance(chat_id, str) or not is_valid_id(chat_id):
+        raise ValidationError({"id": "a chat id is 1 to 64 letters, digits, '_' or '-'"})
+    return chat_id
 
 
 def regenerated_id(body: dict[str, Any]) -> str | None:

@@ -310,7 +310,7 @@ class ChatStreamView(APIView):
         own until its first message (a 404 put every new chat in an error state)."""
         tenant = tenant_of(request.user)
         try:
-            session = chat_of(request.user, chat_id, tenant=tenant)
+            session = chat_of(request.user, bodies.checked_chat_id(chat_id), tenant=tenant)
         except NotFound:
             return Response(status=status.HTTP_204_NO_CONTENT)
         if not runtime.is_busy(session_id=session.pk, tenant_id=session.tenant_id):
@@ -339,7 +339,7 @@ class ChatMessagesView(APIView):
     )
     def get(self, request: Request, chat_id: str) -> Response:
         tenant = tenant_of(request.user)
-        session = chat_of(request.user, chat_id, tenant=tenant)
+        session = chat_of(request.user, bodies.checked_chat_id(chat_id), tenant=tenant)
         limit = parse_limit(
             request.query_params.get("limit"),
             default=selectors.PAGE_DEFAULT,
@@ -395,6 +395,6 @@ class ChatStopView(APIView):
 
     @extend_schema(request=None, responses={204: None, **errors(409)})
     def post(self, request: Request, chat_id: str) -> Response:
-        session = chat_of(request.user, chat_id)
+        session = chat_of(request.user, bodies.checked_chat_id(chat_id))
         runtime.abort(session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -326,6 +326,14 @@ def test_another_tenants_chat_is_404_and_never_taken_over(
         assert resumed.status_code == 204
     anonymous = httpx.post(f"{server.url}/api/chat", json=chat_body("x1"))
     assert anonymous.status_code == 401
+    # An id that can never name a chat is 400 on every route, as the body's id is (QA,
+    # LOW: resuming it answered 204, as for a chat not created yet).
+    for method, path in [("GET", "stream"), ("GET", "messages"), ("POST", "stop")]:
+        bad = httpx.request(
+            method, f"{server.url}/api/chat/bad%20id!/{path}", headers=headers(token), timeout=10
+        )
+        assert bad.status_code == 400, (path, bad.text[:100])
+        assert bad.json()["error"]["code"] == "invalid"
 
 
 def regenerate_body(chat_id: str) -> dict[str, Any]:
