@@ -39,8 +39,12 @@ def _matching(scope: Scope, words: Sequence[str]) -> tuple[str, list[list[Any]]]
     sql = f"SELECT rowid AS key FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s"
     extra: list[Any] = []
     if not scope.whole_tenant and len(scope.core_ids) > SCOPE_CORES_MAX:
-        # The tenant's postings, narrowed to the scope's cores by their slices.
-        sql += f" AND rowid IN (SELECT s.search_rowid FROM {SLICE} s WHERE {where})"
+        # The tenant's postings, narrowed to the scope's cores by their slices. The unary
+        # ``+`` keeps the IN from FTS5's planner: offered ``rowid IN (…)``, FTS5 looked
+        # each of the scope's rowids up in the index (a user of 340 cores, one of 10,000
+        # slices: 4-9 s a search, 78 s at 1,500 cores); as a filter on the MATCH's rows,
+        # the subquery is read once (0.06 s).
+        sql += f" AND +rowid IN (SELECT s.search_rowid FROM {SLICE} s WHERE {where})"
         extra = params
     fts_scope = _fts_scope(scope)
     return sql, [[f'body : "{w}" AND {fts_scope}', *extra] for w in words]

@@ -103,5 +103,11 @@ def test_the_held_ranking_is_the_databases(tenant, user, monkeypatch):
                 with monkeypatch.context() as patched:
                     patched.setattr(fulltext, "TERMS_CORES_MAX", 0)
                     asked = search.lexical(scope, words, window=window)
-                assert held.order == asked.order, (scope, query, window)
+                    # Over SCOPE_CORES_MAX cores (a user with hundreds of agents): the
+                    # tenant's postings, narrowed by the scope's slices (SQLite).
+                    patched.setattr(fulltext, "SCOPE_CORES_MAX", 0)
+                    patched.setattr(search.scope, "SCOPE_CORES_MAX", 0)
+                    wide = search.lexical(scope, words, window=window)
+                assert held.order == asked.order == wide.order, (scope, query, window)
                 assert held.idf == pytest.approx(asked.idf)
+                assert wide.idf == pytest.approx(asked.idf)
