@@ -36,13 +36,14 @@ from django.conf import settings
 from forge.providers.base import ModelRequest
 from sessions import selectors
 from sessions.models import Session
-from sessions.projector import apply_context, fold_context
+from sessions.projector import fold_context
 
 from . import snapshot
 from .compacted import filter_compacted
+from .folding import Fallback, Folding
 from .messages import item_messages, model_of, request_with
-from .pruning import candidate_tokens, choose
-from .rolled import drop_rolled, is_generated, rolled_through
+from .pruning import choose
+from .rolled import drop_rolled, rolled_through
 from .sizing import (
     MESSAGE_OVERHEAD,
     STATE_OVERHEAD,
@@ -57,19 +58,8 @@ from .superseded import drop_superseded, is_reply
 from .visible import read_history
 
 
-class Fallback(Exception):
-    """An event the fold does not apply incrementally; the message says which."""
-
-
-def _ordered(low: str | None, high: str) -> bool:
-    """``low < high`` in the database's order too (both generated ids), or no ``low``."""
-    if not is_generated(high):
-        return False
-    return low is None or (is_generated(low) and low < high)
-
-
 @dataclass
-class Derived:
+class Derived(Folding):
     """The derived context of one session as of event ``seq`` (whose hash is ``hash``).
 
     ``nbytes`` estimates the memory the state holds: each message's info and parts
@@ -322,161 +312,6 @@ class Derived:
                 self.messages.extend(self.rendered[message_id])
             self.dirty = False
         return self.messages
-
-    def _item(self, message_id: str) -> dict[str, Any] | None:
-        """The read item ``message_id``, or None; decodes the chunks only for an id that
-        may be in them (not one newer than every item)."""
-        item = self.items.get(message_id)
-        if item is None and self.lazy and not _ordered(self.last_id, message_id):
-            self.unpack()
-            item = self.items.get(message_id)
-        return item
-
-    def _changed(self, message_id: str) -> None:
-        """An item changed in place: a chunk holding its old value is no memo any more."""
-        if self.chunks and message_id not in self.appended:
-            self.unpack()
-            self.forget_chunks()
-
-    def fold(self, seq: int, event_hash: str, type: str, data: Any) -> None:
-        """Apply event ``seq`` (raises :class:`Fallback` when it cannot)."""
-        if type == "message.updated":
-            self._message(data)
-        elif type == "part.updated":
-            self._part(data)
-        elif type == "context.updated":
-            apply_context(self.blocks, data)
-            self.blocks, size = held(self.blocks)  # the blocks, not the state: a few per turn
-            self.nbytes += size - self.blocks_bytes
-            self.blocks_bytes = size
-            self._cut(rolled_through(self.blocks))
-        elif type not in ("session.created", "session.updated"):  # those change no input
-            raise Fallback(type)  # session.compacted, removals, anything new
-        self.seq, self.hash = seq, event_hash
-
-    def _message(self, data: dict[str, Any]) -> None:
-        if data.get("summary"):
-            raise Fallback("summary")  # a boundary begins, changes or closes
-        info, info_size = held_info(data, self.session_id)
-        message_id = str(info["id"])
-        item = self._item(message_id)
-        if item is not None:
-            old = item["info"]
-            for key in ("role", "parent_id", "summary"):
-                if old.get(key) != info.get(key):
-                    raise Fallback(f"message {key}")
-            self._changed(message_id)
-            item["info"] = info
-            self._resize(message_id, 0, info_size)
-            self._render(message_id)
-        elif self.start is not None and _ordered(message_id, self.start):
-            return  # older than the read range: the model does not see it
-        elif not _ordered(self.last_id, message_id) or not _ordered(self.through, message_id):
-            raise Fallback("message order")
-        else:
-            if is_reply(info):
-                parent = str(info["parent_id"])
-                if parent in self.replies:
-                    raise Fallback("superseded")
-                self.replies[parent] = message_id
-            self.items[message_id] = {"info": info, "parts": []}
-            self.appended.add(message_id)
-            self.last_id = message_id
-            self.order.append(message_id)
-            self.kept.append(message_id)
-            rendering = item_messages(self.items[message_id])
-            self.rendered[message_id] = rendering
-            self.sizes[message_id] = [info_size, rendering_bytes(rendering, self.items[message_id])]
-            self.nbytes += info_size + self.sizes[message_id][1] + MESSAGE_OVERHEAD
-            if not self.dirty:
-                self.tail_start = len(self.messages)
-                self.messages.extend(rendering)
-
-    def _cut(self, through: str | None) -> None:
-        """Apply the rolled cut in force after a ``context.updated``: forward, the
-        messages it now hides leave the view; back or removed, fall back."""
-        if through == self.through:
-            return
-        if through is None or not _ordered(self.through, through):
-            raise Fallback("rolled cut moved back")
-        hidden = {i for i in self.order if i <= through}
-        self.through = through
-        if not hidden:
-            return
-        self.unpack()  # the renderings it drops, and their sizes
-        self.forget_chunks()  # the sizes and the kept messages change
-        self.order = [i for i in self.order if i not in hidden]
-        self.kept = [i for i in self.kept if i not in hidden]
-        for message_id in hidden:
-            old = self.rendered.pop(message_id, None)
-            if old is not None:
-                self._resize(message_id, 1, 0)
-                self._unsized(old)
-            self.tool_tokens.pop(message_id, None)
-        self.replies = {p: r for p, r in self.replies.items() if r not in hidden}
-        self.dirty = True
-
-    def _part(self, data: dict[str, Any]) -> None:
-        if data.get("type") == "compaction":
-            raise Fallback("compaction part")
-        message_id = str(data["message_id"])
-        item = self._item(message_id)
-        if item is None:
-            if self.start is not None and _ordered(message_id, self.start):
-                return  # a message older than the read range
-            raise Fallback("part of an unknown message")
-        part, part_size = held_part(data, self.session_id, item["info"]["id"])
-        part_id = str(part["id"])
-        self._changed(message_id)
-        parts = item["parts"]
-        for index in range(len(parts) - 1, -1, -1):
-            if parts[index]["id"] == part_id:
-                parts[index] = part
-                self._resize(message_id, 2 + index, part_size)
-                break
-        else:
-            if parts and not _ordered(str(parts[-1]["id"]), part_id):
-                raise Fallback("part order")
-            parts.append(part)
-            self.sizes[message_id].append(part_size)
-            self.nbytes += part_size
-        self._tools(message_id, parts)
-        self._render(message_id)
-
-    def _tools(self, message_id: str, parts: list[dict[str, Any]]) -> None:
-        tokens = candidate_tokens(parts)
-        if tokens:
-            self.tool_tokens[message_id] = tokens
-        else:
-            self.tool_tokens.pop(message_id, None)
-
-    def _render(self, message_id: str) -> None:
-        old = self.rendered.get(message_id)
-        if old is None:
-            return  # read but not sent (behind a boundary, or superseded)
-        rendering = item_messages(self.items[message_id])
-        self.rendered[message_id] = rendering
-        self._resize(message_id, 1, rendering_bytes(rendering, self.items[message_id]))
-        self._unsized(old)
-        if not self.dirty and self.kept[-1] == message_id:
-            del self.messages[self.tail_start :]
-            del self.prefix[self.tail_start :]
-            self.messages.extend(rendering)
-        else:
-            # Joined again from every kept message's rendering: a state decoded from a
-            # snapshot has the old ones only inside ``messages`` until it unpacks, which
-            # must happen while ``messages`` still holds them.
-            self.unpack()
-            self.dirty = True
-
-    def _unsized(self, rendering: list[dict[str, Any]]) -> None:
-        """A rendering left ``rendered`` (replaced, or hidden by the cut): its messages'
-        length memo entries go with it, so that ``chars`` holds only dicts of
-        ``messages`` (what :data:`MEMO_PER_MODEL_MESSAGE` counts), never an old one."""
-        memo = self.chars
-        if memo:
-            for message in rendering:
-                memo.pop(id(message), None)
 
     def history(self) -> list[dict[str, Any]]:
         """The visible history, oldest first: new item dicts and part lists (the info
