@@ -3,8 +3,15 @@
 // connection drops it reconnects with exponential backoff (0.5 s doubling to 15 s,
 // ±20 % jitter), which starts over once a socket proves itself. A refusal (no
 // such session, a bad request) stops it; an expired login goes to the login page.
+//
+// A connection can also die without closing (a proxy or a network that silently
+// stops carrying data): the socket stays OPEN and nothing arrives. So every ping
+// expects an answer (the pong, or any frame) within PONG_WITHIN; none means the
+// connection is dead, and it is dropped and resumed from the last seq, as a close
+// would be. The browser's "online" event pings at once (reconnectNow).
 
 const PING_EVERY = 25000;
+const PONG_WITHIN = 10000;
 const MAX_BACKOFF = 15000;
 const STABLE_AFTER = 5000;
 
@@ -29,6 +36,7 @@ export class SessionSocket {
     this.reconnectQueued = false;
     this.stableTimer = null;
     this.pingTimer = null;
+    this.pongTimer = null; // set while a ping awaits its answer
     this.stats = { connects: 0, reconnects: 0 };
   }
 
@@ -67,6 +75,8 @@ export class SessionSocket {
     ws.addEventListener("message", (event) => {
       if (generation !== this.generation) return;
       this.attempt = 0;
+      clearTimeout(this.pongTimer); // the connection carries data: alive
+      this.pongTimer = null;
       let frame;
       try {
         frame = JSON.parse(event.data);
@@ -121,6 +131,10 @@ export class SessionSocket {
   }
 
   reconnectNow() {
+    if (this.ws && !this.closed) {
+      this.ping(); // open, as far as the browser knows: make it prove it
+      return;
+    }
     if (this.closed || this.failed || this.ws || this.reconnectQueued) return;
     clearTimeout(this.reconnectTimer);
     this.stats.reconnects += 1;
@@ -146,11 +160,23 @@ export class SessionSocket {
 
   startPing() {
     this.stopPing();
-    this.pingTimer = setInterval(() => this.send({ type: "ping" }), PING_EVERY);
+    this.pingTimer = setInterval(() => this.ping(), PING_EVERY);
+  }
+
+  // A ping the connection must answer (a pong, or any frame) within PONG_WITHIN.
+  ping() {
+    if (!this.send({ type: "ping" }) || this.pongTimer) return;
+    const generation = this.generation;
+    this.pongTimer = setTimeout(() => {
+      this.pongTimer = null;
+      if (generation === this.generation && this.ws) this.restart(); // dead: resume
+    }, this.pongWithin ?? PONG_WITHIN);
   }
 
   stopPing() {
     clearInterval(this.pingTimer);
     this.pingTimer = null;
+    clearTimeout(this.pongTimer);
+    this.pongTimer = null;
   }
 }
