@@ -33,7 +33,9 @@ export class Api {
   }
 
   toLogin() {
-    location.assign(`${this.loginUrl}?next=${encodeURIComponent(location.pathname)}`);
+    // The route (#/s/<id>) too: signing in again opens the conversation the user was in.
+    const next = location.pathname + location.search + location.hash;
+    location.assign(`${this.loginUrl}?next=${encodeURIComponent(next)}`);
   }
 
   async request(url, { method = "GET", json, form } = {}) {

@@ -6,12 +6,13 @@ the way a person would (clicks, typing, Enter), and reads what the page shows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .conftest import ChatPage
+from .conftest import PASSWORD, ChatPage
 
 if TYPE_CHECKING:
     from playwright.sync_api import FilePayload
@@ -35,6 +36,31 @@ def test_login_rejects_a_wrong_password(chat_page: OpenPage, alice: Any, agents:
     alert.wait_for()
     assert "correct username and password" in alert.inner_text()
     assert "/login/" in chat.page.url
+
+
+def test_signing_in_again_opens_the_conversation_the_link_named(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): opening ``/#/s/<id>`` signed out ended on the first screen after signing
+    in: the fragment never reaches the server, so ``?next=`` held ``/`` alone."""
+    chat = chat_page()
+    chat.login()
+    chat.send("remember this one")
+    chat.wait_reply_done()
+    session_id = chat.view_id()
+    assert session_id
+    chat.page.context.clear_cookies()  # signed out (the login expired)
+    chat.page.goto("about:blank")  # a link opened anew, not a change of route
+    chat.page.goto(f"{chat.server.url}/#/s/{session_id}")
+    chat.page.wait_for_url(re.compile(r"/login/"))
+    chat.page.get_by_label("Username").fill("alice")
+    chat.page.get_by_label("Password").fill(PASSWORD)
+    chat.page.get_by_role("button", name="Sign in").click()
+    chat.page.wait_for_url(f"{chat.server.url}/#/s/{session_id}")
+    chat.wait_until(lambda: chat.view_id() == session_id)
+    chat.wait_reply_done()
+    assert "remember this one" in chat.page.locator("#message-list").inner_text()
+    chat.assert_clean()
 
 
 # Records, in the page, every distinct text an assistant part showed while it rendered.
