@@ -23,6 +23,10 @@ from forge import server_limits  # noqa: E402
 
 server_limits.install()  # daphne refuses a body over its route's limit as it arrives
 
+from forge.realtime import slow_clients  # noqa: E402
+
+slow_clients.install()  # daphne's sends wait for a slow client; a stalled one is cut
+
 if settings.FORGE_RECOVER_ON_START:
     # Turns a crashed process left open are finalized before serving (sessions
     # another live process runs hold a live lease and are left alone).

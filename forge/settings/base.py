@@ -210,6 +210,10 @@ FORGE_SSE_HEARTBEAT = env_float("FORGE_SSE_HEARTBEAT", 15.0)
 # A stream whose live frames went quiet after some activity checks the log for
 # events the channel layer lost, after this many seconds.
 FORGE_STREAM_RESYNC_SECONDS = env_float("FORGE_STREAM_RESYNC_SECONDS", 2.0)
+# Under daphne, a stream's sends wait while its client's write buffer is full; a client
+# whose buffer does not drain for this many seconds is cut, and resumes from its last
+# seq when it reconnects (forge.realtime.slow_clients). 0: never cut (sends still wait).
+FORGE_STREAM_STALL_SECONDS = env_float("FORGE_STREAM_STALL_SECONDS", 30.0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Forge API",
     "DESCRIPTION": "Sessions as append-only event logs, with their message and part projections.",

@@ -48,6 +48,12 @@ STREAMS_OPEN = Gauge(
     multiprocess_mode="livesum",
 )
 FRAMES_SENT = Counter("forge_frames_sent", "Frames sent to clients, by face.", ["face"])
+SLOW_CLIENTS_CUT = Counter(
+    "forge_slow_clients_cut",
+    "Clients cut because their write buffer stayed full (they resume from their last seq), "
+    "by connection kind (http: SSE and AI SDK streams; socket).",
+    ["face"],
+)
 DELTAS_SENT = Counter("forge_deltas_sent", "Delta frames sent to clients, by face.", ["face"])
 FIRST_DELTA_SECONDS = Histogram(
     "forge_first_delta_seconds",
@@ -149,6 +155,10 @@ def frames_sent(face: str, *, frames: int, deltas: int = 0) -> None:
     FRAMES_SENT.labels(face=face).inc(frames)
     if deltas:
         DELTAS_SENT.labels(face=face).inc(deltas)
+
+
+def slow_client_cut(face: str) -> None:
+    SLOW_CLIENTS_CUT.labels(face=face).inc()
 
 
 def rollings_done(sender: object, outcomes: list[object], seconds: float, **kwargs: object) -> None:
