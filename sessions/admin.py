@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, QuerySet
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -81,8 +82,21 @@ class SessionAdmin(TenantScopedAdmin, admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # sessions start from the API or the chat page, with a user and a tenant
 
+    # One count of the list, not two (the whole table's, then the filtered one's).
+    show_full_result_count = False
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
-        return super().get_queryset(request).annotate(_events=Count("events"))
+        """Each session's event count is its log's last seq (seqs run 1, 2, … with no
+        gap), read from the (session, seq) index for the page's rows only. A
+        ``Count("events")`` grouped the join of every session with every event, in the
+        list's query, its count and the date hierarchy's: 2-3 s at 11,000 sessions and
+        66,000 events (QA), growing with the log."""
+        head = SessionEvent.objects.filter(session=OuterRef("pk")).order_by("-seq").values("seq")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_events=Coalesce(Subquery(head[:1]), 0, output_field=IntegerField()))
+        )
 
     @admin.display(description="events", ordering="_events")
     def event_count(self, obj: Session) -> int:
@@ -226,8 +240,24 @@ class MessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     fields = ("id", "session", "tenant", "role", "seq", "info")
     readonly_fields = fields
 
+    show_full_result_count = False
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
-        return super().get_queryset(request).annotate(_parts=Count("parts"))
+        """Each message's part count from the (message, id) index, for the page's rows
+        only (a ``Count("parts")`` grouped the join of every message with every part, in
+        the list's query and its counts: ~1 s each at 21,000 messages)."""
+        parts = (
+            Part.objects.filter(message=OuterRef("pk"))
+            .order_by()
+            .values("message")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_parts=Coalesce(Subquery(parts), 0, output_field=IntegerField()))
+        )
 
     @admin.display(description="parts", ordering="_parts")
     def part_count(self, obj: Message) -> int:
