@@ -158,7 +158,7 @@ def test_the_lists_count_events_and_parts_per_row_without_grouping_the_tables(
     counts = {s.pk: s._events for s in rows}
     assert counts[scripted.pk] == scripted.events.count()
     assert counts[empty.pk] == empty.events.count() == 1  # session.created
-    assert [s.pk for s in rows][0] == empty.pk  # ascending: the shortest log first
+    assert rows[0].pk == empty.pk  # ascending: the shortest log first
     assert not [q["sql"] for q in queries if "GROUP BY" in q["sql"].upper()]
     messages = admin_client.get(reverse("admin:forge_sessions_message_changelist"))
     assert messages.status_code == 200
