@@ -123,7 +123,12 @@ def _overdue(tenant_ids: Sequence[int] | None, now: dt.datetime) -> list[dict[st
         {
             "core": core,
             "window": core.window_count,
-            "waiting": now - core.last_interaction_at if core.last_interaction_at else None,
+            # Whole seconds: a timedelta printed as is showed "0:02:04.630360".
+            "waiting": (
+                dt.timedelta(seconds=int((now - core.last_interaction_at).total_seconds()))
+                if core.last_interaction_at
+                else None
+            ),
         }
         for core in due.order_by("last_interaction_at", "pk")[:10]
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -64,6 +65,8 @@ def test_the_index_is_the_dashboard(admin_client, busy):
     assert "daphne-2:4242" in text
     assert "<strong>1</strong> streaming now" in text
     assert "<td>55</td>" in text  # the overdue core's window
+    # How long it waited, in whole seconds (QA: "idle for 0:02:04.630360").
+    assert re.search(r"<td>55</td><td>2 days, 0:00:\d\d</td>", text), text
     assert "first delta" in text
     assert admin_client.get(reverse("admin:index"), {"days": "30"}).context["period"] == 30
     assert admin_client.get(reverse("admin:index"), {"days": "x"}).context["period"] == 14
