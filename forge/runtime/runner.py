@@ -32,6 +32,7 @@ from django.utils import timezone
 from accounts import tenancy
 from forge.db.worker import db
 from forge.errors import StillRunning
+from forge.telemetry import tracing
 from sessions import services
 from sessions.models import Session
 
@@ -81,6 +82,7 @@ def _spawn(coro: Any, *, tenant_id: int, name: str | None = None) -> asyncio.Tas
     # It sees its session's tenant only (row-level security, accounts.tenancy).
     context = contextvars.Context()
     context.run(tenancy.activate, [tenant_id])
+    tracing.carry_into(context)  # the trace only: a subtask's turn links to its tool call
     return _track(asyncio.get_running_loop().create_task(coro, name=name, context=context))
 
 

@@ -341,6 +341,7 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
     so the reply completes as aborted: left waiting, an answer to one ran it and then
     another model step after the user pressed stop. A turn cancelled otherwise (its
     lease lost, the server shutting down) leaves them waiting, as recovery does."""
+    tracing.turn_aborted("user" if turn.stopped_by_user else "cancelled")
     await processor.flush()
     await db(_finalize)(
         processor.take_held(),

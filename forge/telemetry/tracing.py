@@ -15,7 +15,11 @@ The spans of one reply (a turn):
   process, after recovery) belongs to the same trace: the trace id and the root
   span's id are derived from the reply's message id (:func:`turn_ids`), so no
   process needs to tell another. The process that starts the turn exports the root
-  span with those ids; a process that resumes it exports a child of it.
+  span with those ids; a process that resumes it exports a child of it. A subtask's
+  reply is a trace of its own, its root linked to the parent's ``execute_tool task``
+  span. An aborted turn's span has ``forge.aborted`` (and ``forge.abort_reason``:
+  ``user``, or ``cancelled`` for a lost lease or a shutdown); a failed one an error
+  status and ``error.type``.
 * ``step {n}``: one model call and the tools it asked for.
 * ``chat {model}``: the model call (``gen_ai.operation.name`` ``chat``,
   ``gen_ai.provider.name``, ``gen_ai.request.model``, ``gen_ai.usage.*``,
@@ -28,6 +32,7 @@ The spans of one reply (a turn):
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import logging
@@ -35,12 +40,13 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 logger = logging.getLogger(__name__)
@@ -160,9 +166,16 @@ def turn_span(
             finally:
                 _turn.reset(token)
         return
+    # A subtask's turn (its own reply, so its own trace) is started from the parent's
+    # ``execute_tool task`` span: linked to it, so a trace viewer leads from one to the
+    # other (QA: nothing joined them).
+    caller = trace.get_current_span().get_span_context()
+    links = [Link(caller)] if caller.is_valid else []
     forcing = _forced.set((trace_id, root_id))
     try:
-        span = tracer.start_span(name, context=trace.set_span_in_context(trace.INVALID_SPAN))
+        span = tracer.start_span(
+            name, context=trace.set_span_in_context(trace.INVALID_SPAN), links=links
+        )
     finally:
         _forced.reset(forcing)
     for key, value in attributes.items():
@@ -173,6 +186,24 @@ def turn_span(
             yield span
         finally:
             _turn.reset(token)
+
+
+def carry_into(context: contextvars.Context) -> None:
+    """Carry the current span into ``context`` (a task's fresh context, which inherits
+    nothing else): a subtask's turn, spawned from its parent's tool call, links to it."""
+    current = otel_context.get_current()
+    context.run(otel_context.attach, current)
+
+
+def turn_aborted(reason: str) -> None:
+    """Mark the span of the turn this task works on as ended by an abort (a user's stop,
+    a lost lease, a shutdown): ``forge.aborted``, and why. No error status: the reply
+    did not fail, it was stopped (a QA run could not tell an aborted turn's span from a
+    finished one's)."""
+    current = _turn.get()
+    if current is not None:
+        current.set_attribute("forge.aborted", True)
+        current.set_attribute("forge.abort_reason", reason)
 
 
 def turn_failed(error_type: str, message: str = "") -> None:

@@ -163,3 +163,41 @@ async def test_a_failed_turn_marks_its_turn_span_and_leaves_usage_unknown(
     assert "gen_ai.usage.input_tokens" not in chat.attributes
     assert turn.attributes["gen_ai.request.model"] == chat.attributes["gen_ai.request.model"]
     assert turn.attributes["gen_ai.provider.name"] == "offline"
+
+
+async def test_a_subtasks_trace_is_linked_to_its_parents_tool_span(
+    session, agents, settings, spans
+):
+    """QA (LOW): a subtask's ``invoke_agent`` span had its own trace and nothing joining
+    it to the parent's ``execute_tool task`` span."""
+    settings.FORGE_MODEL = "offline/echo"
+    started = await run(
+        session,
+        '/tool task {"agent": "explore", "prompt": "what is here", "description": "look"}',
+    )
+    parent = by_trace(spans, started.assistant_message_id)
+    (tool,) = [s for s in parent if s.name == "execute_tool task"]
+    (child,) = [s for s in spans.get_finished_spans() if s.name == "invoke_agent explore"]
+    assert child.context.trace_id != tool.context.trace_id  # the child reply's own trace
+    assert [link.context.span_id for link in child.links] == [tool.context.span_id]
+    assert [link.context.trace_id for link in child.links] == [tool.context.trace_id]
+
+
+async def test_an_aborted_turns_span_says_so(session, agents, script, spans):
+    """QA (LOW): an aborted reply's ``invoke_agent`` span looked like a finished one."""
+    import asyncio
+
+    from forge.runtime import abort_turn, start_turn
+    from tests.runtime.test_abort_and_recovery import slow_text, streamed_parts, wait_until
+
+    script([slow_text(200, 0.02)])
+    started = await start_turn(session=session, text="talk slowly")
+    await wait_until(lambda: streamed_parts(session, "text"))
+    await abort_turn(session=session)
+    await asyncio.wait({started.task}, timeout=10)
+    (turn,) = [
+        s for s in by_trace(spans, started.assistant_message_id) if s.name == "invoke_agent build"
+    ]
+    assert turn.attributes["forge.aborted"] is True
+    assert turn.attributes["forge.abort_reason"] == "user"
+    assert turn.status.status_code.name != "ERROR"
