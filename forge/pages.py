@@ -12,4 +12,11 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 @login_required
 @ensure_csrf_cookie
 def chat(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat.html", {"max_prompt_bytes": settings.FORGE_MAX_PROMPT_BYTES})
+    from forge.runtime.prompting import MAX_FILE_BYTES, MAX_FILES
+
+    limits = {
+        "max_prompt_bytes": settings.FORGE_MAX_PROMPT_BYTES,
+        "max_files": MAX_FILES,
+        "max_file_bytes": MAX_FILE_BYTES,
+    }
+    return render(request, "chat.html", limits)

@@ -35,6 +35,8 @@ class Chat {
     this.wsPath = root.dataset.wsPath;
     this.composer = new Composer(() => this.view, (text, files) => this.startChat(text, files), {
       maxBytes: Number(root.dataset.maxPromptBytes) || 0,
+      maxFiles: Number(root.dataset.maxFiles) || 0,
+      maxFileBytes: Number(root.dataset.maxFileBytes) || 0,
       showError: (message) => this.showError(message),
       hideError: () => this.hideError(),
     });

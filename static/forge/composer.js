@@ -9,11 +9,18 @@ export class Composer {
   // the first message of a new chat, sent when no session is open (a promise of
   // whether it was sent).
   // maxBytes: the server's prompt limit (FORGE_MAX_PROMPT_BYTES, 0: unknown);
+  // maxFiles, maxFileBytes: its attachment limits (0: unknown);
   // showError(message) / hideError(): the page's error line.
-  constructor(current, startChat, { maxBytes = 0, showError = () => {}, hideError = () => {} } = {}) {
+  constructor(
+    current,
+    startChat,
+    { maxBytes = 0, maxFiles = 0, maxFileBytes = 0, showError = () => {}, hideError = () => {} } = {},
+  ) {
     this.current = current;
     this.startChat = startChat;
     this.maxBytes = maxBytes;
+    this.maxFiles = maxFiles;
+    this.maxFileBytes = maxFileBytes;
     this.showError = showError;
     this.hideError = hideError;
     this.form = $("composer");
@@ -57,6 +64,13 @@ export class Composer {
       this.showError(`The prompt is ${size} bytes; the limit is ${this.maxBytes} (too_large).`);
       return;
     }
+    // Files over the limits are refused here, before they are uploaded (a 30 MB file
+    // went up whole, then got its 413); the files stay picked, the text in the box.
+    const refused = this.refusedFiles(files);
+    if (refused) {
+      this.showError(refused);
+      return;
+    }
     this.prompt.value = "";
     const sent = view ? await view.sendPrompt(text, files) : await this.startChat(text, files);
     if (sent) {
@@ -66,6 +80,18 @@ export class Composer {
       this.prompt.value = text;
     }
     this.prompt.focus();
+  }
+
+  // Why these files cannot be sent (the server's limits), or null.
+  refusedFiles(files) {
+    if (this.maxFiles > 0 && files.length > this.maxFiles) {
+      return `${files.length} files are picked; at most ${this.maxFiles} go with a message (invalid_prompt).`;
+    }
+    const big = this.maxFileBytes > 0 ? files.find((file) => file.size > this.maxFileBytes) : undefined;
+    if (big) {
+      return `${big.name} is ${big.size} bytes; a file may have ${this.maxFileBytes} (too_large).`;
+    }
+    return null;
   }
 
   // A prompt the server refused: back into the box, unless something new is there.

@@ -557,6 +557,34 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     chat.wait_until(lambda: banner.inner_text() == "Add a message to send with the files.")
     assert page.locator("#files").evaluate("input => input.files.length") == 1
     assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+    # Files over the server's limits are refused before they are uploaded (QA: a 30 MB
+    # file went up whole, then got its 413), the text and the files kept.
+    from forge.runtime.prompting import MAX_FILE_BYTES, MAX_FILES
+
+    big: FilePayload = {
+        "name": "big.bin",
+        "mimeType": "application/octet-stream",
+        "buffer": b"x" * (MAX_FILE_BYTES + 1),
+    }
+    page.set_input_files("#files", files=[big])
+    chat.send("with a big file")
+    chat.wait_until(
+        lambda: banner.inner_text()
+        == f"big.bin is {MAX_FILE_BYTES + 1} bytes; a file may have {MAX_FILE_BYTES} (too_large)."
+    )
+    assert page.locator("#prompt").input_value() == "with a big file"
+    many: list[FilePayload] = [
+        {"name": f"{n}.txt", "mimeType": "text/plain", "buffer": b"hi"} for n in range(11)
+    ]
+    page.set_input_files("#files", files=many)
+    chat.send("with many files")
+    chat.wait_until(
+        lambda: banner.inner_text()
+        == f"11 files are picked; at most {MAX_FILES} go with a message (invalid_prompt)."
+    )
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+    page.set_input_files("#files", files=[])
+    page.locator("#prompt").fill("")
 
     # The socket closes before the prompt is acknowledged: its text comes back.
     page.evaluate(
