@@ -569,8 +569,10 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     page.set_input_files("#files", files=[big])
     chat.send("with a big file")
     chat.wait_until(
-        lambda: banner.inner_text()
-        == f"big.bin is {MAX_FILE_BYTES + 1} bytes; a file may have {MAX_FILE_BYTES} (too_large)."
+        lambda: (
+            banner.inner_text()
+            == f"big.bin is {MAX_FILE_BYTES + 1} bytes; a file may have {MAX_FILE_BYTES} (too_large)."
+        )
     )
     assert page.locator("#prompt").input_value() == "with a big file"
     many: list[FilePayload] = [
@@ -579,8 +581,10 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     page.set_input_files("#files", files=many)
     chat.send("with many files")
     chat.wait_until(
-        lambda: banner.inner_text()
-        == f"11 files are picked; at most {MAX_FILES} go with a message (invalid_prompt)."
+        lambda: (
+            banner.inner_text()
+            == f"11 files are picked; at most {MAX_FILES} go with a message (invalid_prompt)."
+        )
     )
     assert Message.objects.filter(session_id=session_id, role="user").count() == 1
     page.set_input_files("#files", files=[])
