@@ -568,12 +568,8 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     }
     page.set_input_files("#files", files=[big])
     chat.send("with a big file")
-    chat.wait_until(
-        lambda: (
-            banner.inner_text()
-            == f"big.bin is {MAX_FILE_BYTES + 1} bytes; a file may have {MAX_FILE_BYTES} (too_large)."
-        )
-    )
+    said = f"big.bin is {MAX_FILE_BYTES + 1} bytes; a file may have {MAX_FILE_BYTES} (too_large)."
+    chat.wait_until(lambda: banner.inner_text() == said)
     assert page.locator("#prompt").input_value() == "with a big file"
     many: list[FilePayload] = [
         {"name": f"{n}.txt", "mimeType": "text/plain", "buffer": b"hi"} for n in range(11)
