@@ -21,6 +21,10 @@ const SAFE_URL = /^(?:https?:\/\/|mailto:)\S+$/i;
 // Placeholders for finished inline HTML: \u0000<n>\u0000 (NUL never survives the input).
 const TOKEN = /\u0000(\d+)\u0000/g;
 const MAX_DEPTH = 6;
+// A backslash before ASCII punctuation (CommonMark), which the text holds escaped
+// when it is one of & < > " ', or a code span.
+const CODE_OR_ESCAPE =
+  /\\(&(?:amp|lt|gt|quot|#39);|[!#$%()*+,\-./:;=?@[\\\]^_`{|}~])|(`+)([^`\n]|[^`\n][^\n]*?[^`\n])\2(?!`)/g;
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([A-Za-z0-9_+#.-]*)[^`]*$/;
 const HEADING = /^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
@@ -239,9 +243,13 @@ function inline(text) {
   const tokens = [];
   const stash = (html) => `\u0000${tokens.push(html) - 1}\u0000`;
 
-  // Code spans first: nothing inside them is formatted.
-  text = text.replace(/(`+)([^`\n]|[^`\n][^\n]*?[^`\n])\1(?!`)/g, (_, ticks, code) =>
-    stash(`<code>${code.trim() === "" ? code : code.replace(/^ (.*) $/, "$1")}</code>`),
+  // Code spans and backslash escapes first, in one pass from the left (a backslash
+  // escape does not work inside a code span, and an escaped backtick opens none).
+  // Nothing inside a code span is formatted; an escaped character is only itself.
+  text = text.replace(CODE_OR_ESCAPE, (_, char, ticks, code) =>
+    char !== undefined
+      ? stash(char)
+      : stash(`<code>${code.trim() === "" ? code : code.replace(/^ (.*) $/, "$1")}</code>`),
   );
   // [label](url): a link only when the URL is safe; otherwise the text stays as it is.
   // The URL may hold balanced parentheses (Wikipedia's ".../Foo_(bar)").

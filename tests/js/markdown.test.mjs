@@ -43,3 +43,13 @@ test("pipes that are no table stay text, and a table's cells are escaped", () =>
   assert.match(html, /<th>&lt;b&gt;x&lt;\/b&gt;<\/th>/);
   assert.doesNotMatch(html, /<a /);
 });
+
+test("backslash escapes make ASCII punctuation literal, outside code spans", () => {
+  // A QA finding: "\*not italic\*" was italic, its backslashes shown.
+  assert.equal(renderMarkdown("\\*not italic\\*"), "<p>*not italic*</p>");
+  assert.equal(renderMarkdown("\\_a\\_ \\# \\[x\\](y)"), "<p>_a_ # [x](y)</p>");
+  assert.equal(renderMarkdown("`a\\*b\\*` \\`not code`"), "<p><code>a\\*b\\*</code> `not code`</p>");
+  assert.equal(renderMarkdown("\\\\*em*"), "<p>\\<em>em</em></p>");
+  assert.equal(renderMarkdown("\\<b\\> \\& \\\" \\a"), "<p>&lt;b&gt; &amp; &quot; \\a</p>");
+  assert.equal(renderMarkdown("\\# not a heading"), "<p># not a heading</p>");
+});
