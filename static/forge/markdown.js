@@ -37,10 +37,55 @@ const TABLE_ROW = /^ {0,3}\|?.*\|.*$/;
 const TABLE_DELIMITER = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
 
 export function renderMarkdown(source) {
+  return renderBlocks(sourceLines(source), 0, false);
+}
+
+function sourceLines(source) {
   const text = String(source ?? "")
     .replace(/\r\n?/g, "\n")
     .replace(/\u0000/g, "\uFFFD");
-  return renderBlocks(escapeHtml(text).split("\n"), 0, false);
+  return escapeHtml(text).split("\n");
+}
+
+// Markdown still being written (a streamed reply), cut into its top-level blocks:
+// `finished`, the HTML of each block that no text added to `source` can change any
+// more, `length`, how many characters of `source` those blocks take, and `open`, the
+// HTML of the rest. For any `more`:
+//
+//   renderMarkdown(source + more) ===
+//     [...finished, ...splitMarkdown(source.slice(length) + more) blocks].join("\n")
+//
+// (renderMarkdown joins top-level blocks with "\n"), so a page can keep the finished
+// blocks and redraw only the rest as the text grows. `source` must have "\n" line ends
+// (lengths count its characters); the last line may be cut anywhere.
+//
+// A block is finished when the next block has started on a line that is complete
+// (a line break follows it), after a blank line, or with one more complete line
+// after it (a paragraph ends before a line that starts a table only if the line
+// after it is the table's delimiter row). An open code fence or a list that may go on
+// after its blank lines holds no such start: the parse that finds the starts is the
+// one that renders.
+export function splitMarkdown(source) {
+  const lines = sourceLines(source);
+  const blocks = { starts: [], html: [] };
+  renderBlocks(lines, 0, false, blocks);
+  // lines[lines.length - 1] is the unfinished last line.
+  let cut = 0;
+  for (let k = blocks.starts.length - 1; k > 0; k -= 1) {
+    const start = blocks.starts[k];
+    const settled = BLANK.test(lines[start - 1]) ? start + 1 : start + 2;
+    if (settled < lines.length) {
+      cut = k;
+      break;
+    }
+  }
+  let length = 0;
+  if (cut > 0) {
+    // Source lines and escaped lines break at the same places.
+    const raw = String(source ?? "").split("\n");
+    for (let n = 0; n < blocks.starts[cut]; n += 1) length += raw[n].length + 1;
+  }
+  return { finished: blocks.html.slice(0, cut), length, open: blocks.html.slice(cut).join("\n") };
 }
 
 function startsBlock(line) {
@@ -83,7 +128,8 @@ function renderTable(lines, start, out) {
 }
 
 // Lines are already escaped. `tight`: paragraphs without <p> (inside list items).
-function renderBlocks(lines, depth, tight) {
+// `blocks` (optional, top level): gets each block's first line and HTML.
+function renderBlocks(lines, depth, tight, blocks = null) {
   const out = [];
   let i = 0;
   while (i < lines.length) {
@@ -92,6 +138,7 @@ function renderBlocks(lines, depth, tight) {
       i += 1;
       continue;
     }
+    blocks?.starts.push(i); // every branch below pushes exactly one block to `out`
     let m = line.match(FENCE);
     if (m) {
       const fence = m[1];
@@ -147,6 +194,7 @@ function renderBlocks(lines, depth, tight) {
     const body = para.map(inline).join("<br>\n");
     out.push(tight ? { text: body } : `<p>${body}</p>`);
   }
+  if (blocks) blocks.html = out;
   // Tight (in a list item): consecutive paragraphs are separated by a line break.
   let html = "";
   out.forEach((block, n) => {

@@ -5,7 +5,7 @@
 
 import { answerBody, approvalState } from "./approval.js";
 import { el, formatCost, formatTime, formatTokens, pretty, safeHref } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { MarkdownStream } from "./mdstream.js";
 import { isStreaming } from "./sessionlog.js";
 
 // --- messages ---
@@ -131,7 +131,7 @@ function renderText(view, part, role, summary) {
           : view.body,
       );
     }
-    view.body.innerHTML = renderMarkdown(text); // escaped first, by construction
+    drawMarkdown(view, text);
     return;
   }
   view.el.replaceChildren(el("div", { className: "plain-text", text }));
@@ -153,7 +153,43 @@ function renderReasoning(view, part) {
   // Finished reasoning folds away, unless the reader opened or closed it.
   if (!streaming && !view.toggled && view.wasStreaming) view.details.open = false;
   view.wasStreaming = streaming;
-  view.body.innerHTML = renderMarkdown(part.text ?? ""); // escaped first, by construction
+  drawMarkdown(view, part.text ?? "");
+}
+
+// Model text as Markdown into view.body, which holds nothing else. As the text grows,
+// the nodes of its finished blocks stay (a selection in them too) and only the blocks
+// after them are replaced: each frame costs what changed, not the whole reply. The
+// body ends as body.innerHTML = renderMarkdown(text) would leave it.
+function drawMarkdown(view, text) {
+  const md = (view.md ??= { stream: new MarkdownStream(), count: 0, open: [], openHtml: "" });
+  const { reset, finished, open } = md.stream.update(text);
+  if (reset) {
+    view.body.replaceChildren();
+    Object.assign(md, { count: 0, open: [], openHtml: "" });
+  }
+  if (finished.length === 0 && open === md.openHtml) return;
+  // The HTML is markdown.js's, escaped first, by construction; a template parses it inert.
+  const nodes = (html) => {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    const list = [...template.content.childNodes];
+    if (md.count > 0) list.unshift(document.createTextNode("\n")); // blocks are joined by "\n"
+    return list;
+  };
+  finished.forEach((html, n) => {
+    // The first block to finish is often the open one as drawn: its nodes stay.
+    if (n === 0 && md.open.length > 0 && html === md.openHtml) {
+      md.open = [];
+    } else {
+      if (n === 0) for (const node of md.open.splice(0)) node.remove();
+      view.body.append(...nodes(html));
+    }
+    md.count += 1;
+  });
+  for (const node of md.open.splice(0)) node.remove();
+  md.open = open ? nodes(open) : [];
+  md.openHtml = open;
+  view.body.append(...md.open);
 }
 
 function renderTool(view, part, actions) {
