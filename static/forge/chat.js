@@ -29,6 +29,8 @@ const CONNECTION_LABELS = {
   failed: "Disconnected",
 };
 
+const GONE = "This conversation was deleted.";
+
 class Chat {
   constructor() {
     this.api = new Api({ base: root.dataset.api, loginUrl: root.dataset.loginUrl });
@@ -265,7 +267,8 @@ class Chat {
         this.sessions.set(id, session);
       } catch (error) {
         if (this.opening === id) this.opening = null;
-        this.showError(`Could not open the session: ${error.message}`);
+        if (error.status === 404) this.sessionGone(id, GONE);
+        else this.showError(`Could not open the session: ${error.message}`);
         return;
       }
     }
@@ -335,6 +338,10 @@ class Chat {
     }
   }
 
+  goneElsewhere(id) {
+    this.sessionGone(id, GONE);
+  }
+
   async deleteSession() {
     if (!this.view) return;
     const id = this.view.id;
@@ -342,18 +349,27 @@ class Chat {
     if (!window.confirm(`Delete “${title}” and its whole history?`)) return;
     try {
       await this.api.deleteSession(id);
-      this.view.close();
-      this.view = null;
-      this.sessions.delete(id);
-      this.renderSessions();
-      $("message-list").replaceChildren();
-      $("load-older").hidden = true;
-      this.showConversation(false);
-      history.replaceState(null, "", location.pathname);
+      this.sessionGone(id);
       this.composer.focus();
     } catch (error) {
       this.showError(`Could not delete: ${error.message}`);
     }
+  }
+
+  // The session is no more (deleted here, or elsewhere: its page or socket answered
+  // 404): out of the list, and, if open, the first screen instead of a dead view.
+  sessionGone(id, message = "") {
+    this.sessions.delete(id);
+    this.renderSessions();
+    if (this.view?.id === id) {
+      this.view.close();
+      this.view = null;
+      $("message-list").replaceChildren();
+      $("load-older").hidden = true;
+      this.showConversation(false);
+      history.replaceState(null, "", location.pathname);
+    }
+    if (message) this.showError(message);
   }
 
   // --- status line ---

@@ -49,7 +49,7 @@ export class SessionView {
       onClose: () => this.promptsLost(),
       onUnauthorized: () => api.toLogin(),
       onRefused: (code) =>
-        chat.showError(code === 4404 ? "This session does not exist." : "The server refused the connection."),
+        code === 4404 ? chat.goneElsewhere(this.id) : chat.showError("The server refused the connection."),
       schedule: (fn) => this.enqueueTask(fn),
     });
     this.list = new MessageList($("message-list"), $("messages"), this.log, {
@@ -117,6 +117,10 @@ export class SessionView {
       this.socket.connect();
     } catch (error) {
       if (this.closed) return;
+      if (error.status === 404) {
+        this.chat.goneElsewhere(this.id); // deleted since the list was read
+        return;
+      }
       this.chat.setConnection("failed");
       this.chat.showError(`Could not open the session: ${error.message}`);
     }

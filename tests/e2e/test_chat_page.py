@@ -451,6 +451,33 @@ def test_opening_a_session_twice_at_once_makes_one_view(
     chat.assert_clean()
 
 
+def test_a_session_deleted_elsewhere_leaves_for_the_first_screen(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): a session deleted in another tab stayed open as a dead view (Rename and
+    Delete shown, "Disconnected", prompts failing) and in the list."""
+    from sessions.models import Session
+    from sessions.services import delete_session
+
+    chat = chat_page()
+    chat.login()
+    chat.send("soon gone")
+    chat.wait_reply_done()
+    session_id = chat.view_id()
+    page = chat.page
+    assert page.locator(".session-item").count() == 1
+    delete_session(session=Session.objects.get(pk=session_id))  # another tab, another user
+    banner = page.locator("#error-text")
+    chat.wait_until(lambda: banner.inner_text() == "This conversation was deleted.")
+    chat.wait_until(lambda: chat.view_id() is None)
+    assert page.locator(".session-item").count() == 0
+    assert page.locator("#delete-button").is_hidden()
+    assert page.locator("#session-title").inner_text() == "New chat"
+    chat.send("a new chat then")  # the first screen takes a prompt
+    chat.wait_reply_done()
+    assert chat.view_id() not in (None, session_id)
+
+
 def test_a_prompt_sent_over_http_keeps_its_line_breaks(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
