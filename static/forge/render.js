@@ -235,6 +235,13 @@ function renderTool(view, part, actions) {
 function approvalForm(view, part, approval, actions) {
   if (!view.reasonEl) {
     view.reasonEl = el("input", { type: "text", className: "approval-reason", maxlength: "2000", autocomplete: "off" });
+    // Enter in the reason box denies with that reason (it did nothing).
+    view.reasonEl.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.isComposing && view.denyOnEnter) {
+        event.preventDefault();
+        view.denyOnEnter();
+      }
+    });
   }
   const answer = (approve) => {
     const body = answerBody(approve, approve ? "" : view.reasonEl.value);
@@ -248,6 +255,7 @@ function approvalForm(view, part, approval, actions) {
       });
   };
   const disabled = approval.sending;
+  view.denyOnEnter = disabled ? null : () => answer(false);
   return el(
     "div",
     { className: "approval", role: "group", "aria-label": `Approve the call to ${part.tool}` },

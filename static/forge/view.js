@@ -331,8 +331,13 @@ export class SessionView {
   }
 
   // Answer a tool call awaiting approval (the card shows a failure; the log moves it on).
-  answerApproval(callId, body) {
-    return this.api.answerApproval(this.id, callId, body);
+  // Once the answer is in, the keyboard goes back to the prompt box: the card it was
+  // given on is drawn anew (and its message moved as the reply goes on), and the focus
+  // fell to <body>, so a keyboard user started over from the top of the page.
+  async answerApproval(callId, body) {
+    const answered = await this.api.answerApproval(this.id, callId, body);
+    if (!this.closed) this.chat.composer.focus();
+    return answered;
   }
 
   async abort() {

@@ -97,6 +97,28 @@ def test_deny_with_a_reason_ends_the_call_denied_and_the_model_sees_why(
     chat.assert_clean()
 
 
+def test_enter_in_the_reason_denies_and_focus_goes_to_the_prompt(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): Enter in the reason box did nothing, and after Allow or Deny the focus
+    fell to <body> (the card is drawn anew), so a keyboard user started over. It goes
+    to the prompt box once the answer is in."""
+    chat = chat_page(FORGE_TOOL_APPROVAL=ASK)
+    chat.login()
+    session_id = chat.new_session()
+    chat.send("/tool list_files {}")
+    card = waiting_card(chat)
+    reason = card.get_by_label("Reason to deny (optional)")
+    reason.fill("keyboard says no")
+    reason.press("Enter")
+    message = chat.wait_reply_done()
+    tool = message.locator(".part-tool")
+    assert "keyboard says no" in tool.locator(".approval-outcome").inner_text()
+    assert stored_tool(session_id)["state"]["metadata"]["denied"] is True
+    assert chat.page.evaluate("() => document.activeElement.id") == "prompt"
+    chat.assert_clean()
+
+
 def test_axe_finds_no_violation_on_a_waiting_card(
     chat_page: OpenPage, alice: Any, agents: Any, axe_script: Path
 ) -> None:
