@@ -262,10 +262,19 @@ class Budget(models.Model):
 
     class Meta:
         constraints = [
+            # Said as an operator reads it in the admin (it said "Constraint
+            # “budget_tenant” is violated.").
             models.UniqueConstraint(
-                fields=["tenant"], condition=models.Q(user=None), name="budget_tenant"
+                fields=["tenant"],
+                condition=models.Q(user=None),
+                name="budget_tenant",
+                violation_error_message="This tenant already has a budget: edit that one.",
             ),
-            models.UniqueConstraint(fields=["tenant", "user"], name="budget_tenant_user"),
+            models.UniqueConstraint(
+                fields=["tenant", "user"],
+                name="budget_tenant_user",
+                violation_error_message="This user already has a budget: edit that one.",
+            ),
         ]
 
     def __str__(self) -> str:

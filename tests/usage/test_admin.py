@@ -26,6 +26,10 @@ def test_a_budget_is_added_validated_and_shown_with_its_use(admin_client, sessio
     assert "set a monthly limit" in page.text
     assert not Budget.objects.exists()
     assert admin_client.post(url, {"tenant": tenant.pk, "monthly_tokens": "500"}).status_code == 302
+    # A second one for the tenant says so (QA: "Constraint “budget_tenant” is violated.").
+    again = admin_client.post(url, {"tenant": tenant.pk, "monthly_tokens": "900"})
+    assert "This tenant already has a budget: edit that one." in again.text
+    assert Budget.objects.count() == 1
     _opened, done = reply(session, steps=[{"tokens": {"input": 120, "output": 3}, "cost": 0.5}])
     record_reply(session=session, info=done)
     listing = admin_client.get(reverse("admin:forge_budget_changelist"))
