@@ -30,6 +30,7 @@ from sessions.models import Session
 
 ABORTED = "aborted"
 INTERRUPTED = "interrupted: the process running this reply stopped"
+SHUT_DOWN = "interrupted: the server shut down"  # a SIGTERM's grace ran out
 
 
 def message_error(

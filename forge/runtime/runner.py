@@ -339,6 +339,7 @@ async def stop_turns(*, grace: float, timeout: float = 10.0) -> int:
         await asyncio.wait({r.task for r in runners}, timeout=left)
     runners = running()
     for runner in runners:
+        runner.turn.stopped_by_shutdown = True
         runner.turn.abort.set()
         if not runner.task.cancelling():
             runner.task.cancel()

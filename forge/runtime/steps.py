@@ -40,7 +40,7 @@ from sessions.models import Session
 from .approvals.pending import waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
-from .finalize import ABORTED, finalize_open_messages, message_error
+from .finalize import ABORTED, SHUT_DOWN, finalize_open_messages, message_error
 from .processor import Processor, StepResult, finish_then_cancel
 from .prompting import Attachment, begin
 from .tool_calls import Call
@@ -341,12 +341,16 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
     so the reply completes as aborted: left waiting, an answer to one ran it and then
     another model step after the user pressed stop. A turn cancelled otherwise (its
     lease lost, the server shutting down) leaves them waiting, as recovery does."""
-    tracing.turn_aborted("user" if turn.stopped_by_user else "cancelled")
+    shutdown = turn.stopped_by_shutdown and not turn.stopped_by_user
+    tracing.turn_aborted(
+        "user" if turn.stopped_by_user else "shutdown" if shutdown else "cancelled"
+    )
     await processor.flush()
     await db(_finalize)(
         processor.take_held(),
         session=turn.session,
-        reason=ABORTED,
+        # A shutdown is no user's stop: the reply says the server stopped it.
+        reason=SHUT_DOWN if shutdown else ABORTED,
         texts=processor.streamed_texts(),
         message_id=turn.message_id,
         agent=turn.agent.name,

@@ -44,6 +44,9 @@ class Turn:
     # Whether a user's abort stopped the turn (``runner._stop``), not a lost lease or a
     # shutdown: only a user's abort denies the reply's calls awaiting approval.
     stopped_by_user: bool = False
+    # Whether the process stopping (SIGTERM, Ctrl-C: ``runner.stop_turns``) stopped it:
+    # its reply says so, not "aborted" as if the user had pressed stop.
+    stopped_by_shutdown: bool = False
 
     def raise_if_aborted(self) -> None:
         """Stop here once an abort was asked for.

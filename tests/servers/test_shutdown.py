@@ -76,6 +76,8 @@ def test_sigterm_ends_a_streaming_reply_as_aborted_keeping_what_streamed(
     info, texts = reply_of(session)
     assert info["completed_at"] is not None
     assert info["error"]["name"] == "MessageAbortedError"
+    # Said as the server's stop, not the user's (QA: the page showed "aborted" for both).
+    assert info["error"]["message"] == "interrupted: the server shut down"
     # The reply's text is what its deltas sent (the echo's reasoning streamed first).
     assert len(texts) == 1
     assert texts[0].startswith("w0 w1")
