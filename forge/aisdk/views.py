@@ -302,7 +302,7 @@ class ChatStreamView(APIView):
     """``GET /api/chat/{id}/stream``: resume the running reply (204 when none runs)."""
 
     @extend_schema(
-        responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None, **errors(503)}
+        responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None, **errors(400, 503)}
     )
     def get(self, request: Request, chat_id: str) -> StreamingHttpResponse | Response:
         """204 for a chat with nothing running, a chat not created yet included:
@@ -393,7 +393,7 @@ def _current(session: Session, items: list[dict[str, Any]]) -> list[dict[str, An
 class ChatStopView(APIView):
     """``POST /api/chat/{id}/stop``: abort the running reply; 204 once it is finalized."""
 
-    @extend_schema(request=None, responses={204: None, **errors(409)})
+    @extend_schema(request=None, responses={204: None, **errors(400, 409)})
     def post(self, request: Request, chat_id: str) -> Response:
         session = chat_of(request.user, bodies.checked_chat_id(chat_id))
         runtime.abort(session=session)
