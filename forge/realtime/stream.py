@@ -41,6 +41,10 @@ from sessions.models import Session
 SnapshotSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
 REPLAY_PAGE = 500
+# Finished parts a stream remembers (see ``SessionStream.ended``). A delta still queued
+# for a part when its end was sent is behind at most the parts that ended after it in
+# that short window, never a thousand of them.
+ENDED_KEPT = 1024
 
 
 def check_after(session: Session, after: int) -> None:
@@ -73,8 +77,10 @@ class SessionStream:
     # event, so no delta or snapshot of theirs follows it. The hub's queue can still
     # hold a part's deltas when the backlog already sent its end, and the writer drops
     # a finished part's buffer only once the end is written (a snapshot of it then is
-    # stale, even empty). One id per finished part this stream saw.
-    ended: set[str] = field(default_factory=set)
+    # stale, even empty). The newest ``ENDED_KEPT`` ids, oldest first; emptied when the
+    # session goes idle, since the turn's producer sent every frame of its parts before
+    # its ``idle`` status (one sender's frames reach a group in order).
+    ended: dict[str, None] = field(default_factory=dict)
     stats: StreamStats = field(default_factory=StreamStats)
     # Live frames arrived since the log was last checked for a lost tail.
     needs_resync: bool = False
@@ -123,13 +129,18 @@ class SessionStream:
             if part["type"] in ("text", "reasoning"):
                 if part.get("time", {}).get("end"):
                     self.sent.pop(part["id"], None)  # finished: its whole text is in the event
-                    self.ended.add(part["id"])
+                    self._ended(part["id"])
                 elif part["id"] not in self.sent and part["id"] not in self.ended:
                     self.sent[part["id"]] = len(part.get("text", ""))
         elif frame["type"] == "part.removed":
             part_id = frame["data"].get("part_id", "")
             self.sent.pop(part_id, None)
-            self.ended.add(part_id)
+            self._ended(part_id)
+
+    def _ended(self, part_id: str) -> None:
+        self.ended[part_id] = None
+        if len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
 
     # --- live frames --------------------------------------------------------------------
 
@@ -142,7 +153,9 @@ class SessionStream:
         if kind == "delta":
             return await self._accept_delta(frame)
         if kind == "status" and frame.get("status") == "idle":
-            return [*await self.resync(), frame]  # a turn ended: nothing of it may be missing
+            frames = [*await self.resync(), frame]  # a turn ended: nothing of it may be missing
+            self.ended.clear()
+            return frames
         return [frame]
 
     async def resync(self) -> list[Frame]:

@@ -28,7 +28,6 @@ from sessions import selectors, services
 from sessions.log import format_time, now_ms
 from sessions.models import Session
 
-ABORTED = "aborted"
 INTERRUPTED = "interrupted: the process running this reply stopped"
 SHUT_DOWN = "interrupted: the server shut down"  # a SIGTERM's grace ran out
 

@@ -31,7 +31,8 @@ from sessions import services
 from sessions.models import Message, Session
 
 from . import lease
-from .finalize import ABORTED, INTERRUPTED, finalize_open_messages
+from .approvals.pending import ABORTED
+from .finalize import INTERRUPTED, finalize_open_messages
 from .inflight import mirror
 
 logger = logging.getLogger(__name__)

@@ -37,10 +37,10 @@ from sessions import selectors, services, sql, turn_sql
 from sessions.log import format_time, now_ms
 from sessions.models import Session
 
-from .approvals.pending import waiting
+from .approvals.pending import ABORTED, waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
-from .finalize import ABORTED, SHUT_DOWN, finalize_open_messages, message_error
+from .finalize import SHUT_DOWN, finalize_open_messages, message_error
 from .processor import Processor, StepResult, finish_then_cancel
 from .prompting import Attachment, begin
 from .tool_calls import Call

@@ -15,7 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from forge.realtime.hub import Subscriber
-from forge.realtime.stream import HEARTBEAT, Heartbeat, SessionStream, live_frames
+from forge.realtime.stream import ENDED_KEPT, HEARTBEAT, Heartbeat, SessionStream, live_frames
 from sessions import selectors, services
 from sessions.frames import Frame, event_frame, status_frame
 
@@ -165,3 +165,26 @@ async def test_a_part_seen_ending_gets_no_delta_or_snapshot_after_its_end(sessio
 
     assert await stream.accept(delta(0, "hello")) == []  # queued before the end
     assert await stream.accept(delta(5, " there")) == []  # no repair either
+
+
+async def test_a_long_lived_stream_keeps_a_bounded_set_of_finished_parts(session):
+    """A socket watching a long conversation noted every finished part's id for its
+    whole life (one id per text or reasoning part, ~1 MB a connection after 10,000).
+    It keeps the newest ``ENDED_KEPT`` (a delta still queued for a part is behind at
+    most the parts that ended after it), and none once the session is idle: the
+    turn's producer sent every delta of its parts before its ``idle`` status."""
+    stream = await database_sync_to_async(_stream)(session)
+    for n in range(ENDED_KEPT + 500):
+        stream._note_event(
+            {
+                "kind": "event",
+                "type": "part.updated",
+                "seq": stream.last_seq + 1,
+                "data": {"id": f"prt_{n}", "type": "text", "text": "x", "time": {"end": T1}},
+            }
+        )
+    assert len(stream.ended) == ENDED_KEPT
+    assert f"prt_{ENDED_KEPT + 499}" in stream.ended
+    assert "prt_0" not in stream.ended
+    await stream.accept(status_frame(session.pk, "idle"))
+    assert not stream.ended

@@ -25,11 +25,12 @@ from sessions.models import Part, Session
 from .. import accounting, lease
 
 AWAITING = "awaiting-approval"
+ABORTED = "aborted"  # a reply's stop reason, and a waiting call's when it ends one
 EXPIRED = "expired"
 NEW_PROMPT = "the user sent a new prompt"
 SYSTEM = "system"
 # A system denial's reason as the model reads it (``denied_state``).
-_SYSTEM_REASONS = {"aborted": "the reply was aborted"}
+_SYSTEM_REASONS = {ABORTED: "the reply was aborted"}
 
 
 def _waiting_rows(**filters: Any) -> Any:
