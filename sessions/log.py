@@ -59,6 +59,19 @@ def canonical_json(value: Any) -> str:
     )
 
 
+def in_canonical_order(value: Any) -> Any:
+    """``value`` with every object's keys in canonical (sorted) order, as
+    :func:`canonical_json` writes them. SQLite reads stored data back in that order and
+    PostgreSQL's ``jsonb`` in an order of its own (shorter keys first); what is
+    serialized again from it for a reader (a tool's schema and arguments for the model,
+    an export) goes through this, or ``sort_keys``, so it does not depend on the engine."""
+    if isinstance(value, dict):
+        return {key: in_canonical_order(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [in_canonical_order(item) for item in value]
+    return value
+
+
 def canonical_json_without(value: Mapping[str, Any], keys: Iterable[str]) -> tuple[str, str]:
     """``(canonical_json(value), canonical_json(value without keys))`` at the cost of one
     serialisation: the canonical text of a dict is its items in sorted order, so the

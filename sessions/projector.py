@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import sql
+from .log import in_canonical_order
 
 
 class EventLike(Protocol):
@@ -176,7 +177,7 @@ def apply_context(blocks: dict[str, dict[str, Any]], data: Mapping[str, Any]) ->
         if block.get("removed"):
             blocks.pop(key, None)
         else:
-            blocks[key] = dict(block)
+            blocks[key] = in_canonical_order(block)  # the same on every engine
 
 
 ROLLED_BLOCK = ("dialog_history", "memory")  # memory's block: kind and key

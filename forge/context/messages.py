@@ -84,7 +84,9 @@ def _assistant_messages(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "type": "function",
                     "function": {
                         "name": p["tool"],
-                        "arguments": json.dumps(p["state"].get("input", {}), ensure_ascii=False),
+                        "arguments": json.dumps(
+                            p["state"].get("input", {}), ensure_ascii=False, sort_keys=True
+                        ),
                     },
                 }
                 for p in tools

@@ -5,7 +5,7 @@ daphne, past the cache's capacity) load its next model input from one row instea
 of folding the whole log: it decodes the snapshot and folds only the events after
 it. ``sessions.snapshots`` stores the bytes; this module encodes and checks them.
 
-Format (:data:`VERSION` 4)::
+Format (:data:`VERSION` 5)::
 
     MAGIC (4 bytes: b"FCS" + version) | crc32 of the body (4 bytes, big-endian) | body
     body = msgpack [session id, seq, hash, head, [list chunk, ...],
@@ -69,7 +69,9 @@ logger = logging.getLogger(__name__)
 # by message ids are lists of pairs.
 # 4: ``order``, ``kept`` and ``replies`` leave the head for chunks of their own, packed
 # as the lists grow (each snapshot packed them whole: O(n) per snapshot).
-VERSION = 4
+# 5: the blocks' keys in canonical order (``sessions.log.in_canonical_order``); a
+# version 4 snapshot on PostgreSQL holds them in jsonb's order.
+VERSION = 5
 MAGIC = b"FCS" + bytes([VERSION])
 LEVEL = 1  # zlib: the fastest level; the text compresses ~10x at it already
 MAX_CHUNKS = 16  # of a kind; more, and the newest two merge whatever their sizes

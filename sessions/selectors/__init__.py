@@ -209,7 +209,8 @@ def export_lines(*, session: Session, using: str | None = None) -> Iterator[str]
     for event in iter_log(session=session, using=using):
         if event["seq"] > seq:  # written after the header was: the next export has it
             return
-        yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+        # Keys sorted: the same file from either engine (jsonb reorders an object's keys).
+        yield json.dumps(event, ensure_ascii=False, separators=(",", ":"), sort_keys=True) + "\n"
 
 
 def stored_projection(*, tenant: Tenant, session: Session) -> Projection:
