@@ -237,7 +237,10 @@ async def run_tool(
                 metadata={"timeout": limit},
             ) from None
         raise _failure(tool, exc) from exc
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        # SystemExit and KeyboardInterrupt too: raised by a tool (argparse's
+        # ``parser.error``, a script's ``sys.exit``), they are its failure. Let through,
+        # they reached the event loop, which stopped serving without the process exiting.
         raise _failure(tool, exc) from exc
 
     if isinstance(result, str):
@@ -275,4 +278,5 @@ async def run_tool(
 def _failure(item: Tool, exc: BaseException) -> ToolError:
     kind = type(exc).__name__
     detail = _shown(_truncate(str(exc), MAX_ERROR_CHARS))
-    return ToolError(f"tool {item.name!r} failed: {kind}: {detail}", metadata={"exception": kind})
+    said = f"{kind}: {detail}" if detail else kind
+    return ToolError(f"tool {item.name!r} failed: {said}", metadata={"exception": kind})

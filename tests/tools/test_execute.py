@@ -286,6 +286,29 @@ async def test_an_exception_becomes_a_tool_error(ctx: ToolContext) -> None:
     assert info.value.metadata == {"exception": "KeyError"}
 
 
+async def test_a_tool_that_tries_to_exit_the_process_gets_a_tool_error(ctx: ToolContext) -> None:
+    """QA (HIGH): a tool raising SystemExit (argparse's ``parser.error``, ``sys.exit``
+    in a script turned into a tool) or KeyboardInterrupt went past ``except Exception``
+    to the event loop: the daphne stopped answering without exiting, and the reply
+    stayed open with the call running. It is the tool's failure, like any other."""
+
+    async def fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise SystemExit(2)
+
+    def sync_fn(c: ToolContext, args: dict[str, Any]) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("cli", fn), {}, ctx)
+    assert info.value.message == "tool 'cli' failed: SystemExit: 2"
+    assert info.value.metadata == {"exception": "SystemExit"}
+
+    with pytest.raises(ToolError) as info:
+        await execute(make("interrupted", sync_fn), {}, ctx)
+    assert info.value.message == "tool 'interrupted' failed: KeyboardInterrupt"
+    assert info.value.metadata == {"exception": "KeyboardInterrupt"}
+
+
 async def test_a_timeout_error_raised_by_the_tool_is_not_a_timeout(ctx: ToolContext) -> None:
     async def fn(c: ToolContext, args: dict[str, Any]) -> str:
         raise TimeoutError("socket timed out")
