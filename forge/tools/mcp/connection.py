@@ -43,9 +43,13 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# The SDK's streamable HTTP client answers a request the server refused with 404 (it
-# no longer knows the session: it restarted) with this error code.
-SESSION_TERMINATED = 32600
+# Errors the SDK makes up itself, as (code, message): its streamable HTTP client answers
+# a request the server refused with 404 (it no longer knows the session: it restarted)
+# with the first, and a session fails every request still waiting when its transport's
+# stream ends with the second. A server may send either code itself (-32000 is JSON-RPC's
+# "server error"); then it is that server's answer to the call, and its message says why.
+SESSION_TERMINATED = (32600, "Session terminated")
+CONNECTION_CLOSED = (mcp_types.CONNECTION_CLOSED, "Connection closed")
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -243,13 +247,15 @@ class Connection:
                 if attempt == 2:
                     raise ServerDown("the server is gone") from None
             except McpError as exc:
-                if exc.error.code == SESSION_TERMINATED and attempt == 1:
+                said = (exc.error.code, exc.error.message)
+                terminated = said == SESSION_TERMINATED and bool(self.spec.url)
+                if terminated and attempt == 1:
                     await self.close()  # refused, not run: a new session, sent again
                     continue
-                if exc.error.code in (mcp_types.CONNECTION_CLOSED, SESSION_TERMINATED):
+                if terminated or said == CONNECTION_CLOSED:
                     self.suspect = True
                     raise ServerDown("the server went away during the call") from None
-                raise
+                raise  # the server's own answer: a tool error with its message
         raise ServerDown("the server is gone")  # pragma: no cover (the loop returns or raises)
 
     async def _call_once(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from forge.tools import mcp
 
 from .conftest import (
+    SERVERS,
     logged_context,
     logged_tools,
     misbehaving,
@@ -190,3 +192,30 @@ def _request(session: Any) -> Any:
         return request_for(session)
     finally:
         close_old_connections()
+
+
+def rpc_errors(counter: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(SERVERS / "rpc_errors.py"), str(counter)]}
+
+
+async def test_a_json_rpc_error_the_server_sends_is_its_tool_error(
+    session, agents, script, tmp_path
+):
+    """QA (MEDIUM): the SDK's own codes for a lost connection (-32000) and a forgotten
+    HTTP session (32600) were read as such whoever sent them. A server answering a call
+    with -32000 ("server error" in JSON-RPC) got "the server went away during the call",
+    its message lost and the live server restarted; one answering 32600 on stdio had the
+    call sent again (the tool ran twice). Only the SDK's own errors mean the transport."""
+    counter = tmp_path / "runs"
+    await use_servers({"rpc": rpc_errors(counter)})
+    calls = ["rpc_pid", "rpc_server_error", "rpc_refused", "rpc_pid"]
+    script([step for tool in calls for step in (tool_reply(tool, "{}"), text_reply("went on"))])
+    parts = []
+    for tool in calls:
+        await run_turn(session, tool)
+        [part] = tool_parts(await reply_of(session))
+        parts.append(part["state"])
+    assert parts[1]["error"] == "MCP server 'rpc': server side failure"
+    assert parts[2]["error"] == "MCP server 'rpc': quota exceeded"
+    assert counter.read_text() == "x"  # sent once
+    assert parts[3]["output"] == parts[0]["output"]  # the same server: not restarted
