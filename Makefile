@@ -60,27 +60,18 @@ format: $(VENV)/.dev-deps
 # FORGE_TEST_REDIS_URL). Without those variables the server pass is skipped
 # with a notice, except under CI=true, where it fails.
 #
-# With the server stack configured the two passes run side by side (TEST_PASSES=
-# sequential runs one after the other): they share no state (temporary SQLite
-# files and the in-memory layer; a database of their own and a key prefix per run
-# in PostgreSQL and Redis; free ports for the processes they start), and much of
-# each is waiting on the servers, browsers and daphnes it starts. The server pass
-# prints as it goes; the embedded pass's output follows it, from
-# var/test-embedded.log. Either failing fails the target.
-TEST_PASSES ?= parallel
+# With the server stack configured the passes run side by side (tests/run_passes.py):
+# TEST_PASSES=split (the default) runs each stack's suite in two halves, four pytest
+# processes; parallel, one process per stack; sequential, one pass after the other.
+# They share no state (temporary SQLite files and the in-memory layer; a database of
+# their own and a key prefix per process in PostgreSQL and Redis; free ports for the
+# processes they start), and much of each is waiting on the servers, browsers and
+# daphnes it starts. One pass prints as it goes; the others' output follows it, from
+# var/test-*.log. Any pass failing fails the target.
+TEST_PASSES ?= split
 
 test: lint test-js node-deps | var
-	@if [ "$(TEST_PASSES)" = parallel ] && [ -n "$$FORGE_TEST_DATABASE_URL" ]; then \
-		echo "the embedded pass runs beside the server pass (var/test-embedded.log)"; \
-		$(BIN)/pytest $(PYTEST_ARGS) > var/test-embedded.log 2>&1 & embedded=$$!; \
-		FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS); server=$$?; \
-		wait $$embedded; embedded=$$?; \
-		echo "== the embedded pass (SQLite + in-memory layer) =="; cat var/test-embedded.log; \
-		echo "server pass: exit $$server; embedded pass: exit $$embedded"; \
-		[ $$server = 0 ] && [ $$embedded = 0 ]; \
-	else \
-		$(BIN)/pytest $(PYTEST_ARGS) && FORGE_TEST_STACK=server $(BIN)/pytest $(PYTEST_ARGS); \
-	fi
+	@$(BIN)/python tests/run_passes.py $(TEST_PASSES) $(PYTEST_ARGS)
 
 # The chat page's pure state logic (static/forge/sessionlog.js) under Node's own test
 # runner. Without Node it is skipped with a notice, except under CI=true.

@@ -122,3 +122,42 @@ def test_pooled_connections_set_the_role_and_tenants_again_on_every_checkout(two
         wrappers[mine.pk].close_pool()
         settings.FORGE_DB_APP_ROLE = ""
         app_backend.serve_as_app()
+
+
+def test_setup_app_role_run_twice_at_once_succeeds_both_times():
+    """Roles are the cluster's: two databases set up side by side (the suite's passes,
+    two deploys) both create or grant the same role at the same moment. The one that
+    lost the race used to fail ("duplicate key value violates unique constraint
+    pg_authid_rolname_index", or "tuple concurrently updated"); it tries again."""
+    import threading
+
+    from django.core.management import call_command
+    from django.db import connections
+
+    for round_ in range(3):
+        role = f"forge_race_{round_}"
+        barrier = threading.Barrier(2)
+        failures: list[Exception] = []
+
+        def setup(
+            role: str = role, barrier: threading.Barrier = barrier, failures: list = failures
+        ) -> None:
+            try:
+                barrier.wait()
+                call_command("setup_app_role", role, verbosity=0)
+            except Exception as exc:  # reported below
+                failures.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=setup) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        try:
+            assert failures == []
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(f'DROP OWNED BY "{role}"')
+                cursor.execute(f'DROP ROLE "{role}"')
