@@ -95,13 +95,32 @@ def finalize_open_messages(
             # open for the answer (forge.runtime.approvals), from any process, later.
             continue
         ending = error or aborted_error(reason)
-        completion: dict[str, Any] = {"id": info["id"], "completed_at": now, "error": ending}
+        completion: dict[str, Any] = {
+            "id": info["id"],
+            "completed_at": now,
+            "error": ending,
+            **_usage_missing(info, item["parts"]),
+        }
         if ending.get("name") != "MessageAbortedError":
             completion["finish"] = "error"  # a failure (an abort keeps its last finish)
         completed = services.update_message(session=session, info=completion)
         accounting.reply_completed(session=session, info=completed.data)
         finished.append(info["id"])
     return finished
+
+
+def _usage_missing(info: Mapping[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The message's ``tokens`` (its last step's) and ``cost`` (its steps' sum) from its
+    step-finish parts, when the message has none yet: a step's update of the message is
+    written once its calls have run, so a reply ended during a call (an abort, a crash)
+    had logged the step's usage in its step-finish only."""
+    finishes = [p for p in parts if p["type"] == "step-finish"]
+    if not finishes or any(info.get("tokens", {}).values()) or info.get("cost"):
+        return {}
+    return {
+        "tokens": finishes[-1].get("tokens", {}),
+        "cost": round(sum(float(p.get("cost") or 0) for p in finishes), 10),
+    }
 
 
 def _close_part(

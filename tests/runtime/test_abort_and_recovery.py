@@ -223,6 +223,45 @@ async def test_abort_while_a_tool_runs_interrupts_it(session, agents, script):
     assert_nothing_open(items)
 
 
+async def test_a_reply_aborted_while_its_tool_runs_carries_its_steps_tokens(
+    session, agents, script
+):
+    """QA (LOW): a reply ended during a tool call (an abort, or recovery after a crash)
+    kept ``info.tokens`` at zero and no cost, though its step-finish held the model
+    call's usage and the usage table counted it: the message's update with them is
+    written when the step's calls have run. Finalizing it takes them from its
+    step-finish parts: the last step's tokens, the steps' summed cost."""
+    tool_started = asyncio.Event()
+
+    async def forever(ctx: Any, args: dict) -> str:
+        tool_started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    usage = {"input": 111, "output": 22}
+    script(
+        [
+            [
+                {"type": "tool-input-start", "call_id": "c1", "tool": "forever"},
+                {"type": "tool-call", "call_id": "c1", "tool": "forever", "input": "{}"},
+                {"type": "finish-step", "finish_reason": "tool-calls", "usage": usage},
+            ]
+        ]
+    )
+    with temporary_tools(Tool("forever", "never ends", {"type": "object"}, forever)):
+        await start_turn(session=session, text="run it")
+        await asyncio.wait_for(tool_started.wait(), 10)
+        await wait_until(lambda: streamed_parts(session, "step-finish"))
+        await abort_turn(session=session)
+    items = await ahistory(session)
+    info = items[-1]["info"]
+    [finish] = [p for p in items[-1]["parts"] if p["type"] == "step-finish"]
+    assert finish["tokens"]["input"] == 111
+    assert info["tokens"] == finish["tokens"]
+    assert info["cost"] == finish["cost"]
+    assert_nothing_open(items)
+
+
 async def test_abort_when_nothing_runs_is_an_error(session, agents):
     with pytest.raises(NotRunning):
         await abort_turn(session=session)
