@@ -30,6 +30,7 @@ from forge.errors import (
     UnknownAgent,
 )
 from sessions import selectors, services
+from sessions.exceptions import NotFound
 from sessions.ids import is_valid_id, new_message_id
 from sessions.models import Session
 
@@ -57,6 +58,46 @@ def _agent_named(name: Any) -> AgentConfig:
     return get_agent(name)  # UnknownAgent: it was removed since
 
 
+# Compaction summaries a turn may have logged after its reply opened, looked past.
+SUMMARIES_PAST = 8
+
+
+def _last_reply(session: Session) -> dict[str, Any] | None:
+    """The chat's last reply ``{info, parts}``, or None when there is none to regenerate.
+
+    The newest assistant message that answers a prompt. Compaction summaries newer
+    than it are looked past when each kept its prompt in the verbatim tail: a turn
+    whose request overflowed compacts mid-turn, and its summary is logged after the
+    reply opened. A summary holding the reply (its tail starts after the prompt, or it
+    kept none) leaves nothing to regenerate: the new reply would follow a summary of
+    the one it replaces."""
+    newer_tails: list[Any] = []
+    for item in selectors.newest_messages(
+        tenant=session.tenant, session=session, role="assistant", limit=SUMMARIES_PAST + 1
+    ):
+        info = item["info"]
+        if is_reply(info):
+            prompt = str(info["parent_id"])
+            kept = all(tail is not None and str(tail) <= prompt for tail in newer_tails)
+            return item if kept else None
+        if not info.get("summary"):
+            return None
+        newer_tails.append(_tail_start(session, str(info.get("parent_id") or "")))
+    return None
+
+
+def _tail_start(session: Session, request_id: str) -> Any:
+    """The ``tail_start_id`` of the compaction a summary answers (None: it kept no tail,
+    or there is no such request)."""
+    try:
+        item = selectors.get_message(
+            tenant=session.tenant, session_id=session.pk, message_id=request_id
+        )
+    except NotFound:
+        return None
+    return next((p.get("tail_start_id") for p in item["parts"] if p["type"] == "compaction"), None)
+
+
 def begin_regeneration(
     session: Session, message_id: Any = None, speaker: AbstractBaseUser | None = None
 ) -> tuple[Turn, dict[str, Any]]:
@@ -81,11 +122,11 @@ def begin_regeneration(
         if lease.acquire(session=session, message_id=assistant_id) is not None:
             finalize_dead_turn(session)  # an expired lease: its runner died
         deny_for_new_prompt(session)  # calls waiting for an answer: as for a new prompt
-        last = selectors.last_message(tenant=tenant, session=session, role="assistant")
-        if last is None or not is_reply(last["info"]):
+        last = _last_reply(session)
+        if last is None:
             raise NothingToRegenerate(
-                "this chat has no reply to regenerate (its last assistant message is "
-                "a compaction summary, or there is none); send a message"
+                "this chat has no reply to regenerate (none, or a compaction summarized "
+                "the last one); send a message"
             )
         old = last["info"]
         user_id = str(old["parent_id"])

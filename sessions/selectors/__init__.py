@@ -430,6 +430,18 @@ def last_message(*, tenant: Tenant, session: Session, role: str) -> dict[str, An
     return with_parts(tenant, session, [row])[0] if row else None
 
 
+def newest_messages(
+    *, tenant: Tenant, session: Session, role: str, limit: int
+) -> list[dict[str, Any]]:
+    """The session's ``limit`` newest messages of ``role``, newest first, ``{info, parts}``."""
+    rows = list(
+        Message.objects.filter(tenant=tenant, session=session, role=role)
+        .order_by("-id")
+        .values_list("id", "data")[:limit]
+    )
+    return with_parts(tenant, session, rows)
+
+
 def message_after(*, tenant: Tenant, session: Session, message_id: str) -> dict[str, Any] | None:
     """The info of the session's first message with an id above ``message_id`` (None:
     there is none). One read of the index ``message_session_id``."""

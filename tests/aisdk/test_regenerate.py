@@ -227,3 +227,31 @@ def test_memory_records_a_regenerated_answer_without_repeating_its_prompt(sessio
         ("assistant", "remember me"),
         ("assistant", "remember me"),
     ]
+
+
+def test_a_reply_whose_turn_compacted_can_be_regenerated(session, agents):
+    """QA (LOW): a turn whose request overflowed compacts the history mid-turn and then
+    answers: the compaction's summary is logged after the reply opened, so the chat's
+    newest assistant message is the summary, and regenerating was refused 409
+    ``nothing_to_regenerate``. The reply is still the chat's last: a summary after it
+    whose kept tail holds its prompt is no turn. One whose tail does not (the reply is
+    inside the summary) still refuses."""
+    from forge import runtime
+    from forge.context.boundary import record_compaction
+    from forge.errors import NothingToRegenerate
+
+    first = runtime.prompt(session=session, text="an answer worth redoing")
+    assert first.reply is not None
+    prompt_id = first.message["info"]["id"]
+    record_compaction(
+        session, summary="S", auto=True, overflow=True, tail_start_id=prompt_id, model="x/y"
+    )
+    again = runtime.regenerate(session=session, message_id=first.assistant_message_id)
+    assert again.reply is not None
+    assert again.reply["info"]["parent_id"] == prompt_id
+
+    record_compaction(
+        session, summary="S2", auto=False, overflow=False, tail_start_id=None, model="x/y"
+    )
+    with pytest.raises(NothingToRegenerate):
+        runtime.regenerate(session=session)
