@@ -16,6 +16,7 @@ as aborted and no answer can start another step after the stop.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ from forge.runtime.approvals.pending import AWAITING, EXPIRED, SYSTEM, denied_st
 from sessions import selectors, services
 from sessions.log import format_time, now_ms
 from sessions.models import Session
+
+logger = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted: the process running this reply stopped"
 SHUT_DOWN = "interrupted: the server shut down"  # a SIGTERM's grace ran out
@@ -135,15 +138,17 @@ def _close_part(
     if part["type"] in ("text", "reasoning") and not part.get("time", {}).get("end"):
         final = (part["text"] if text is None else text).rstrip()
         if part["type"] == "text":
-            final = hooks.text_complete(
-                final,
-                hooks.TextContext(
-                    session_id=session.pk,
-                    message_id=part["message_id"],
-                    part_id=part["id"],
-                    agent=agent,
-                ),
+            context = hooks.TextContext(
+                session_id=session.pk,
+                message_id=part["message_id"],
+                part_id=part["id"],
+                agent=agent,
             )
+            try:
+                final = hooks.text_complete(final, context)
+            except (Exception, SystemExit, KeyboardInterrupt):
+                # Closing must not fail: the reply may be failing because of this hook.
+                logger.exception("a text_complete hook failed; the text is kept as it was")
         start = part.get("time", {}).get("start") or now
         services.update_part(
             session=session,

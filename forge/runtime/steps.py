@@ -144,7 +144,9 @@ async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
     except asyncio.CancelledError:
         await _despite_cancels(_end_aborted(turn, processor))
         raise
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        # SystemExit and KeyboardInterrupt too, raised by a plugin (a hook, a provider):
+        # past this, they reached the event loop, which stopped serving.
         logger.exception("turn of session %s failed", session.pk)
         await processor.flush()
         texts = processor.streamed_texts()

@@ -496,6 +496,34 @@ async def test_text_complete_hook_is_applied_to_text_parts(session, agents, sett
     assert reasoning != reasoning.upper()  # the hook is for text parts only
 
 
+@pytest.mark.parametrize("failure", [RuntimeError("hook bug"), SystemExit(2)])
+async def test_a_failing_text_complete_hook_fails_the_reply_and_leaves_nothing_open(
+    session, agents, settings, failure
+):
+    """A plugin's hook raising fails the reply; it does not leave it open. The failure
+    path closes the open text with the same hook, which raised again there, so the
+    reply stayed open with its lease given back; and SystemExit (as a tool's, see
+    ``forge.tools.execute``) went past the turn's ``except Exception`` to the event
+    loop. The failed reply keeps the text unhooked."""
+    settings.FORGE_MODEL = "offline/echo"
+
+    def broken(text: str, context: hooks.TextContext) -> str:
+        raise failure
+
+    hooks.text_complete.register(broken)
+    try:
+        await run(session, "words that never get hooked")
+    finally:
+        hooks.text_complete.unregister(broken)
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["completed_at"]
+    assert reply["info"]["error"]["name"] == "UnknownError"
+    assert type(failure).__name__ in reply["info"]["error"]["message"]
+    for part in reply["parts"]:
+        if part["type"] in ("text", "reasoning"):
+            assert part["time"].get("end"), part
+
+
 async def test_the_first_exchange_gets_a_title_from_the_small_model(session, agents, settings):
     settings.FORGE_MODEL = "offline/echo"
     settings.FORGE_SMALL_MODEL = "offline/echo"
