@@ -2,7 +2,7 @@
 // sessionlog.js) drawn as elements. Messages and parts are placed in id order;
 // a part's drawing waits for the next animation frame (a stream of deltas draws
 // once per frame), except when its message finishes. The list stays scrolled to
-// the bottom when it was there.
+// the bottom when it was there; scrolled up from it, a "Latest" button goes back.
 
 import { el, insertBefore } from "./dom.js";
 import { messageView, partView, renderMessage, renderPart } from "./render.js";
@@ -18,10 +18,16 @@ export class MessageList {
     this.partViews = new Map(); // part id -> {el, ...}
     this.dirty = new Set(); // part ids to draw at the next frame
     this.renderScheduled = false;
+    this.jump = document.getElementById("jump-latest");
+    if (this.jump) {
+      this.jump.addEventListener("click", () => this.scrollToBottom());
+      scroller.addEventListener("scroll", () => this.showJump(), { passive: true });
+    }
   }
 
   clear() {
     this.listEl.replaceChildren();
+    this.showJump();
   }
 
   draw(changes) {
@@ -103,15 +109,26 @@ export class MessageList {
 
   // --- scrolling ---
 
-  stickToBottom(change) {
+  atBottom() {
     const s = this.scroller;
-    const atBottom = s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  }
+
+  // The "Latest" button: shown while what is below the view is not in it.
+  showJump() {
+    if (this.jump) this.jump.hidden = this.atBottom();
+  }
+
+  stickToBottom(change) {
+    const atBottom = this.atBottom();
     change();
-    if (atBottom) s.scrollTop = s.scrollHeight;
+    if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.showJump();
   }
 
   scrollToBottom() {
     this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.showJump();
   }
 
   // Add above what is shown without moving it (older history).
@@ -120,5 +137,6 @@ export class MessageList {
     const top = this.scroller.scrollTop;
     change();
     this.scroller.scrollTop = top + (this.scroller.scrollHeight - before);
+    this.showJump();
   }
 }

@@ -624,3 +624,55 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     chat.wait_until(lambda: page.locator("#prompt").input_value() == "the lost prompt")
     assert "acknowledged" in banner.inner_text()
     chat.assert_clean()
+
+
+def test_scrolled_up_a_latest_button_goes_back_to_the_newest_message(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """Reading back up a long chat, a new message does not pull the view down (the
+    list sticks to the bottom only when it was there), and nothing said there was more
+    below. A "Latest" button shows while the view is above the end and goes back."""
+    import httpx
+    from rest_framework.authtoken.models import Token
+
+    from sessions.services import create_session, update_message, update_part
+
+    def say(session: Any, text: str) -> None:
+        info = update_message(session=session, info={"role": "user"}).data
+        update_part(session=session, part={"message_id": info["id"], "type": "text", "text": text})
+
+    session = create_session(user=alice, title="Scrolling")
+    for n in range(40):
+        say(session, f"line {n:02d} " + words(30))
+
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.locator(".session-item", has_text="Scrolling").click()
+    chat.wait_connected()
+    latest = page.get_by_role("button", name="Latest")
+    page.locator(".message-user .plain-text", has_text="line 39").wait_for()
+    assert latest.is_hidden()  # opened at the end
+
+    page.evaluate("document.getElementById('messages').scrollTop = 0")
+    latest.wait_for(state="visible")
+    # A prompt through the server, as another tab would send it: its events reach the
+    # page live (the test process's own writes reach no daphne on the in-memory layer).
+    key = Token.objects.get_or_create(user=alice)[0].key
+    sent = httpx.post(
+        f"{chat.server.url}/api/sessions/{session.pk}/messages/",
+        json={"text": "something new"},
+        headers={"Authorization": f"Token {key}"},
+        timeout=30,
+    )
+    assert sent.status_code in (200, 201, 202), sent.text
+    page.locator(".message-user .plain-text", has_text="something new").wait_for(state="attached")
+    assert page.evaluate("document.getElementById('messages').scrollTop") < 200  # not pulled
+    latest.click()
+    page.locator(".message-user .plain-text", has_text="something new").wait_for()
+    below = (
+        "(s => s.scrollHeight - s.scrollTop - s.clientHeight)(document.getElementById('messages'))"
+    )
+    assert page.evaluate(below) < 80
+    latest.wait_for(state="hidden")
+    chat.assert_clean()
