@@ -18,6 +18,10 @@ and a plain-text body elsewhere. Sockets (``RefuseNulSockets``, around the socke
 routes in ``forge.asgi``): accepted and closed at once with 4400, like any other bad
 socket request, since a browser cannot read the reason of a refused handshake. Both
 answer on SQLite too, where a NUL is harmless but equally meaningless.
+
+The same middleware answers a request with more query parameters (or, outside the API,
+form fields) than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` with the same 400: Django raises
+``TooManyFieldsSent`` from their first read, which is here.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
+from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
-from forge.api.errors import error_body
+from forge.api.errors import error_body, too_many_fields
 
 NUL = "\x00"
 CLOSE_BAD_REQUEST = 4400
@@ -71,13 +76,22 @@ class RefuseNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        where = where_nul(request)
+        try:
+            where = where_nul(request)
+        except (TooManyFieldsSent, TooManyFilesSent):
+            # The first read of the query string (or a page's form) refused it: Django
+            # would answer with an HTML page, under DEBUG a 500 (it reads them again).
+            return refused(request, too_many_fields())
         if where is None:
             return self.get_response(request)
-        message = f"the request's {where} holds a NUL character"
-        if is_api(request.path):
-            return JsonResponse(error_body("invalid", message), status=400)
-        return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+        return refused(request, f"the request's {where} holds a NUL character")
+
+
+def refused(request: HttpRequest, message: str) -> HttpResponse:
+    """A 400: the API's JSON error body under its paths, plain text elsewhere."""
+    if is_api(request.path):
+        return JsonResponse(error_body("invalid", message), status=400)
+    return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
 
 def socket_holds_nul(scope: dict[str, Any]) -> bool:

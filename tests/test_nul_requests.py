@@ -96,3 +96,34 @@ async def test_a_socket_whose_handshake_holds_a_nul_closes_4400(session, token):
         assert connected, path
         assert await ws.receive_output(timeout=10) == {"type": "websocket.close", "code": 4400}
         await ws.disconnect()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_too_many_query_parameters_or_form_fields_is_a_json_400_on_the_api(
+    client, settings, session, token, debug
+):
+    """QA: more than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` (1,000) query parameters or form
+    fields made Django raise ``TooManyFieldsSent`` from the first read of them (this
+    middleware's, or DRF's parser's): an HTML 400, and under DEBUG a 500 (its error page
+    reads the query string again). The API answers its JSON 400; a page, plain text."""
+    settings.DEBUG = debug
+    auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
+    many = "&".join("a=1" for _ in range(1001))
+    for response in (
+        client.get(f"/api/sessions/?{many}", **auth),
+        client.get(f"/api/sessions/{session.pk}/events/?{many}", **auth),
+        client.get(f"/api/sessions/?{many}"),  # before authentication too
+        client.post(
+            "/api/sessions/",
+            data=f"title=x&{many}",
+            content_type="application/x-www-form-urlencoded",
+            **auth,
+        ),
+    ):
+        assert response.status_code == 400, response.content[:300]
+        error = response.json()["error"]
+        assert error["code"] == "invalid"
+        assert "more than 1000" in error["message"]
+    page = client.get(f"/login/?{many}")
+    assert page.status_code == 400
+    assert page["Content-Type"].startswith("text/plain")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404, HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from rest_framework import exceptions
@@ -56,6 +56,12 @@ def _message(detail: Any) -> str:
     return str(detail)
 
 
+def too_many_fields() -> str:
+    """Django's ``TooManyFieldsSent``, said with the limit (its message names a setting)."""
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    return f"too many query parameters or form fields (more than {limit})"
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ForgeError):
         body = error_body(exc.code, str(exc), **error_extra(exc))
@@ -65,6 +71,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         message = f"the request body is over the limit of {limit} bytes"
         return Response(error_body("too_large", message), status=413)
+    if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):  # a form body's parse
+        return Response(error_body("invalid", too_many_fields()), status=400)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)
