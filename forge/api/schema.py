@@ -25,6 +25,32 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
 
 
+class MessageItemSerializer(serializers.Serializer):
+    """A message with its parts, as the log projects them (CONTRACT §2)."""
+
+    info = serializers.DictField(help_text="the message: id, role, parent_id, time, …")
+    parts = serializers.ListField(child=serializers.DictField(), help_text="its parts, in order")
+
+
+class MessagePageSerializer(serializers.Serializer):
+    """``GET …/messages/``: a page of history, newest page first, oldest first within."""
+
+    results = MessageItemSerializer(many=True)
+    next = serializers.CharField(allow_null=True, help_text="the older page, or null")
+    previous = serializers.CharField(allow_null=True)
+    head_seq = serializers.IntegerField(help_text="the log's head when the page was read")
+
+
+class EventPageSerializer(serializers.Serializer):
+    """``GET …/events/``: durable events after a seq, in seq order (CONTRACT §2)."""
+
+    results = serializers.ListField(
+        child=serializers.DictField(), help_text="events: {id, seq, type, data, at, …}"
+    )
+    next = serializers.CharField(allow_null=True, help_text="the next page, or null")
+    previous = serializers.CharField(allow_null=True)
+
+
 MEANINGS = {
     400: "bad input (invalid, invalid_cursor, invalid_prompt, log_integrity, …)",
     401: "no credentials, or credentials that do not authenticate (not_authenticated)",

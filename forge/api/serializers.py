@@ -51,6 +51,17 @@ class SessionSerializer(serializers.ModelSerializer):
         return "busy" if getattr(obj, "busy", False) else "idle"
 
 
+class SessionDetailSerializer(SessionSerializer):
+    """``GET /api/sessions/{id}/`` (documentation): the session and the tool calls of it
+    that wait for an answer (docs/approvals.md)."""
+
+    pending_approvals = serializers.ListField(child=serializers.DictField(), read_only=True)
+
+    class Meta(SessionSerializer.Meta):
+        fields = [*SessionSerializer.Meta.fields, "pending_approvals"]
+        read_only_fields = fields
+
+
 class SessionCreateSerializer(serializers.Serializer):
     title = TextField(max_length=255, required=False, allow_blank=True, default="")
     agent = TextField(max_length=64, required=False, allow_null=True, default=None)

@@ -40,12 +40,13 @@ from sessions.models import Session
 
 from .paging import CheckedCursorPagination
 from .parsers import NDJSONParser, PromptJSONParser, SafeJSONParser
-from .schema import errors
+from .schema import EventPageSerializer, MessagePageSerializer, errors
 from .serializers import (
     ApprovalSerializer,
     ForkSerializer,
     PromptSerializer,
     SessionCreateSerializer,
+    SessionDetailSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
     page_body,
@@ -122,6 +123,7 @@ class SessionViewSet(GenericViewSet):
         )
         return Response(self._session_body(session), status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses=SessionDetailSerializer)
     def retrieve(self, request: Request, pk: str) -> Response:
         session = self.get_object()
         pending = runtime.pending_approvals(tenant=self.tenant, session=session)
@@ -156,6 +158,7 @@ class SessionViewSet(GenericViewSet):
             OpenApiParameter("limit", int, description="messages per page, at most 200"),
             OpenApiParameter("before", str, description="the next page's cursor"),
         ],
+        responses=MessagePageSerializer,
     )
     @extend_schema(
         methods=["POST"],
@@ -256,7 +259,8 @@ class SessionViewSet(GenericViewSet):
         parameters=[
             OpenApiParameter("after", int, description="the seq to read after (0: from the start)"),
             OpenApiParameter("limit", int, description="events per page, at most 1000"),
-        ]
+        ],
+        responses=EventPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:

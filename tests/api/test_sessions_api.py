@@ -505,6 +505,29 @@ def test_openapi_schema_and_offline_docs(api):
     assert b"cdn." not in docs.content
 
 
+def test_the_schema_documents_what_the_history_routes_answer(api, session):
+    """QA: the schema declared a Session as the 200 of ``…/events/`` and ``…/messages/``
+    (their pages are ``{results, next, previous[, head_seq]}``), and no
+    ``pending_approvals`` on a session's detail: a generated client broke on them."""
+    schema = api.get("/api/schema/?format=json").json()
+    components = schema["components"]["schemas"]
+
+    def documented(path: str) -> set[str]:
+        ok = schema["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+        name = ok["schema"]["$ref"].rsplit("/", 1)[-1]
+        return set(components[name]["properties"])
+
+    base = "/api/sessions/{id}/"
+    for path, url in (
+        (f"{base}events/", f"/api/sessions/{session.pk}/events/"),
+        (f"{base}messages/", f"/api/sessions/{session.pk}/messages/"),
+        (base, f"/api/sessions/{session.pk}/"),
+    ):
+        answered = api.get(url)
+        assert answered.status_code == 200
+        assert documented(path) == set(answered.json()), path
+
+
 @pytest.mark.parametrize("debug", [False, True])
 def test_unknown_api_routes_answer_json_404(api, settings, debug):
     """With DEBUG on too (``make run``): Django skips handler404 then, and answered its
