@@ -130,3 +130,16 @@ def test_after_collectstatic_production_serves_the_pages_and_the_admin(
         admin = browser.get("/admin/")
         assert admin.status_code == 200
         assert "Forge administration" in admin.text
+        # The API answers JSON whatever a client accepts: an error asked for as HTML
+        # was DRF's browsable page (QA: malformed JSON must be a JSON 400).
+        html = {"X-Forwarded-Proto": "https", "Accept": "text/html,*/*;q=0.8"}
+        for answer in (
+            browser.client.get("/api/sessions/", headers=html),
+            browser.client.post(
+                "/api/sessions/",
+                content=b'{"title":',
+                headers={**browser.headers(), **html, "Content-Type": "application/json"},
+            ),
+        ):
+            assert answer.status_code in (400, 401, 403), answer.text[:300]
+            assert answer.headers["Content-Type"].startswith("application/json"), answer.text[:300]

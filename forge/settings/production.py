@@ -18,6 +18,13 @@ from .env import env_bool, env_int, env_list, env_str
 
 DEBUG = False
 
+# The API answers JSON only: no browsable API, whose HTML pages DRF also chose for an
+# error when a client's Accept header asked for HTML first (a browser's does).
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,  # noqa: F405
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+}
+
 # One JSON object per log line, one line per turn end (forge/telemetry/logs.py), unless
 # FORGE_LOG_FORMAT=plain.
 FORGE_LOG_FORMAT = env_str("FORGE_LOG_FORMAT", "json")
