@@ -4,6 +4,9 @@
 * ``PromptRateThrottle``: prompts (``FORGE_PROMPT_RATE``), counted alike whether
   they arrive over HTTP or the socket (:meth:`PromptRateThrottle.allow_user`).
 
+The faces that are not DRF views count against the first too: opening a stream (SSE,
+the socket) is one request of its user (:func:`check_api_rate`).
+
 Throttle history lives in the cache (Redis when ``REDIS_URL`` is set). When the
 cache cannot be reached, a throttle lets the request through and logs a warning
 (at most once a minute): a rate limit is a guard, and reads must not fail
@@ -17,10 +20,13 @@ one per throttle.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
 from rest_framework import throttling
+
+from accounts.exceptions import ForgeError
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +85,24 @@ class PromptRateThrottle(_FailOpen, throttling.SimpleRateThrottle):
     def allow_user(self, user: Any) -> bool:
         """For faces that are not DRF views (the socket)."""
         return self.allow_request(_Caller(user), None)
+
+
+class Throttled(ForgeError):
+    """Over a rate limit, outside DRF's views (which raise DRF's own ``Throttled``)."""
+
+    code = "throttled"
+    status = 429
+
+    def __init__(self, wait: float | None) -> None:
+        self.retry_after = None if wait is None else max(1, math.ceil(wait))
+        later = "" if self.retry_after is None else f"; try again in {self.retry_after} s"
+        super().__init__(f"too many requests{later}")
+
+
+def check_api_rate(user: Any) -> None:
+    """Count one API request of ``user`` (``FORGE_API_RATE``) for a face that is no DRF
+    view: opening a stream (SSE, the socket). Raises :class:`Throttled` (429, with
+    ``Retry-After``) when over the limit; fails open as every throttle does."""
+    throttle = UserRateThrottle()
+    if not throttle.allow_request(_Caller(user), None):
+        raise Throttled(throttle.wait())

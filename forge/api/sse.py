@@ -32,6 +32,7 @@ from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
 from forge.telemetry import metrics
+from forge.throttling import check_api_rate
 from sessions.frames import Frame, error_frame, is_deleted_frame, is_delta
 from sessions.models import Session
 
@@ -43,6 +44,7 @@ def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int
     seq to resume after (at most the log's head)."""
     user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
     session = session_of(user, session_id)
+    check_api_rate(user)  # a stream's opening is one request, as on every face
     seq = parse_seq(after, name="Last-Event-ID / after", default=0)
     check_after(session, seq)
     return user.pk, session, seq

@@ -26,7 +26,7 @@ from forge.access import session_of, user_for_authorization
 from forge.errors import NotAuthenticated, StreamUnavailable
 from forge.params import parse_seq
 from forge.telemetry import metrics
-from forge.throttling import PromptRateThrottle
+from forge.throttling import PromptRateThrottle, Throttled, check_api_rate
 from sessions.exceptions import NotFound
 from sessions.frames import (
     Frame,
@@ -81,7 +81,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         """Accept, then check who asks, for which session, after which seq; then open the
         subscription (which takes one of the user's stream slots) and send the backlog.
         A refusal is an error frame (but for 4401 / 4404) and a close code: 4400 a bad
-        ``after`` (past the log's head too), 4429 too many streams, 4503 a channel
+        ``after`` (past the log's head too), 4429 too many streams or over the user's
+        API rate (``FORGE_API_RATE``), 4503 a channel
         layer that is away (try again later). Nothing is held after a refusal."""
         await self.accept()
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
@@ -96,6 +97,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         tenancy.activate([self.session.tenant_id])  # this socket's tasks see its tenant only
+        try:
+            # A socket's opening is one API request of its user, as on every face.
+            await database_sync_to_async(check_api_rate)(self.scope["user"])
+        except Throttled as exc:
+            await self._error(exc.code, str(exc), retry_after=exc.retry_after)
+            await self.close(code=CLOSE_TOO_MANY)
+            return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             after = parse_seq(query.get("after", [""])[-1], name="after", default=0)

@@ -513,6 +513,42 @@ async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, 
         await ws.disconnect()
 
 
+async def test_opening_a_stream_counts_against_the_users_api_rate(
+    session, user, token, monkeypatch
+):
+    """QA (LOW): once a user was over ``FORGE_API_RATE`` every API route answered 429,
+    but the SSE stream and the socket still opened (and replayed the log), though the
+    contract says rate limits apply to every face alike. Opening a stream is one
+    request: over the rate, SSE is 429 with Retry-After, the socket an error frame and
+    4429."""
+    from django.core.cache import cache
+    from django.test import AsyncClient
+    from rest_framework.throttling import SimpleRateThrottle
+
+    monkeypatch.setattr(
+        SimpleRateThrottle, "THROTTLE_RATES", {"prompts": "60/min", "user": "2/min"}
+    )
+    await database_sync_to_async(cache.delete)(f"throttle_user_{user.pk}")
+    auth = {"Authorization": f"Token {token}"}
+    stream_url = f"/api/sessions/{session.pk}/stream/"
+    ws = socket(session.pk, token)
+    assert (await ws.connect())[0]  # the first request
+    await frames_until(ws, lambda f: len(f) == 1)
+    await ws.disconnect()
+    listed = await AsyncClient().get("/api/sessions/", headers=auth)  # the second
+    assert listed.status_code == 200
+    refused = await AsyncClient().get(stream_url, headers=auth)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "throttled"
+    assert int(refused["Retry-After"]) > 0
+    over = socket(session.pk, token)
+    await over.connect()
+    frame = json.loads(await over.receive_from(timeout=5))
+    assert (frame["kind"], frame["code"]) == ("error", "throttled")
+    assert frame["retry_after"] > 0
+    assert (await over.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4429}
+
+
 async def test_a_socket_path_that_names_no_route_closes_4404(token):
     for path in ("/ws/nothing/", "/ws/sessions/", "/ws/sessions/a/b/", "/elsewhere"):
         ws = WebsocketCommunicator(
