@@ -62,14 +62,27 @@ class SessionDetailSerializer(SessionSerializer):
         read_only_fields = fields
 
 
+class LineField(TextField):
+    """One line of text: no control characters (the log refuses them in a title or an
+    agent's name; refused here, the field is named, as every other bad field is)."""
+
+    default_error_messages = {"control": "Control characters are not allowed here."}
+
+    def to_internal_value(self, data: Any) -> str:
+        text = super().to_internal_value(data)
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            self.fail("control")
+        return text
+
+
 class SessionCreateSerializer(serializers.Serializer):
-    title = TextField(max_length=255, required=False, allow_blank=True, default="")
-    agent = TextField(max_length=64, required=False, allow_null=True, default=None)
+    title = LineField(max_length=255, required=False, allow_blank=True, default="")
+    agent = LineField(max_length=64, required=False, allow_null=True, default=None)
 
 
 class SessionUpdateSerializer(serializers.Serializer):
-    title = TextField(max_length=255, required=False, allow_blank=True)
-    agent = TextField(max_length=64, required=False, allow_null=True)
+    title = LineField(max_length=255, required=False, allow_blank=True)
+    agent = LineField(max_length=64, required=False, allow_null=True)
 
 
 class FileSerializer(serializers.Serializer):

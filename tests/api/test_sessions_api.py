@@ -604,3 +604,15 @@ def APIClient_for(user):
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+def test_a_title_or_agent_with_a_control_character_is_an_invalid_field(api, session):
+    """QA (LOW): the log refused it (400 ``invalid_event``, no field named), where every
+    other bad field of these routes is ``invalid`` with ``fields``."""
+    for method, url in (("post", "/api/sessions/"), ("patch", f"/api/sessions/{session.pk}/")):
+        for body, field in (({"title": "a\u0007b"}, "title"), ({"agent": "bu\u0000ild"}, "agent")):
+            response = getattr(api, method)(url, body, format="json")
+            assert response.status_code == 400, response.content
+            body_error = error(response)
+            assert body_error["code"] == "invalid"
+            assert list(body_error["fields"]) == [field]
