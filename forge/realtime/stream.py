@@ -20,7 +20,11 @@ text of a streaming part without holes or repeats, whatever the layer dropped.
 A gap is only visible when a later event arrives; to catch the loss of the last
 events of a reply, the stream checks the log again (:meth:`SessionStream.resync`)
 when an ``idle`` status arrives and when live frames have gone quiet for a while
-after some activity (:func:`live_frames`'s timer; ``needs_resync`` says when).
+after some activity (:func:`live_frames`'s timer; ``needs_resync`` says when). While
+a turn the stream saw start has not ended, it checks again after every quiet period,
+backing off to ``RESYNC_BACKOFF_MAX``: a channel layer that lost everything from some
+point on (Redis crashed, and this process's subscription did not come back) still
+leaves the client the whole reply, from the log.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ REPLAY_PAGE = 500
 # for a part when its end was sent is behind at most the parts that ended after it in
 # that short window, never a thousand of them.
 ENDED_KEPT = 1024
+RESYNC_BACKOFF_MAX = 30.0  # seconds between checks of the log while a turn is open
 
 
 def check_after(session: Session, after: int) -> None:
@@ -84,6 +89,11 @@ class SessionStream:
     stats: StreamStats = field(default_factory=StreamStats)
     # Live frames arrived since the log was last checked for a lost tail.
     needs_resync: bool = False
+    # A turn this stream saw start (a ``busy`` or ``retry`` status, a reply logged open)
+    # and not end (``idle``, the reply's completion): while so, the log is checked again
+    # after every quiet period, not only the first: the channel layer may have lost
+    # everything from some point on (a Redis crash), the ``idle`` status included.
+    turn_open: bool = False
 
     def __post_init__(self) -> None:
         self.last_seq = self.after
@@ -124,7 +134,9 @@ class SessionStream:
 
     def _note_event(self, frame: Frame) -> None:
         self.last_seq = max(self.last_seq, frame["seq"])
-        if frame["type"] == "part.updated":
+        if frame["type"] == "message.updated" and frame["data"].get("role") == "assistant":
+            self.turn_open = not frame["data"].get("completed_at")
+        elif frame["type"] == "part.updated":
             part = frame["data"]
             if part["type"] in ("text", "reasoning"):
                 if part.get("time", {}).get("end"):
@@ -155,16 +167,19 @@ class SessionStream:
         if kind == "status" and frame.get("status") == "idle":
             frames = [*await self.resync(), frame]  # a turn ended: nothing of it may be missing
             self.ended.clear()
+            self.turn_open = self.needs_resync = False
             return frames
+        if kind == "status":  # busy, retry
+            self.turn_open = True
         return [frame]
 
     async def resync(self) -> list[Frame]:
         """Events after the last seq sent that never arrived live (read from the log)."""
-        self.needs_resync = False
         missing = await self._events_after(self.last_seq)
         self.stats.events_repaired += len(missing)
         for event in missing:
             self._note_event(event)
+        self.needs_resync = self.turn_open  # look again after the next quiet period
         return missing
 
     async def _accept_event(self, frame: Frame) -> list[Frame]:
@@ -253,18 +268,25 @@ async def live_frames(
     if replay:
         for frame in await stream.backlog():
             yield frame
-    quiet = settings.FORGE_STREAM_RESYNC_SECONDS
-    if heartbeat is not None:
-        quiet = min(quiet, heartbeat)
+    every = settings.FORGE_STREAM_RESYNC_SECONDS
+    quiet = every if heartbeat is None else min(every, heartbeat)
     loop = asyncio.get_running_loop()
     idle_since = loop.time()
+    # While a turn is open and the layer silent, the log is checked again and again,
+    # each time twice as long after the last check that found nothing (at most
+    # RESYNC_BACKOFF_MAX): a tool may run for minutes with nothing to send.
+    backoff, resync_at = every, 0.0
     while True:
         try:
             # Not wait_for: that wraps every wait in a task of its own (per frame and client).
             async with asyncio.timeout(quiet):
                 frames = await source.batch()
         except TimeoutError:
-            repaired = await stream.resync() if stream.needs_resync else []
+            repaired = []
+            if stream.needs_resync and loop.time() >= resync_at:
+                repaired = await stream.resync()
+                backoff = every if repaired else min(backoff * 2, RESYNC_BACKOFF_MAX)
+                resync_at = loop.time() + backoff - quiet / 2  # (timeouts fire late)
             for frame in repaired:  # activity went quiet, and its tail had been lost
                 yield frame
             if repaired:
@@ -274,6 +296,7 @@ async def live_frames(
                 yield HEARTBEAT
             continue
         idle_since = loop.time()
+        backoff, resync_at = every, 0.0
         for frame in frames:
             for out in await stream.accept(frame):
                 yield out

@@ -193,3 +193,79 @@ def test_streams_during_a_redis_outage_answer_at_once_and_keep_no_slot(
             for stream, _ in streams:
                 stream.__exit__(None, None, None)
     assert "Internal Server Error" not in server.output()  # no 500 on the way
+
+
+def _echoing(tmp_path: Path, own_redis: OwnRedis, name: str) -> Any:
+    return daphne(
+        tmp_path,
+        name=name,
+        REDIS_URL=own_redis.url,
+        FORGE_REDIS_PREFIX=f"forge-outage-{own_redis.port}",
+        FORGE_LAYER_TIMEOUT="1",
+        FORGE_ECHO_DELAY="0.1",
+    )
+
+
+def _completes(frame: dict[str, Any], reply_id: str | None) -> bool:
+    data = frame.get("data") or {}
+    return (
+        frame.get("type") == "message.updated"
+        and data.get("id") == reply_id
+        and bool(data.get("completed_at"))
+    )
+
+
+def test_a_socket_open_across_a_redis_crash_still_sees_the_reply_end(
+    tmp_path: Path, agents: Any, own_redis: OwnRedis, session, token
+) -> None:
+    """QA (HIGH): Redis killed mid-reply (SIGKILL) and back seconds later: a socket of
+    another daphne than the one running the reply got nothing more, ever, though the
+    reply finished in the log; open (its pings answered), stuck partway through until a
+    reload. A client that reconnects when its socket closes, as the chat page does,
+    sees the reply's end."""
+    import time
+
+    seen = [0]
+    done = False
+    with (
+        _echoing(tmp_path, own_redis, "watching") as watching,
+        _echoing(tmp_path, own_redis, "running") as running,
+    ):
+        words = " ".join(f"w{n}" for n in range(200))  # ~20 s of echo
+        with open_socket(watching, session.pk, token) as ws:
+            assert json.loads(ws.recv(timeout=ANSWER_WITHIN))["type"] == "session.created"
+            sent = httpx.post(
+                f"{running.url}/api/sessions/{session.pk}/messages/",
+                json={"text": words},
+                headers=auth(token),
+                timeout=ANSWER_WITHIN,
+            )
+            assert sent.status_code == 202, sent.text
+            reply_id = sent.json()["assistant_message_id"]
+            deltas = 0
+            while deltas < 5:
+                frame = json.loads(ws.recv(timeout=ANSWER_WITHIN))
+                deltas += frame["kind"] == "delta"
+                if frame["kind"] == "event":
+                    seen.append(frame["seq"])
+            own_redis.stop()
+            time.sleep(12)
+            own_redis.start()
+            try:
+                deadline = time.monotonic() + 60
+                while not done:
+                    frame = json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+                    if frame["kind"] == "event":
+                        seen.append(frame["seq"])
+                        done = _completes(frame, reply_id)
+            except ConnectionClosed:
+                pass  # the client resumes from its last seq
+        if not done:
+            with connect(
+                f"{watching.ws_url}/ws/sessions/{session.pk}/?after={max(seen)}",
+                additional_headers={**auth(token), "Origin": watching.url},
+                open_timeout=ANSWER_WITHIN,
+            ) as again:
+                while not done:
+                    done = _completes(json.loads(again.recv(timeout=ANSWER_WITHIN)), reply_id)
+    assert done

@@ -188,3 +188,29 @@ async def test_a_long_lived_stream_keeps_a_bounded_set_of_finished_parts(session
     assert "prt_0" not in stream.ended
     await stream.accept(status_frame(session.pk, "idle"))
     assert not stream.ended
+
+
+async def test_a_stream_watching_a_turn_keeps_reading_the_log_while_the_layer_is_silent(
+    session, settings
+):
+    """QA (HIGH): after a Redis crash mid-reply, a socket of another daphne got no live
+    frame again; its one quiet-time check of the log sent what was there, and then it
+    never looked again, so the reply's end (logged later) never reached it. While a turn
+    it saw start has not ended, a quiet stream keeps checking the log (backing off)."""
+    settings.FORGE_STREAM_RESYNC_SECONDS = 0.05
+    source = Subscriber()
+    frames = live_frames(await database_sync_to_async(_stream)(session), source)
+    async with contextlib.aclosing(frames):
+        source.put(status_frame(session.pk, "busy"))
+        assert (await _next_frame(frames))["status"] == "busy"
+        # The layer goes silent for good; the log goes on.
+        first = await database_sync_to_async(_log_message)(session)
+        assert await asyncio.wait_for(anext(frames), 5) == event_frame(first)
+        second = await database_sync_to_async(_log_message)(session)
+        assert await asyncio.wait_for(anext(frames), 5) == event_frame(second)
+        source.put(status_frame(session.pk, "idle"))  # the turn ended: no more checks
+        assert (await _next_frame(frames))["status"] == "idle"
+        third = await database_sync_to_async(_log_message)(session)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(frames), 0.5)
+        assert third  # (left to the next live frame or the next turn)
