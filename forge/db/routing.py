@@ -17,10 +17,12 @@ The rule (docs/deploy.md, "Reads on the replica"):
   the primary when the replica has not replayed that session's log up to ``seq``, so
   a client is never shown less than it was already told exists.
 * A read of one session's log as it is now (a history page, an export:
-  :func:`session_read`, :func:`session_iter`) names the primary's head as that
-  position: the replica serves it only once it has the whole log, so a client reads
-  its own writes, and a session that exists is never a 404 or an empty export
-  because the replica has not replayed it yet.
+  :func:`session_read`, :func:`session_iter`) names the primary's head, its seq and
+  hash: the replica serves it only when its newest event of the session is that one,
+  so a client reads its own writes, a session that exists is never a 404 or an empty
+  export because the replica has not replayed it yet, and a session deleted and
+  imported again with its ids (``import_session``), shorter or different, is never
+  served as the replica still has it.
 * A replica that fails a read (down, restarting, refusing connections) is left out for
   ``FORGE_REPLICA_RETRY_SECONDS`` and the read runs again on the primary.
 
@@ -90,18 +92,34 @@ def mark_replica_up() -> None:
     _replica_down_until = 0.0
 
 
-def replica_seq(*, tenant: Any, session_id: str) -> int:
-    """The seq of the session's newest event as the replica has it replayed (0: none)."""
+# A log position a read needs: (tenant, session id, seq), and the hash of the event
+# at that seq when the read is of the log as it is now (its head on the primary).
+Position = tuple[Any, str, int] | tuple[Any, str, int, Any]
+
+
+def head_on(alias: str, *, tenant: Any, session_id: str) -> tuple[int, Any]:
+    """``(seq, hash)`` of the session's newest event on ``alias`` (``(0, None)``: none)."""
     from sessions.models import SessionEvent
 
     newest = (
-        SessionEvent.objects.using(REPLICA)
+        SessionEvent.objects.using(alias)
         .filter(tenant=tenant, session_id=session_id)
         .order_by("-seq")
-        .values_list("seq", flat=True)
+        .values_list("seq", "hash")
         .first()
     )
-    return newest or 0
+    return (newest[0], newest[1]) if newest else (0, None)
+
+
+def replica_serves(position: Position) -> bool:
+    """Whether the replica has what a read at ``position`` needs: the session's log up
+    to its seq; with a hash, exactly that head (not a longer log that the primary no
+    longer has: a session deleted and imported again with its ids)."""
+    tenant, session_id, seq, *hashed = position
+    replica = head_on(REPLICA, tenant=tenant, session_id=session_id)
+    if hashed:
+        return replica == (seq, hashed[0])
+    return replica[0] >= seq
 
 
 @contextlib.contextmanager
@@ -114,21 +132,20 @@ def reads_on(alias: str) -> Iterator[None]:
         _reads_on.reset(token)
 
 
-def lagging_read(fn: Callable[[], T], *, at_least: tuple[Any, str, int] | None = None) -> T:
+def lagging_read(fn: Callable[[], T], *, at_least: Position | None = None) -> T:
     """``fn()`` with its reads on the replica when :func:`replica_alias` allows it.
 
     ``at_least=(tenant, session_id, seq)``: the read needs the session's log replayed up
-    to ``seq``; a replica behind that is not used. A database error on the replica
+    to ``seq``; a replica behind that is not used (with a fourth element, the hash of
+    the primary's head: only a replica whose head is that event). A database error on the replica
     leaves it out for a while and runs ``fn()`` again on the primary (so ``fn`` must
     only read).
     """
     alias = replica_alias()
     if alias == REPLICA:
         try:
-            if at_least is not None:
-                tenant, session_id, seq = at_least
-                if replica_seq(tenant=tenant, session_id=session_id) < seq:
-                    alias = PRIMARY
+            if at_least is not None and not replica_serves(at_least):
+                alias = PRIMARY
             if alias == REPLICA:
                 with reads_on(REPLICA):
                     return fn()
@@ -152,7 +169,7 @@ def _failed_on_replica(exc: DatabaseError) -> bool:
 
 
 def lagging_iter(
-    factory: Callable[[str], Iterator[T]], *, at_least: tuple[Any, str, int] | None = None
+    factory: Callable[[str], Iterator[T]], *, at_least: Position | None = None
 ) -> Iterator[T]:
     """Items of ``factory(alias)``, an iterator whose queries take ``using=alias``, on the
     replica when it may serve them. The first item is read before this returns, so a
@@ -167,15 +184,13 @@ def lagging_iter(
     return itertools.chain(head, rest)
 
 
-def _primary_head(tenant: Any, session_id: str) -> tuple[Any, str, int] | None:
-    """``at_least`` for a read of the session's whole log: its head on the primary
-    (``NotFound`` when the session is not there); None when no replica could serve."""
+def _primary_head(tenant: Any, session_id: str) -> Position | None:
+    """``at_least`` for a read of the session's whole log: its head on the primary, seq
+    and hash; None when no replica could serve."""
     if replica_alias() != REPLICA:
         return None
-    from sessions import selectors
-
-    with reads_on(PRIMARY):
-        return tenant, session_id, selectors.head_seq(tenant=tenant, session_id=session_id)
+    seq, head_hash = head_on(PRIMARY, tenant=tenant, session_id=session_id)
+    return tenant, session_id, seq, head_hash
 
 
 def session_read(fn: Callable[[], T], *, tenant: Any, session_id: str) -> T:

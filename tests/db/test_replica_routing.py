@@ -292,3 +292,36 @@ def test_every_admin_list_reads_the_replica_and_its_pages_the_primary(
     page = client.get(f"/admin/accounts/user/{staff.pk}/change/")
     assert page.status_code == 200
     assert f"lists{n}" in page.content.decode()
+
+
+def test_a_session_deleted_and_imported_again_with_its_ids_is_never_read_stale(
+    pg_pair: tuple[pg.Server, pg.Server], chat: dict[str, Any]
+) -> None:
+    """QA (LOW, cluster): an operator deleted a session and imported an older export of
+    it, which keeps its ids. With the replica lagging, it still held the deleted log,
+    longer than the new one's head: "the replica has the log up to the primary's head"
+    held, and the history page and the export served the deleted history. The replica
+    serves a session's log only when its head is the primary's, seq and hash."""
+    from sessions import services
+    from sessions.selectors import export_lines
+    from sessions.services.imports import parse_log
+
+    primary, replica = pg_pair
+    session, client, user = chat["session"], chat["client"], chat["session"].user
+    older = list(export_lines(session=session))  # "first"
+    chat["say"]("second")
+    pg.wait_replayed(primary, replica)
+    replica.psql("SELECT pg_wal_replay_pause()")
+    services.delete_session(session=session)
+    again = services.import_log(user=user, events=parse_log(older), copy=False)
+    assert again.pk == session.pk  # its ids kept
+    assert _head(chat, "replica") > _head(chat, "default")  # the deleted log, longer
+
+    page = client.get(f"/api/sessions/{session.pk}/messages/")
+    assert page.status_code == 200
+    assert _texts(page.json()) == ["first"]
+    assert page.json()["head_seq"] == _head(chat, "default")
+    export = client.get(f"/api/sessions/{session.pk}/export/")
+    assert b"".join(export.streaming_content).decode().splitlines() == [
+        line.rstrip("\n") for line in older
+    ]
