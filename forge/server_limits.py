@@ -118,6 +118,17 @@ def _answer(limit: int) -> bytes:
     return head.encode() + body
 
 
+def _reason_phrases() -> None:
+    """Twisted's status line says "Unknown Status" for a code its table lacks (429 Too
+    Many Requests, every throttled answer): give it the standard library's phrases."""
+    from http import HTTPStatus
+
+    from twisted.web import http
+
+    for status in HTTPStatus:
+        http.RESPONSES.setdefault(status.value, status.phrase.encode("ascii"))
+
+
 def install() -> None:
     """Make daphne's HTTP requests apply :func:`limit_for` while their body arrives (see
     the module's docstring). Idempotent; does nothing without daphne."""
@@ -127,6 +138,7 @@ def install() -> None:
     except ImportError:  # not served by daphne
         return
     reactor: Any = twisted_reactor  # the running reactor (its stubs type the module)
+    _reason_phrases()
     base = http_protocol.WebRequest
     if getattr(base, "forge_limits", False):
         return

@@ -174,6 +174,7 @@ def test_streams_during_a_redis_outage_answer_at_once_and_keep_no_slot(
             assert (frame["code"], code) == ("too_many_streams", 4429)
             refused = api.get(f"/api/sessions/{session.pk}/stream/")
             assert refused.status_code == 429
+            assert refused.reason_phrase == "Too Many Requests"  # not twisted's "Unknown"
             assert refused.json()["error"]["code"] == "too_many_streams"
             # And the layer carries live frames again: a prompt's reply reaches a socket.
             ws = opened[0]
