@@ -11,6 +11,7 @@ from rest_framework import serializers
 from sessions.ids import is_valid_id
 from sessions.log import format_time
 from sessions.models import Session
+from sessions.services.session import has_control_characters
 
 
 class TextField(serializers.CharField):
@@ -70,7 +71,7 @@ class LineField(TextField):
 
     def to_internal_value(self, data: Any) -> str:
         text = super().to_internal_value(data)
-        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        if has_control_characters(text):
             self.fail("control")
         return text
 

@@ -66,6 +66,15 @@ CLOSE_UNAVAILABLE = 4503
 MAX_FRAME_BYTES = 1024 * 1024
 
 
+def _opened(user: Any, session_id: str) -> Session:
+    """The caller's session (``NotAuthenticated``, ``NotFound``), the socket's opening
+    counted as one API request of its user, as on every face (``Throttled``): one trip
+    to the sync thread."""
+    session = session_of(user, session_id)
+    check_api_rate(user)
+    return session
+
+
 class SessionConsumer(AsyncWebsocketConsumer):
     # No channel-layer channel of its own: frames arrive through forge.realtime.hub, one
     # subscription per session per process (Channels skips the layer for an alias
@@ -87,23 +96,18 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.accept()
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
-            self.session = await database_sync_to_async(session_of)(
-                self.scope.get("user"), session_id
-            )
+            self.session = await database_sync_to_async(_opened)(self.scope.get("user"), session_id)
         except NotAuthenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        except Throttled as exc:
+            await self._error(exc.code, str(exc), retry_after=exc.retry_after)
+            await self.close(code=CLOSE_TOO_MANY)
             return
         except ForgeError:  # no tenant, or no such session in it
             await self.close(code=CLOSE_NOT_FOUND)
             return
         tenancy.activate([self.session.tenant_id])  # this socket's tasks see its tenant only
-        try:
-            # A socket's opening is one API request of its user, as on every face.
-            await database_sync_to_async(check_api_rate)(self.scope["user"])
-        except Throttled as exc:
-            await self._error(exc.code, str(exc), retry_after=exc.retry_after)
-            await self.close(code=CLOSE_TOO_MANY)
-            return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             after = parse_seq(query.get("after", [""])[-1], name="after", default=0)

@@ -37,13 +37,19 @@ def session_info(session: Session) -> dict[str, Any]:
     }
 
 
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a C0 control character or DEL: a title or an agent's name
+    is one line of text (the API's serializers refuse the same, naming the field)."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 def clean_title(title: Any) -> str:
     if not isinstance(title, str):
         raise InvalidEvent("title must be a string")
     title = title.strip()
     if len(title) > TITLE_MAX:
         raise InvalidEvent(f"title is longer than {TITLE_MAX} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in title):
+    if has_control_characters(title):
         raise InvalidEvent("title must not contain control characters")
     return title
 
@@ -53,7 +59,7 @@ def clean_agent(agent: Any) -> str:
         return ""
     if not isinstance(agent, str) or len(agent) > AGENT_MAX:
         raise InvalidEvent(f"agent must be a name of at most {AGENT_MAX} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in agent):
+    if has_control_characters(agent):
         raise InvalidEvent("agent must not contain control characters")
     return agent
 
