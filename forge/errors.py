@@ -51,6 +51,29 @@ class BodyTooLarge(ForgeError):
     status = 413
 
 
+class MalformedRequest(ForgeError):
+    """A request daphne cannot parse: a request line, a header or a body's framing
+    (``Content-Length``, chunks) that is not HTTP. Answered by the server before any
+    view, with the connection closed."""
+
+    code = "bad_request"
+    status = 400
+
+
+class UriTooLong(MalformedRequest):
+    """A request line over the server's line limit (16 KiB)."""
+
+    code = "uri_too_long"
+    status = 414
+
+
+class HeadersTooLarge(MalformedRequest):
+    """A header line, or the request's head in all, over the server's limit (16 KiB)."""
+
+    code = "headers_too_large"
+    status = 431
+
+
 class UnknownAgent(ForgeError, ValueError):
     code = "unknown_agent"
 

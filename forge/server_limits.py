@@ -35,7 +35,7 @@ from urllib.parse import unquote
 from django.conf import settings
 from django.urls import reverse
 
-from forge.errors import BodyTooLarge
+from forge.errors import BodyTooLarge, ForgeError, HeadersTooLarge, MalformedRequest, UriTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -106,11 +106,14 @@ def read_body(request: Any, *, limit: int) -> bytes:
     return body
 
 
-def _answer(limit: int) -> bytes:
-    error = too_large(limit)
+def _answer(error: ForgeError) -> bytes:
+    """The raw answer to a request refused by the server itself: the API's JSON error,
+    ``Connection: close``."""
+    from http import HTTPStatus
+
     body = json.dumps({"error": {"code": error.code, "message": str(error)}}).encode()
     head = (
-        "HTTP/1.1 413 Content Too Large\r\n"
+        f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -139,6 +142,7 @@ def install() -> None:
         return
     reactor: Any = twisted_reactor  # the running reactor (its stubs type the module)
     _reason_phrases()
+    _answer_bad_heads()
     base = http_protocol.WebRequest
     if getattr(base, "forge_limits", False):
         return
@@ -198,7 +202,7 @@ def install() -> None:
             logger.info(
                 "refused a request body over %d bytes from %s", self._limit, transport.getPeer()
             )
-            transport.write(_answer(self._limit))
+            transport.write(_answer(too_large(self._limit)))
             channel.dataReceived = _drop  # read and dropped from now on, never stored
             half_close = getattr(transport, "loseWriteConnection", None)
             if half_close is None:
@@ -208,6 +212,44 @@ def install() -> None:
             self._linger = reactor.callLater(LINGER_SECONDS, transport.abortConnection)
 
     http_protocol.WebRequest = LimitedRequest
+
+
+def _answer_bad_heads() -> None:
+    """Give a request whose head twisted refuses an answer that says why.
+
+    Twisted's channel reads a line (the request line, or a header) of at most
+    ``MAX_LENGTH`` bytes and a head of at most ``totalHeadersSize`` (16 KiB each). Past
+    the first it dropped the connection without a word (a link with a 20 KB query
+    string: "connection reset"); past the second, and for anything it cannot parse, it
+    wrote a bare ``400 Bad Request`` with no body. Now a request line too long is 414,
+    headers too large are 431, anything else is 400, each with the API's JSON error."""
+    from twisted.web import http
+
+    channel: Any = http.HTTPChannel
+    if getattr(channel, "forge_heads", False):
+        return
+
+    def refuse(self: Any, error: ForgeError) -> None:
+        logger.info("refused a request from %s: %s", self.transport.getPeer(), error)
+        self.transport.write(_answer(error))
+        self.loseConnection()
+
+    def line_length_exceeded(self: Any, line: bytes) -> None:
+        if self._HTTPChannel__first_line:  # still reading the request line
+            refuse(self, UriTooLong(f"the request line is longer than {self.MAX_LENGTH} bytes"))
+        else:
+            refuse(self, HeadersTooLarge(f"a header line is longer than {self.MAX_LENGTH} bytes"))
+
+    def bad_request(self: Any) -> None:
+        if self._receivedHeaderSize > self.totalHeadersSize:
+            limit = self.totalHeadersSize
+            refuse(self, HeadersTooLarge(f"the request's headers are over {limit} bytes"))
+        else:
+            refuse(self, MalformedRequest("the request is not valid HTTP"))
+
+    channel.lineLengthExceeded = line_length_exceeded
+    channel._respondToBadRequestAndDisconnect = bad_request
+    channel.forge_heads = True
 
 
 def _drop(data: bytes) -> None:
