@@ -22,7 +22,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from accounts import tenancy
 from accounts.models import Tenant
 from accounts.selectors import tenant_for_user
-from forge.errors import NotAuthenticated
+from forge.errors import InvalidToken, NotAuthenticated
 from sessions import selectors
 from sessions.models import Session
 
@@ -35,18 +35,24 @@ class _Headers:
         self.META = {"HTTP_AUTHORIZATION": authorization}
 
 
-def user_for_authorization(authorization: bytes | str, *, fallback: Any = None) -> Any:
+def user_for_authorization(
+    authorization: bytes | str, *, fallback: Any = None, strict: bool = False
+) -> Any:
     """The user an ``Authorization`` header names (DRF's ``Token <key>``), else anonymous.
 
     Without the header (``authorization`` empty) the ``fallback`` user is kept
-    (the cookie's); a header of another scheme, or a token that does not
-    authenticate (unknown, or its user inactive), is an anonymous user.
+    (the cookie's); a header of another scheme is an anonymous user. A token that
+    does not authenticate (unknown, or its user inactive) is an anonymous user too,
+    or with ``strict`` (an HTTP face, answering as DRF's views do) ``InvalidToken``
+    with DRF's message.
     """
     if not authorization:
         return fallback if fallback is not None else AnonymousUser()
     try:
         found = TokenAuthentication().authenticate(_Headers(authorization))  # type: ignore[arg-type]
-    except AuthenticationFailed:
+    except AuthenticationFailed as exc:
+        if strict:
+            raise InvalidToken(str(exc.detail)) from exc
         return AnonymousUser()
     return found[0] if found else AnonymousUser()
 

@@ -124,6 +124,14 @@ class NotAuthenticated(ForgeError):
     status = 401
 
 
+class InvalidToken(NotAuthenticated):
+    """An ``Authorization: Token <key>`` header whose key does not authenticate (unknown,
+    or its user inactive): DRF's ``authentication_failed``, on the faces that are not
+    DRF views too."""
+
+    code = "authentication_failed"
+
+
 class NotImplementedYet(ForgeError):
     code = "not_implemented"
     status = 501

@@ -42,7 +42,8 @@ from .errors import error_body, error_response
 def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int, Session, int]:
     """The caller's id, their session (DRF's token auth, else the cookie's user) and the
     seq to resume after (at most the log's head)."""
-    user = user_for_authorization(request.headers.get("Authorization", ""), fallback=request.user)
+    authorization = request.headers.get("Authorization", "")
+    user = user_for_authorization(authorization, fallback=request.user, strict=True)
     session = session_of(user, session_id)
     check_api_rate(user)  # a stream's opening is one request, as on every face
     seq = parse_seq(after, name="Last-Event-ID / after", default=0)

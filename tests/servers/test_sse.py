@@ -152,6 +152,8 @@ def test_a_stream_whose_session_is_deleted_ends_with_an_error(server: LiveServer
     ("who", "extra", "status", "code"),
     [
         ("nobody", {}, 401, "not_authenticated"),
+        # As the API's DRF views answer a token that does not authenticate.
+        ("bad token", {"Authorization": "Token 0123456789abcdef"}, 401, "authentication_failed"),
         ("stranger", {}, 404, "not_found"),
         ("owner", {"Last-Event-ID": "yesterday"}, 400, "invalid_cursor"),
         ("owner", {"Last-Event-ID": "2"}, 400, "invalid_cursor"),  # past the log's head (1)
@@ -160,7 +162,12 @@ def test_a_stream_whose_session_is_deleted_ends_with_an_error(server: LiveServer
 def test_stream_errors_are_json(
     server: LiveServer, session, token, stranger_token, who, extra, status, code
 ):
-    credentials = {"owner": headers(token), "stranger": headers(stranger_token), "nobody": {}}[who]
+    credentials = {
+        "owner": headers(token),
+        "stranger": headers(stranger_token),
+        "nobody": {},
+        "bad token": {},
+    }[who]
     response = httpx.get(
         f"{server.url}/api/sessions/{session.pk}/stream/",
         headers={**credentials, **extra},
