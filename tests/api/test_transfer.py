@@ -638,3 +638,36 @@ def test_an_import_naming_an_unknown_agent_is_refused(api, compacted):
     response = _post_import(api, compacted, agent("ghost"))
     assert response.status_code == 201, response.content
     assert Session.objects.get(pk=response.json()["id"]).agent == "ghost"
+
+
+def _edit_an_event_by_hand(session: Any) -> int:
+    """What an operator's hand-edit of the database does: an event's data changed under
+    the append-only trigger (disabled for the edit, in the test's transaction)."""
+    from django.db import connection
+
+    event = SessionEvent.objects.filter(session=session, type="part.updated").order_by("seq")[0]
+    table = SessionEvent._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL session_replication_role = replica")  # no triggers
+        else:
+            cursor.execute("DROP TRIGGER forge_sessionevent_no_update")
+        cursor.execute(f"UPDATE {table} SET type = 'part.removed' WHERE id = %s", [event.pk])
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL session_replication_role = origin")
+    return event.seq
+
+
+def test_exporting_a_log_that_does_not_verify_writes_it_and_fails(compacted, tmp_path, capsys):
+    """A log edited by hand is exported as it is (the file is the evidence), and the
+    command says where it breaks and exits non-zero: it exited 0 in silence, and
+    import_session then refused the file."""
+    seq = _edit_an_event_by_hand(compacted)
+    path = tmp_path / "log.jsonl"
+    with pytest.raises(CommandError, match=f"does not verify at seq {seq}"):
+        call_command("export_session", compacted.pk, "-o", str(path))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + SessionEvent.objects.filter(session=compacted).count()
+    with pytest.raises(CommandError):  # to standard output, the same
+        call_command("export_session", compacted.pk)
+    assert len(capsys.readouterr().out.splitlines()) == len(lines)

@@ -13,7 +13,9 @@ from sessions.models import Session
 class Command(BaseCommand):
     help = (
         "Write a session's log as an export file (JSON Lines: a header, then every event "
-        "with its hash), to FILE or to standard output. import_session reads it back."
+        "with its hash), to FILE or to standard output. import_session reads it back. A "
+        "log whose sequence or hash chain does not verify is written as it is, and the "
+        "command then fails naming the first problem."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -36,3 +38,11 @@ class Command(BaseCommand):
         else:
             for line in lines:
                 self.stdout.write(line, ending="")
+        problems = selectors.verify_log(tenant=session.tenant, session=session)
+        if problems:
+            first = problems[0]
+            raise CommandError(
+                f"the log of {session.pk} does not verify at seq {first.seq}: {first.message} "
+                f"({len(problems)} problem(s)); it was exported as it is, and import_session "
+                "will refuse the file"
+            )
