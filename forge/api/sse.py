@@ -38,6 +38,8 @@ from sessions.models import Session
 
 from .errors import error_body, error_response
 
+ALLOW = "GET, OPTIONS"
+
 
 def _find(request: HttpRequest, session_id: str, after: str | None) -> tuple[int, Session, int]:
     """The caller's id, their session (DRF's token auth, else the cookie's user) and the
@@ -68,9 +70,20 @@ def encode(frame: Frame) -> bytes:
 async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase:
     """Every refusal is JSON before the stream starts: the method, the session, the
     cursor, then the subscription (open, and its stream slot taken) or 429 / 503."""
+    if request.method == "OPTIONS":  # what DRF's routes answer: a description of the route
+        described = JsonResponse(
+            {
+                "name": "Session Stream",
+                "description": "The session as Server-Sent Events (CONTRACT §3).",
+                "renders": ["text/event-stream"],
+                "parses": [],
+            }
+        )
+        described["Allow"] = ALLOW
+        return described
     if request.method != "GET":
         refused = JsonResponse(error_body("method_not_allowed", "use GET"), status=405)
-        refused["Allow"] = "GET"
+        refused["Allow"] = ALLOW
         return refused
     try:
         # A header's value is what is between its optional white space (RFC 9110 5.5).

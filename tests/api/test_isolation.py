@@ -56,7 +56,7 @@ def test_importing_someone_elses_exported_log_lands_in_your_tenant_not_theirs(
     assert Session.objects.get(pk=session.pk).tenant_id == session.tenant_id  # untouched
 
 
-@pytest.mark.parametrize("method", ["post", "put", "delete"])
+@pytest.mark.parametrize("method", ["post", "put", "delete", "head"])
 def test_another_method_on_the_stream_is_a_json_405(session, token, method):
     """A third-round finding: CSRF's HTML 403 answered (before the view's own 405)."""
     from django.test import Client
@@ -66,5 +66,16 @@ def test_another_method_on_the_stream_is_a_json_405(session, token, method):
         f"/api/sessions/{session.pk}/stream/", HTTP_AUTHORIZATION=f"Token {token}"
     )
     assert response.status_code == 405
-    assert response["Allow"] == "GET"
-    assert error(response)["code"] == "method_not_allowed"
+    assert response["Allow"] == "GET, OPTIONS"
+    if method != "head":
+        assert error(response)["code"] == "method_not_allowed"
+
+
+def test_options_on_the_stream_describes_it(session, token):
+    """As ``OPTIONS`` on the API's DRF routes does (it was 405 here)."""
+    from django.test import Client
+
+    response = Client(enforce_csrf_checks=True).options(f"/api/sessions/{session.pk}/stream/")
+    assert response.status_code == 200
+    assert response["Allow"] == "GET, OPTIONS"
+    assert response.json()["renders"] == ["text/event-stream"]
