@@ -218,16 +218,22 @@ def dialog_history_block(*, tenant: Tenant, core: MemoryCore) -> dict[str, Any] 
     )
     newest_unit: MemoryUnit | None = None
     slices: list[MemorySlice] = []
-    for unit in units.iterator(chunk_size=4):  # most blocks need one or two
+    older = False  # the core holds slices older than those chosen
+    found = units.iterator(chunk_size=4)  # most blocks need one or two
+    for unit in found:
         newest_unit = newest_unit or unit
-        slices += MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by(
-            "-created_at", "-id"
-        )[: count - len(slices)]
+        taken = list(
+            MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by("-created_at", "-id")[
+                : count - len(slices)
+            ]
+        )
+        slices += taken
         if len(slices) >= count:
+            older = len(taken) < unit.slice_count or next(found, None) is not None
             break
     if newest_unit is None:
         return None
-    return history_block(core=core, unit=newest_unit, newest_first=slices)
+    return history_block(core=core, unit=newest_unit, newest_first=slices, older=older)
 
 
 def last_rolled_message(
@@ -259,9 +265,10 @@ def last_rolled_message(
 
 
 def history_block(
-    *, core: MemoryCore, unit: MemoryUnit, newest_first: list[MemorySlice]
+    *, core: MemoryCore, unit: MemoryUnit, newest_first: list[MemorySlice], older: bool = False
 ) -> dict[str, Any]:
-    """The block for these slices (newest first), within the character budget."""
+    """The block for these slices (newest first), within the character budget. ``older``:
+    the core holds slices older than these (so does it when the budget leaves some out)."""
     budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
     kept: list[MemorySlice] = []
     for item in newest_first:
@@ -270,8 +277,9 @@ def history_block(
             break
         budget -= len(line) + 2
         kept.append(item)
+    older = older or len(kept) < len(newest_first)
     kept.reverse()
-    return history_block_wire(core=core, unit=unit, oldest_first=kept)
+    return history_block_wire(core=core, unit=unit, oldest_first=kept, older=older)
 
 
 # --- search -------------------------------------------------------------------------------

@@ -96,16 +96,30 @@ def history_line(item: MemorySlice) -> str:
     return f"[{format_time(item.created_at)}] {item.summary}"
 
 
+HISTORY_HEAD = "Summaries of the earlier dialogue, oldest first:"
+# The block holds the newest slices only: the model is told that there is more, and where.
+HISTORY_HEAD_OLDER = (
+    "Summaries of the earlier dialogue, oldest first. Older dialogue is not summarized "
+    "here: search long-term memory for it."
+)
+
+
 def history_block_wire(
-    *, core: MemoryCore, unit: MemoryUnit, oldest_first: Sequence[MemorySlice]
+    *,
+    core: MemoryCore,
+    unit: MemoryUnit,
+    oldest_first: Sequence[MemorySlice],
+    older: bool = False,
 ) -> dict[str, Any]:
     """The ``dialog_history`` context block of ``core`` holding these slices of ``unit``
-    (``selectors.dialog_history_block`` chooses them)."""
+    (``selectors.dialog_history_block`` chooses them); ``older``: the core holds slices
+    older than these, which its text says."""
     lines = "\n\n".join(history_line(item) for item in oldest_first)
+    head = HISTORY_HEAD_OLDER if older else HISTORY_HEAD
     return {
         "kind": BLOCK_KIND,
         "key": BLOCK_KEY,
-        "text": "Summaries of the earlier dialogue, oldest first:\n\n" + lines,
+        "text": head + "\n\n" + lines,
         "core_id": core.pk,
         "unit_id": unit.pk,
         "memory_session_id": unit.memory_session_id,

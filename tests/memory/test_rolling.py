@@ -536,6 +536,36 @@ def test_after_an_idle_rolling_the_block_still_holds_the_earlier_unit(tenant, ta
     assert block["text"].index("Question 0") < block["text"].index("Question 10")
 
 
+def test_a_block_that_leaves_older_summaries_out_says_so(tenant, talker, settings):
+    """A QA finding (HIGH): the block holds the newest slices only, so after enough
+    rollings the oldest rolled turns were neither shown raw nor summarized, and nothing
+    told the model they existed. Now the block's text says when older dialogue is left
+    out, by the slice count, across units, or by the character budget."""
+    from memory.wire import HISTORY_HEAD, HISTORY_HEAD_OLDER
+
+    core = talker(turns=2)
+    make_idle(core)
+    roll_committed(core)  # a unit of its own
+    talk(tenant=tenant, user=core.user, turns=3, first=10)
+    roll_committed(core)
+    talk(tenant=tenant, user=core.user, turns=3, first=20)
+    roll_committed(core)
+
+    def head() -> str:
+        block = selectors.dialog_history_block(tenant=tenant, core=fresh(core))
+        assert block is not None
+        return str(block["text"]).split("\n\n", 1)[0]
+
+    assert head() == HISTORY_HEAD  # all three fit
+    settings.FORGE_MEMORY_HISTORY_SLICES = 2  # the second unit's two: the first unit's left
+    assert head() == HISTORY_HEAD_OLDER
+    settings.FORGE_MEMORY_HISTORY_SLICES = 1  # one of the newest unit's two
+    assert head() == HISTORY_HEAD_OLDER
+    settings.FORGE_MEMORY_HISTORY_SLICES = 3
+    settings.FORGE_MEMORY_HISTORY_CHARS = 10  # the budget keeps the newest one only
+    assert head() == HISTORY_HEAD_OLDER
+
+
 def test_dialog_history_block_of_another_tenant_is_not_found(talker, other_tenant):
     core = talker(turns=3)
     with pytest.raises(NotFound):
