@@ -33,7 +33,22 @@ _POSTGRES_BODY = (
     "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
     "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', ''))"
 )
+# The searched text as plain text, for a substring match (the same fields as the index).
+_POSTGRES_TEXT = (
+    "coalesce(e.data->>'text', '') || ' ' || coalesce(e.data->>'tool', '') || ' ' || "
+    "coalesce(e.data#>>'{state,input}', '') || ' ' || "
+    f"left(coalesce(e.data#>>'{{state,output}}', ''), {OUTPUT_HEAD_CHARS}) "
+    "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
+    "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', '')"
+)
+_SQLITE_TEXT_VIEW = f"{_FTS_TABLE}_content"  # migration 0006: each part's indexed body
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Scripts written without spaces between words (Chinese, Japanese), or with particles
+# joined to them (Korean): the index holds a whole run as one token.
+_UNSPACED = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]"
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,8 @@ def search_history(
     many of its words match (FTS5's bm25 is not used: its word statistics span the
     whole index, every tenant's parts, so the order would move when another tenant
     wrote; issue 17), on PostgreSQL ``ts_rank`` (per document already). Hits carry
-    their rank, never a score.
+    their rank, never a score. A query holding a word in Chinese, Japanese or Korean
+    script matches every word as a substring instead (:func:`_scan`), newest first.
 
     A part's text lives in its event only (migration 0006): both engines search the
     current event of each of the session's parts."""
@@ -66,7 +82,9 @@ def search_history(
         raise InvalidCursor("query: give at least one word to search for")
     # Table names come from the models; every value is a bound parameter.
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if any(_UNSPACED.search(word) for word in words):
+            _scan(cursor, session=session, words=words, limit=limit)
+        elif connection.vendor == "postgresql":
             cursor.execute(
                 f"SELECT p.message_id, p.id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
                 "left(coalesce(e.data->>'text', e.data#>>'{state,output}', e.data->>'tool', ''),"
@@ -106,6 +124,34 @@ def search_history(
         )
         for rank, (message_id, part_id, _measure, text) in enumerate(kept, 1)
     ]
+
+
+def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> None:
+    """The session's parts holding every word as a substring (case folded), newest
+    first: a query with a word in a script the index cannot cut (``_UNSPACED``), so that
+    ``咖啡`` finds ``我昨天喝了咖啡``. It reads the session's parts, not an index: the
+    search is one session's, and each row's measure is the same (every word is in it)."""
+    folded = [word.lower() for word in words]
+    if connection.vendor == "postgresql":
+        held = " AND ".join(f"strpos(lower({_POSTGRES_TEXT}), %s) > 0" for _ in folded)
+        cursor.execute(
+            f"SELECT p.message_id, p.id, 0, "  # noqa: S608
+            "left(coalesce(e.data->>'text', e.data#>>'{state,output}', e.data->>'tool', ''),"
+            f" 2000) FROM {_PART_TABLE} p JOIN {_EVENT_TABLE} e "
+            "ON e.session_id = p.session_id AND e.seq = p.seq "
+            "WHERE p.tenant_id = %s AND p.session_id = %s AND e.type = 'part.updated' "
+            f"AND {held} ORDER BY p.id DESC LIMIT %s",
+            [session.tenant_id, session.pk, *folded, limit],
+        )
+    else:
+        held = " AND ".join("instr(lower(v.body), %s) > 0" for _ in folded)
+        cursor.execute(
+            f"SELECT p.message_id, p.id, 0, v.body FROM {_PART_TABLE} p "  # noqa: S608
+            f"JOIN {_SQLITE_TEXT_VIEW} v ON v.rowid = p.rowid "
+            f"WHERE p.tenant_id = %s AND p.session_id = %s AND {held} "
+            "ORDER BY p.id DESC LIMIT %s",
+            [session.tenant_id, session.pk, *folded, limit],
+        )
 
 
 def _focus(text: str, words: list[str], width: int = 300) -> str:

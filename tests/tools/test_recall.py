@@ -112,3 +112,33 @@ async def test_the_tools(session, history):
         await history_read(ctx(session), {})
     with pytest.raises(ToolError):
         await history_search(ctx(session), {"query": ""})
+
+
+@pytest.mark.parametrize(
+    ("said", "query"),
+    [
+        ("我昨天喝了咖啡\uff0c在杭州市中山路。", "咖啡"),
+        ("我昨天喝了咖啡\uff0c在杭州市中山路。", "杭州"),
+        ("昨日は友達とラーメンを食べました。", "ラーメン"),
+        ("저는 서울에 살고 있어요.", "서울"),
+        ("我昨天喝了咖啡\uff0c在杭州市中山路。", "咖啡 杭州"),  # every word must match
+        ("The 咖啡 was from Yunnan province.", "yunnan 咖啡"),  # mixed scripts
+    ],
+)
+def test_search_finds_a_cjk_word_inside_a_sentence(session, history, said, query):
+    """A QA finding: Chinese, Japanese and Korean are written without spaces between
+    words (or with particles joined to them), so the full-text index holds a whole run
+    as one token and ``咖啡`` did not find ``我昨天喝了咖啡``. A query word in those
+    scripts is now matched as a substring of the session's parts."""
+    said_in = _exchange(session, said, "好的")
+    _exchange(session, "别的话题", "其他")
+    hits = search_history(tenant=session.tenant, session=session, query=query)
+    assert [hit.message_id for hit in hits] == [said_in]
+    assert query.split()[-1] in hits[0].snippet
+    assert search_history(tenant=session.tenant, session=session, query=query + " 不在") == []
+
+
+def test_a_cjk_search_stays_in_its_session(session, history, other_user):
+    stranger = services.create_session(user=other_user)
+    _exchange(stranger, "我昨天喝了咖啡", "好")
+    assert search_history(tenant=session.tenant, session=session, query="咖啡") == []
