@@ -162,7 +162,25 @@ def prepare_call(
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise ToolError(_truncate(message, MAX_ERROR_CHARS), metadata={"input": args})
-    return item, args
+    return item, _whole_numbers(item.parameters, args)
+
+
+def _whole_numbers(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with a top-level ``integer`` property given as a whole float (``2.0``,
+    ``1e3``: JSON Schema's integers too, and what JSON encoders write) made an ``int``,
+    so that a tool sees the type its schema names. ``2.0`` was refused by a tool that
+    checks its types while ``1e3`` went through as ``1000.0`` (QA)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return args
+    fixed = dict(args)
+    for key, value in args.items():
+        prop = properties.get(key)
+        kinds = prop.get("type") if isinstance(prop, dict) else None
+        wanted = kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds)
+        if wanted and isinstance(value, float) and value.is_integer():
+            fixed[key] = int(value)
+    return fixed
 
 
 def _effective_timeout(item: Tool, timeout: float | None) -> float | None:

@@ -241,6 +241,20 @@ async def test_read_a_units_range(ctx, memories):
     )
 
 
+async def test_whole_numbers_written_as_floats_are_integers(ctx, memories):
+    """A QA finding: JSON Schema counts ``2.0`` and ``1e3`` as integers, and encoders
+    write them; ``start: 2.0`` was refused ("must be a non-negative integer") while
+    ``1e3`` went through and was shown as ``1000.0``."""
+    item = await database_sync_to_async(slice_of)(memories["mine"])
+    part = await call("memory_read", {"unit_id": item.unit_id, "start": 1.0, "end": 3.0}, ctx)
+    assert part.output.splitlines()[0].startswith("Messages [1, 3) of unit")
+    beyond = await call("memory_read", {"unit_id": item.unit_id, "start": 1e3}, ctx)
+    assert beyond.output.splitlines()[0].startswith("Messages [1000, 1000) of unit")
+    assert "is not of type 'integer'" in await refused(
+        "memory_read", {"unit_id": item.unit_id, "start": 1.5}, ctx
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
