@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -152,15 +153,25 @@ def dashboard(
     totals = usage.aggregate(
         turns=Sum("turns"), cost=Sum("cost_nanos"), failed=Sum("failed"), aborted=Sum("aborted")
     )
+    # Usage keeps a deleted user's id (no foreign key constraint): their rows are
+    # grouped by id, and named from the users still there (a join dropped them).
+    busiest = list(
+        usage.values("user_id")
+        .annotate(t=Sum("turns"), c=Sum("cost_nanos"))
+        .order_by("-c", "-t")[:TOP]
+    )
+    names = dict(
+        get_user_model()
+        .objects.filter(pk__in=[row["user_id"] for row in busiest])
+        .values_list("pk", "username")
+    )
     top_users = [
         {
-            "user": row["user__username"] or f"user {row['user_id']}",
+            "user": names.get(row["user_id"]) or f"user {row['user_id']}",
             "turns": row["t"],
             "cost": _cost(row["c"]),
         }
-        for row in usage.values("user_id", "user__username")
-        .annotate(t=Sum("turns"), c=Sum("cost_nanos"))
-        .order_by("-c", "-t")[:TOP]
+        for row in busiest
     ]
     top_agents = [
         {"agent": row["agent"] or "—", "turns": row["t"], "cost": _cost(row["c"])}

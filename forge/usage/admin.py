@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest
 
 from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
@@ -25,7 +26,7 @@ class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = (
         "day",
         "tenant",
-        "user",
+        "user_shown",
         "agent",
         "model",
         "turns",
@@ -39,9 +40,19 @@ class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     )
     list_filter = ("day", "agent", "model", ("tenant", admin.RelatedOnlyFieldListFilter))
     search_fields = ("user__username", "agent", "model")
-    list_select_related = ("tenant", "user")
+    # Not the user: a row keeps a deleted user's id (no foreign key constraint), and the
+    # join dropped such rows from the list (QA). Their names come with the page's rows.
+    list_select_related = ("tenant",)
     date_hierarchy = "day"
-    ordering = ("-day", "tenant", "user")
+    ordering = ("-day", "tenant", "user_id")
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        names = User.objects.filter(pk=OuterRef("user_id")).values("username")[:1]
+        return super().get_queryset(request).annotate(username=Subquery(names))
+
+    @admin.display(description="user", ordering="username")
+    def user_shown(self, obj: Usage) -> str:
+        return getattr(obj, "username", None) or f"user {obj.user_id}"
 
     @admin.display(description="cost", ordering="cost_nanos")
     def cost_shown(self, obj: Usage) -> str:

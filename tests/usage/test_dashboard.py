@@ -113,3 +113,27 @@ def test_latency_samples_replies_not_fork_copies_or_summaries(busy, user):
         before_message_id=services.update_message(session=busy, info={"role": "user"}).data["id"],
     )
     assert _latency(None, start)["replies"] == 1
+
+
+def test_a_deleted_users_usage_still_shows(admin_client, tenant, busy):
+    """A QA finding: usage rows keep a deleted user's id (what was used stays counted),
+    but the admin's usage list and the dashboard's top users joined the users' table:
+    the rows vanished from both, while the totals still held them."""
+    from accounts.models import Membership, User
+    from sessions.services import create_session
+
+    dave = User.objects.create_user(username="dave", password="pw-dave-123")
+    Membership.objects.create(tenant=tenant, user=dave)
+    _opened, done = reply(create_session(user=dave), steps=[{"tokens": {"input": 9}, "cost": 5}])
+    from sessions.models import Session
+
+    record_reply(session=Session.objects.get(user=dave), info=done)
+    dave_id = dave.pk
+    dave.delete()
+    page = admin_client.get(reverse("admin:index"))
+    assert f"<td>user {dave_id}</td><td>1</td><td>5.0000</td>" in page.text
+    listed = admin_client.get(reverse("admin:forge_usage_changelist"))
+    assert listed.status_code == 200
+    rows = listed.context["cl"].result_list
+    assert len(rows) == listed.context["cl"].result_count == 2
+    assert f"user {dave_id}" in listed.text
