@@ -23,6 +23,26 @@ def db(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return sync_to_async(function, thread_sensitive=False, executor=_executor)
 
 
+def release_connections() -> None:
+    """Give the calling thread's pooled database connections back to the pool before it
+    waits on the runtime, whose database work runs on the thread of :func:`db` and
+    needs a connection of the same pool.
+
+    A synchronous view holds its thread's connection until the request ends; one that
+    waited on the runtime while holding it (``?wait=1`` for a whole reply) could leave
+    the runtime's thread none: on a fresh process, a burst of prompts as large as the
+    pool held every connection, and each waited for a turn that waited for a connection
+    (30 s, then "couldn't get a connection"; QA). What the view reads next checks one
+    out again. A connection in a transaction is kept; SQLite has no pool."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.in_atomic_block and _pooled(conn):
+            conn.close()
+
+
+def _pooled(conn: Any) -> bool:
+    return conn.vendor == "postgresql" and bool(conn.settings_dict.get("OPTIONS", {}).get("pool"))
+
+
 def close_connections() -> None:
     """Close the runtime thread's database connections (waits for work in progress)."""
     _executor.submit(connections.close_all).result()

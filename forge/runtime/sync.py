@@ -16,6 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from forge.db.worker import release_connections
 from sessions import bus, selectors
 from sessions.models import Session
 
@@ -81,6 +82,7 @@ def _started(
                 await asyncio.wait({started.task})
             return started
 
+        release_connections()
         started = async_to_sync(start)()
         finished = wait
     else:
@@ -105,6 +107,7 @@ def _started(
 
 def abort(*, session: Session) -> None:
     """:func:`~forge.runtime.runner.abort_turn` for synchronous callers."""
+    release_connections()
     async_to_sync(abort_turn)(session=session)
 
 
@@ -113,6 +116,7 @@ def compact(*, session: Session, wait: bool = False) -> dict[str, Any] | None:
     boundary's marker when it waited for the summary (always where no server loop
     runs); raises ``CompactionFailed`` then if the summary failed."""
     loop = bus.server_loop()
+    release_connections()
     if loop is not None and not wait:
         async_to_sync(start_compaction)(session=session)
         return None

@@ -24,7 +24,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from accounts.selectors import member
-from forge.db.worker import db
+from forge.db.worker import db, release_connections
 from forge.errors import (
     ApprovalAnswered,
     ApprovalExpired,
@@ -157,6 +157,7 @@ def answer_sync(
     """:func:`answer` for synchronous callers (DRF views). Under a server loop the turn
     goes on as its task; where none runs, it runs to its end before this returns."""
     if bus.server_loop() is not None:
+        release_connections()
         async_to_sync(answer)(
             session=session, user=user, call_id=call_id, approve=approve, reason=reason
         )
