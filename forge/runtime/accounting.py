@@ -24,6 +24,8 @@ from forge.usage import services as usage
 from forge.usage.fold import ABORTED
 from sessions.models import Part, Session
 
+from .agents import FALLBACK
+
 
 def outcome_of(info: dict[str, Any]) -> str:
     error = info.get("error")
@@ -48,6 +50,8 @@ def reply_completed(
     steps = totals.steps if totals is not None else 0
     agent = str(info.get("agent") or "")
     model = metrics.model_label(info.get("model"))
+    if started_at is None:  # not a turn of this process: an import's, a recovery's
+        agent, model = bounded_labels(agent, model)
     outcome = outcome_of(info)
     seconds = (parse_time(info["completed_at"]) - parse_time(info["created_at"])).total_seconds()
     tokens = info.get("tokens") or {}
@@ -80,6 +84,27 @@ def reply_completed(
         )
 
     transaction.on_commit(counted)
+
+
+OTHER = "other"  # the label of an agent or a model that this server does not configure
+
+
+def bounded_labels(agent: str, model: str) -> tuple[str, str]:
+    """``agent`` and ``model`` as metric labels: themselves when this server configures
+    them (an agent row, or the fallback; ``FORGE_MODEL``, ``FORGE_SMALL_MODEL``, an
+    agent's model, a priced model), else :data:`OTHER`. A reply completed here for a log
+    this process did not run names what the log says: an imported log can say anything,
+    and each new name was a new series of every turn metric (QA: 17 a import)."""
+    from forge.models import Agent
+
+    rows = list(Agent.objects.values_list("name", "model"))
+    agents = {name for name, _ in rows} | {FALLBACK.name}
+    models = {m for _, m in rows if m} | {settings.FORGE_MODEL, settings.FORGE_SMALL_MODEL}
+    models |= set(getattr(settings, "FORGE_MODEL_PRICES", {}) or {})
+    return (
+        agent if agent in agents or not agent else OTHER,
+        model if model in models or model in ("", "/") else OTHER,
+    )
 
 
 def _prompt_text(session: Session, info: dict[str, Any]) -> str | None:
