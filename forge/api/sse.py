@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -28,11 +29,13 @@ from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
+from forge.realtime.auth import recheck
 from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
-from forge.realtime.stream import Heartbeat, SessionStream, check_after, live_frames
+from forge.realtime.stream import Heartbeat, Recheck, SessionStream, check_after, live_frames
 from forge.telemetry import metrics
 from forge.throttling import check_api_rate
+from sessions.exceptions import NotFound
 from sessions.frames import Frame, error_frame, is_deleted_frame, is_delta
 from sessions.models import Session
 
@@ -95,7 +98,7 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
         return error_response(exc)
     response = SubscribedStream(
         subscription,
-        lambda subscriber: _frames(session, after, subscriber),
+        lambda subscriber: _frames(session, after, subscriber, _access(request, session.pk)),
         content_type="text/event-stream; charset=utf-8",
     )
     response["Cache-Control"] = "no-cache"
@@ -104,25 +107,41 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
 
 
 async def _frames(
-    session: Session, after: int, subscriber: Subscriber
+    session: Session, after: int, subscriber: Subscriber, access: Recheck
 ) -> AsyncGenerator[bytes, None]:
     # Iterated by the server after the view returned, in a context of its own.
     tenancy.activate([session.tenant_id])
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     # Subscribed before the backlog is read (the stream drops what it already covered).
     yield b": forge session stream\n\n"
-    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT)
+    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT, recheck=access)
     async with contextlib.aclosing(frames):
-        async for frame in frames:
-            if isinstance(frame, Heartbeat):
-                if not await _still_there(session):
-                    # Deleted while watched: say so and end (a browser's EventSource
-                    # reconnects, and gets the 404 then).
-                    yield encode(error_frame("not_found", "the session was deleted"))
+        try:
+            async for frame in frames:
+                if isinstance(frame, Heartbeat):
+                    if not await _still_there(session):
+                        # Deleted while watched: say so and end (a browser's EventSource
+                        # reconnects, and gets the 404 then).
+                        yield encode(error_frame("not_found", "the session was deleted"))
+                        return
+                    yield b": heartbeat\n\n"
+                    continue
+                metrics.frames_sent("sse", frames=1, deltas=is_delta(frame))
+                yield encode(frame)
+                if is_deleted_frame(frame):  # published by the deletion: the stream ends
                     return
-                yield b": heartbeat\n\n"
-                continue
-            metrics.frames_sent("sse", frames=1, deltas=is_delta(frame))
-            yield encode(frame)
-            if is_deleted_frame(frame):  # published by the deletion: the stream ends
-                return
+        except NotFound as exc:  # the recheck: the session is gone
+            yield encode(error_frame(exc.code, str(exc)))
+        except ForgeError as exc:  # the recheck: no longer signed in, or no longer a member
+            yield encode(error_frame("not_authenticated", str(exc)))
+
+
+def _access(request: HttpRequest, session_id: str) -> Recheck:
+    """The stream's recheck (``forge.realtime.auth.recheck``): the caller as the request
+    named them, its ``Authorization`` header, else its session cookie's session read
+    again."""
+    authorization = request.headers.get("Authorization", "")
+    scope: dict[str, Any] = {"session": getattr(request, "session", None)}
+    if authorization:
+        scope["headers"] = [(b"authorization", authorization.encode("latin-1"))]
+    return lambda: recheck(scope, session_id)

@@ -12,7 +12,7 @@ from channels.middleware import BaseMiddleware
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 
-from forge.access import user_for_authorization
+from forge.access import session_of, user_for_authorization
 
 
 def authorization(scope: dict[str, Any]) -> bytes | None:
@@ -35,6 +35,15 @@ async def current_user(scope: dict[str, Any]) -> Any:
         return AnonymousUser()
     fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
     return await get_user({**scope, "session": fresh})
+
+
+async def recheck(scope: dict[str, Any], session_id: str) -> None:
+    """Raise (``NotAuthenticated``, ``NoTenant``, ``NotFound``) when the caller of
+    ``scope`` (a socket's, or an HTTP stream's ``headers`` and ``session``) may no longer
+    watch session ``session_id``, as :func:`forge.access.session_of` would refuse a
+    request of theirs now: an open stream's ``live_frames`` recheck."""
+    user = await current_user(scope)
+    await database_sync_to_async(session_of)(user, session_id)
 
 
 class TokenAuthMiddleware(BaseMiddleware):

@@ -41,7 +41,7 @@ from sessions.models import Session
 from sessions.shapes import holds_surrogate, surrogate_path
 
 from . import hub
-from .auth import authorization, current_user
+from .auth import authorization, current_user, recheck
 from .stream import Heartbeat, SessionStream, check_after, live_frames
 
 try:  # what daphne's protocol raises on a send after the client closed
@@ -157,6 +157,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             with contextlib.suppress(Exception):  # the client may be gone as well
                 await self._error(exc.code, str(exc))
             await self.close(code=CLOSE_NOT_FOUND)
+        except ForgeError as exc:  # the recheck: no longer signed in, or no longer a member
+            await self._unsubscribe()
+            with contextlib.suppress(Exception):
+                await self._error("not_authenticated", str(exc))
+            await self.close(code=CLOSE_UNAUTHENTICATED)
         except Disconnected:  # the client went first (a frame over the limit: 1009)
             await self._unsubscribe()
         except Exception:
@@ -167,7 +172,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _forward_frames(self, subscriber: hub.Subscriber) -> None:
         assert self.stream is not None
         # The backlog went out in connect(); no heartbeat: the socket has its own pings.
-        frames = live_frames(self.stream, subscriber, replay=False)
+        frames = live_frames(
+            self.stream,
+            subscriber,
+            replay=False,
+            recheck=lambda: recheck(self.scope, self.session.pk),
+        )
         async with contextlib.aclosing(frames):
             async for frame in frames:
                 assert not isinstance(frame, Heartbeat)
@@ -297,6 +307,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self._send(pong_frame())
 
     async def _snapshot(self, content: dict[str, Any]) -> None:
+        if not await self._still_admitted():
+            return
         for snapshot in await runtime.snapshots(self.session.pk):
             if self.stream is not None:
                 self.stream.sent[snapshot["part_id"]] = len(snapshot["text"])
@@ -384,7 +396,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Aborting waits for the turn to be finalized; do it beside, not inside, this handler.
         asyncio.get_running_loop().create_task(self._abort_now(content.get("client_id")))
 
+    async def _still_admitted(self, **extra: Any) -> bool:
+        """Whether the socket's caller may still act on its session (as a prompt checks
+        it); if not, the refusal is sent and the socket closed (4401 / 4404). An abort
+        or a snapshot asked for by a user whose token was deleted, who logged out or left
+        the tenant was carried out (QA): an abort ended a member's reply."""
+        try:
+            await self._admit(None)
+        except ForgeError as exc:
+            await self._refused(exc, **extra)
+            return False
+        return True
+
     async def _abort_now(self, client_id: Any) -> None:
+        if not await self._still_admitted(client_id=client_id):
+            return
         try:
             await runtime.abort_turn(session=self.session)
         except ForgeError as exc:

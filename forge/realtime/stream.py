@@ -246,12 +246,18 @@ class Frames(Protocol):
     async def batch(self) -> list[Frame]: ...
 
 
+# Raises (``NotAuthenticated``, ``NoTenant``, ``NotFound``) when the stream's caller may
+# no longer watch its session.
+Recheck = Callable[[], Awaitable[None]]
+
+
 async def live_frames(
     stream: SessionStream,
     source: Frames,
     *,
     heartbeat: float | None = None,
     replay: bool = True,
+    recheck: Recheck | None = None,
 ) -> AsyncGenerator[Frame | Heartbeat, None]:
     """Everything one client is to be sent, in order: with ``replay``, the backlog
     (:meth:`SessionStream.backlog`: the log after ``after``, then snapshots), then, for
@@ -262,8 +268,13 @@ async def live_frames(
     When ``source`` has been quiet for ``FORGE_STREAM_RESYNC_SECONDS`` after some
     activity, the log is checked for a lost tail (:meth:`SessionStream.resync`). With
     ``heartbeat`` (seconds), :data:`HEARTBEAT` is yielded whenever nothing at all was
-    yielded for that long. It never ends by itself: the caller stops iterating (a reply
-    that is complete, a client gone) and closes it (``contextlib.aclosing``).
+    yielded for that long. With ``recheck``, it is awaited every
+    ``FORGE_STREAM_RECHECK_SECONDS`` (at the next frame or quiet period): what it
+    raises ends the stream, for its caller to say why. Checked at the opening only, a
+    stream went on carrying new prompts and replies to a user whose token was deleted,
+    who logged out or left the tenant (QA). It never ends by itself otherwise: the
+    caller stops iterating (a reply that is complete, a client gone) and closes it
+    (``contextlib.aclosing``).
     """
     if replay:
         for frame in await stream.backlog():
@@ -276,7 +287,12 @@ async def live_frames(
     # each time twice as long after the last check that found nothing (at most
     # RESYNC_BACKOFF_MAX): a tool may run for minutes with nothing to send.
     backoff, resync_at = every, 0.0
+    recheck_every = settings.FORGE_STREAM_RECHECK_SECONDS
+    recheck_at = loop.time() + recheck_every
     while True:
+        if recheck is not None and loop.time() >= recheck_at:
+            await recheck()
+            recheck_at = loop.time() + recheck_every
         try:
             # Not wait_for: that wraps every wait in a task of its own (per frame and client).
             async with asyncio.timeout(quiet):

@@ -214,6 +214,10 @@ FORGE_STREAM_RESYNC_SECONDS = env_float("FORGE_STREAM_RESYNC_SECONDS", 2.0)
 # whose buffer does not drain for this many seconds is cut, and resumes from its last
 # seq when it reconnects (forge.realtime.slow_clients). 0: never cut (sends still wait).
 FORGE_STREAM_STALL_SECONDS = env_float("FORGE_STREAM_STALL_SECONDS", 30.0)
+# An open socket or SSE stream checks this often that its caller may still watch (a
+# token deleted, a user deactivated, logged out or gone from the tenant, the session
+# deleted): then it ends (4401 / 4404, or an error frame).
+FORGE_STREAM_RECHECK_SECONDS = env_float("FORGE_STREAM_RECHECK_SECONDS", 15.0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Forge API",
     "DESCRIPTION": "Sessions as append-only event logs, with their message and part projections.",

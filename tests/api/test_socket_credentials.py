@@ -126,3 +126,53 @@ async def test_an_idle_socket_is_told_at_once_that_its_session_was_deleted(sessi
         frames.append(json.loads(output["text"]))
     assert output == {"type": "websocket.close", "code": 4404}
     assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_found"]
+
+
+def _revoker(change: str, user: Any, token: str) -> Any:
+    def revoke() -> None:
+        if change == "token deleted":
+            Token.objects.filter(key=token).delete()
+        elif change == "user deactivated":
+            user.is_active = False
+            user.save(update_fields=["is_active"])
+        else:
+            Membership.objects.filter(user=user).delete()
+
+    return revoke
+
+
+async def _closed_4401(ws: WebsocketCommunicator) -> list[dict[str, Any]]:
+    frames = []
+    while True:
+        output = await ws.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+        frames.append(json.loads(output["text"]))
+    assert output == {"type": "websocket.close", "code": 4401}
+    return frames
+
+
+@pytest.mark.parametrize("change", ["token deleted", "user deactivated", "left the tenant"])
+async def test_a_watching_socket_is_closed_once_its_credentials_went_away(
+    session, user, token, settings, change
+):
+    """A QA finding: only a prompt or an answer checked the caller again, so a socket
+    went on receiving the session's new prompts and replies after its token was
+    deleted, its user deactivated or gone from the tenant. An open stream checks every
+    FORGE_STREAM_RECHECK_SECONDS."""
+    settings.FORGE_STREAM_RECHECK_SECONDS = 0.2
+    ws = await _connected(session, token)
+    await database_sync_to_async(_revoker(change, user, token))()
+    frames = await _closed_4401(ws)
+    assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_authenticated"]
+
+
+@pytest.mark.parametrize("kind", ["abort", "snapshot"])
+async def test_an_abort_or_a_snapshot_checks_the_caller_again(session, user, token, kind):
+    """A QA finding: a user removed from the tenant could still abort its members'
+    replies, and read what streamed, through a socket opened before."""
+    ws = await _connected(session, token)
+    await database_sync_to_async(_revoker("left the tenant", user, token))()
+    await ws.send_to(text_data=json.dumps({"type": kind, "client_id": "c"}))
+    frames = await _closed_4401(ws)
+    assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_authenticated"]

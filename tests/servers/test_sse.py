@@ -191,3 +191,61 @@ def test_a_client_that_goes_away_is_let_go(server: LiveServer, session, token):
         == 200
     )
     assert "Traceback" not in server.output()
+
+
+@pytest.mark.parametrize("by", ["token", "cookie"])
+def test_a_stream_ends_once_its_caller_may_no_longer_watch(
+    tmp_path: Path, agents: Any, session, user, token, by
+):
+    """A QA finding: the caller was checked when the stream opened only, so it went on
+    carrying the session's new prompts and replies after the token was deleted, or the
+    browser logged out. It checks again every FORGE_STREAM_RECHECK_SECONDS."""
+    from rest_framework.authtoken.models import Token
+
+    with (
+        daphne(tmp_path, FORGE_SSE_HEARTBEAT="0.3", FORGE_STREAM_RECHECK_SECONDS="0.3") as live,
+        httpx.Client(timeout=30) as browser,
+    ):
+        credentials = headers(token)
+        if by == "cookie":  # signed in on the server's own page
+            from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+            # (the test settings' MD5 hashes are unknown to the server's settings)
+            user.password = PBKDF2PasswordHasher().encode("pw-alice-123", "salt0123", 1000)
+            user.save(update_fields=["password"])
+            browser.get(f"{live.url}/login/")
+            signed_in = browser.post(
+                f"{live.url}/login/",
+                data={
+                    "username": user.username,
+                    "password": "pw-alice-123",
+                    "csrfmiddlewaretoken": browser.cookies["csrftoken"],
+                },
+                headers={"Referer": f"{live.url}/login/"},
+            )
+            assert signed_in.status_code == 302, signed_in.text[:300]
+            credentials = {}
+        url = f"{live.url}/api/sessions/{session.pk}/stream/"
+        with browser.stream("GET", url, headers=credentials) as response:
+            assert response.status_code == 200
+            sse = SSE(response)
+            sse.next()  # session.created
+            time.sleep(1)  # still allowed: heartbeats only
+            if by == "cookie":
+                with httpx.Client(timeout=10, cookies=browser.cookies) as other_tab:
+                    other_tab.post(
+                        f"{live.url}/logout/",
+                        data={"csrfmiddlewaretoken": browser.cookies["csrftoken"]},
+                        headers={"Referer": f"{live.url}/"},
+                    )
+            else:
+                Token.objects.filter(key=token).delete()
+            started = time.monotonic()
+            event_id, frame = sse.next()
+            assert (event_id, frame["kind"], frame["code"]) == (
+                None,
+                "error",
+                "not_authenticated",
+            )
+            assert list(sse.lines) == []  # and the stream ends
+            assert time.monotonic() - started < 5
