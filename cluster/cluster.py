@@ -316,7 +316,20 @@ def start_daphne(config: Config, index: int, *, wait: bool = True) -> int:
     name, port = daphne_names(config)[index], config.daphne_ports[index]
     pid = spawn(
         name,
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "forge.asgi:application"],
+        [
+            str(BIN / "daphne"),
+            # The client's address is nginx's X-Real-IP (which nginx sets, and a client
+            # cannot): the sign-in lockout and FORGE_METRICS_ALLOW see the client, not
+            # nginx (five wrong passwords from anyone locked a user out for everyone).
+            "--proxy-headers",
+            "--proxy-headers-host",
+            "X-Real-IP",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "forge.asgi:application",
+        ],
         marker=f"{port} forge.asgi:application",
         env=config.app_env(),
     )

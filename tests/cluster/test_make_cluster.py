@@ -39,3 +39,35 @@ def test_make_cluster_serves_a_chat_through_nginx(cluster: Cluster) -> None:
     assert " 101 " in log  # the WebSocket upgrade went through nginx
     upstreams = set(re.findall(r"upstream=(127\.0\.0\.1:\d+)", log))
     assert upstreams <= {f"127.0.0.1:{port}" for port in cluster.daphne_ports}
+
+
+def _sign_in(cluster: Cluster, source: str, password: str) -> int:
+    """Sign in as the demo user through nginx from the loopback address ``source``; the
+    login page's status (302 signed in, 200 refused)."""
+    import httpx
+
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(transport=transport, timeout=20) as client:
+        client.get(f"{cluster.url}/login/")
+        answer = client.post(
+            f"{cluster.url}/login/",
+            data={
+                "username": "demo",
+                "password": password,
+                "csrfmiddlewaretoken": client.cookies["csrftoken"],
+            },
+            # What a client may claim: nginx passes on its own view of the address.
+            headers={"Referer": f"{cluster.url}/login/", "X-Real-IP": "127.0.0.3"},
+        )
+        return answer.status_code
+
+
+def test_failed_sign_ins_behind_nginx_lock_out_one_address_only(cluster: Cluster) -> None:
+    """A QA finding: daphne saw nginx's address for every client, so five wrong
+    passwords from anyone locked the user out for everyone (a sign-in lockout is one
+    name from one address). The daphnes read the client's address from nginx's
+    ``X-Real-IP``, which nginx sets and a client cannot."""
+    for n in range(6):
+        _sign_in(cluster, "127.0.0.2", f"wrong-{n}")
+    assert _sign_in(cluster, "127.0.0.2", "demo") == 200  # locked out, there
+    assert _sign_in(cluster, "127.0.0.3", "demo") == 302  # not from another address
