@@ -64,6 +64,9 @@ CLOSE_SERVER_ERROR = 1011
 # send only 1000 and 3000-4999).
 CLOSE_UNAVAILABLE = 4503
 MAX_FRAME_BYTES = 1024 * 1024
+# A frame's ``client_id`` is the client's own label, echoed in its ack and errors: text,
+# and short (any JSON, of any size, was echoed back).
+CLIENT_ID_MAX = 256
 
 
 def _opened(user: Any, session_id: str) -> Session:
@@ -274,6 +277,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "unknown_type",
                 f"unknown frame type {str(kind)[:40]!r}; "
                 "known: prompt, abort, ping, snapshot, approval",
+            )
+            return
+        client_id = content.get("client_id")
+        if client_id is not None and (
+            not isinstance(client_id, str) or len(client_id) > CLIENT_ID_MAX
+        ):
+            await self._error(
+                "bad_frame",
+                f"client_id must be a string of at most {CLIENT_ID_MAX} characters",
+                client_id=None,
             )
             return
         # Half a surrogate pair (an escape, "\ud800") is no UTF-8 text: neither the log,

@@ -276,6 +276,10 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         (json.dumps({"type": "prompt", "text": "hi", "agent": "nobody"}), "unknown_agent"),
         (json.dumps({"type": "abort"}), "not_running"),
         ('{"type": "prompt", "client_id": ' + "[" * 100_000 + "]" * 100_000 + "}", "bad_json"),
+        # QA: any JSON was echoed back in the ack and error frames
+        (json.dumps({"type": "prompt", "text": "hi", "client_id": {"a": 1}}), "bad_frame"),
+        (json.dumps({"type": "prompt", "text": "hi", "client_id": 3.5}), "bad_frame"),
+        (json.dumps({"type": "abort", "client_id": "c" * 257}), "bad_frame"),
     ],
     ids=[
         "not json",
@@ -289,6 +293,9 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "unknown agent",
         "abort idle",
         "nested too deeply",
+        "client_id an object",
+        "client_id a number",
+        "client_id too long",
     ],
 )
 async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
@@ -304,6 +311,8 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
     assert reply["message"]
     if "[[[" in frame:  # QA (LOW): it said "a frame must be a JSON object"
         assert reply["message"] == "the frame's JSON is nested too deeply"
+    if "client_id" in frame and code == "bad_frame":
+        assert reply["client_id"] is None
     await ws.send_to(text_data=json.dumps({"type": "ping"}))
     assert json.loads(await ws.receive_from(timeout=20)) == {"kind": "pong"}
     await ws.disconnect()
