@@ -676,3 +676,39 @@ def test_scrolled_up_a_latest_button_goes_back_to_the_newest_message(
     assert page.evaluate(below) < 80
     latest.wait_for(state="hidden")
     chat.assert_clean()
+
+
+def test_right_to_left_text_reads_right_to_left(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """A QA finding: Hebrew and Arabic were laid out left to right (the punctuation on
+    the wrong side), in messages and in the prompt box. Each paragraph now takes the
+    direction of its own text, in both, and English stays left to right."""
+    chat = chat_page()
+    chat.login()
+    chat.new_session()
+    page = chat.page
+    chat.send("שלום, עולם!\nHello, world!")
+    chat.wait_reply_done()
+
+    def edges(selector: str) -> list[tuple[float, float]]:
+        """For each line of the element's text: (its left gap, its right gap) in the box."""
+        return page.evaluate(
+            """(selector) => {
+                const el = document.querySelector(selector);
+                const box = el.getBoundingClientRect();
+                const range = document.createRange();
+                range.selectNodeContents(el);
+                return Array.from(range.getClientRects())
+                    .filter((r) => r.width > 1)
+                    .map((r) => [r.left - box.left, box.right - r.right]);
+            }""",
+            selector,
+        )
+
+    hebrew, english = edges(".message-user .plain-text")[:2]
+    assert hebrew[1] < 2 < hebrew[0]  # right-aligned: a paragraph of its own direction
+    assert english[0] < 2 < english[1]
+    page.locator("#prompt").fill("مرحبا")  # the prompt box follows what is typed
+    assert page.evaluate("getComputedStyle(document.querySelector('#prompt')).direction") == "rtl"
+    chat.assert_clean()
