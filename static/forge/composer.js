@@ -101,14 +101,18 @@ export class Composer {
 
   // busy: a turn runs; waiting: a prompt is not acknowledged yet; retry: the
   // model is unavailable and the server retries ({attempt, next_at}) or null.
-  show({ busy, waiting, retry }) {
-    this.abortButton.disabled = !busy;
+  // awaiting: the open reply waits for a tool call's approval (a new prompt may be sent,
+  // and denies it; Abort ends the reply).
+  show({ busy, waiting, retry, awaiting }) {
+    this.abortButton.disabled = !(busy || awaiting);
     this.sendButton.disabled = busy || waiting;
     if (retry) {
       const at = retry.next_at ? ` at ${formatTime(retry.next_at)}` : "";
       this.status.textContent = `The model is unavailable; retrying (attempt ${retry.attempt ?? "?"})${at}…`;
+    } else if (busy) {
+      this.status.textContent = "Working…";
     } else {
-      this.status.textContent = busy ? "Working…" : "";
+      this.status.textContent = awaiting ? "Waiting for your approval of a tool call." : "";
     }
   }
 

@@ -305,7 +305,12 @@ export class SessionView {
 
   updateBusy() {
     if (this.closed) return;
-    this.chat.showBusy(this.id, { busy: this.busy, waiting: this.pending.size > 0, retry: this.retry });
+    this.chat.showBusy(this.id, {
+      busy: this.busy,
+      waiting: this.pending.size > 0,
+      retry: this.retry,
+      awaiting: this.log.replyOpen && this.log.replyAwaiting,
+    });
   }
 
   async sendPrompt(text, files) {

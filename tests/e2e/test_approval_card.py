@@ -97,6 +97,28 @@ def test_deny_with_a_reason_ends_the_call_denied_and_the_model_sees_why(
     chat.assert_clean()
 
 
+def test_abort_ends_a_reply_that_waits_for_an_approval(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """A QA finding: while a reply waited for an approval, Abort was greyed out, though
+    the server ends such a reply on an abort. It is enabled, and says what it waits
+    for."""
+    chat = chat_page(FORGE_TOOL_APPROVAL=ASK)
+    chat.login()
+    session_id = chat.new_session()
+    chat.send("/tool list_files {}")
+    waiting_card(chat)
+    abort = chat.page.locator("#abort-button")
+    chat.wait_until(abort.is_enabled)
+    assert "approval" in chat.page.locator("#turn-status").inner_text()
+    abort.click()
+    message = chat.wait_reply_done()
+    assert message.locator(".part-tool").get_attribute("data-status") == "error"
+    assert stored_tool(session_id)["state"]["status"] == "error"
+    chat.wait_until(lambda: not abort.is_enabled())
+    chat.assert_clean()
+
+
 def test_enter_in_the_reason_denies_and_focus_goes_to_the_prompt(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
