@@ -41,6 +41,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
@@ -163,7 +164,7 @@ class OpenAIProvider:
                         yield event
                 return
             except Exception as exc:  # CancelledError is a BaseException: it propagates
-                failure = _classify(exc, now=self._clock())
+                failure = _classify(exc, now=self._clock(), key=self.client.api_key)
                 if failure.unexpected:
                     logger.exception("openai provider: unexpected failure")
             if mapper.finished:
@@ -273,16 +274,35 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _detail(exc: openai.APIError) -> str:
-    """The server's own message, when its error body has one."""
+def _detail(exc: openai.APIError, key: str = "") -> str:
+    """The server's own message, when its error body has one, without what looks like a
+    credential (:func:`redacted`): it is logged in the reply's error, which every member
+    of the tenant reads."""
     body = exc.body
     if isinstance(body, dict):
         message = body.get("message")
         if isinstance(message, str) and message:
-            return message
+            return redacted(message[:2000], key)
     if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
-    return exc.message
+        return redacted(body.strip()[:500], key)
+    return redacted(exc.message, key)
+
+
+_CREDENTIALS = re.compile(
+    r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's value
+    r"|\bsk-[A-Za-z0-9_-]{6,}"  # OpenAI-style keys (OpenAI masks its own; proxies may not)
+)
+
+
+def redacted(text: str, key: str = "") -> str:
+    """``text`` with the configured API key, and what looks like a credential, replaced
+    by ``[redacted]``. A model server (a proxy, a self-hosted one) may echo the request's
+    ``Authorization`` header in its error (QA)."""
+    if key and len(key) >= 8 and key != NO_API_KEY:
+        text = text.replace(key, "[redacted]")
+    return _CREDENTIALS.sub(
+        lambda m: f"{m.group(1)} [redacted]" if m.group(1) else "sk-[redacted]", text
+    )
 
 
 def _cause(exc: BaseException) -> str:
@@ -290,13 +310,13 @@ def _cause(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}" if cause is not None else ""
 
 
-def _classify(exc: Exception, *, now: float) -> _Failure:
+def _classify(exc: Exception, *, now: float, key: str = "") -> _Failure:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         retryable = is_retryable_status(status)
         retry_after = parse_retry_after(exc.response.headers, now=now) if retryable else None
         return _Failure(
-            message=f"HTTP {status} from the model server: {_detail(exc)}",
+            message=f"HTTP {status} from the model server: {_detail(exc, key)}",
             retryable=retryable,
             status=status,
             retry_after=retry_after,
@@ -317,7 +337,7 @@ def _classify(exc: Exception, *, now: float) -> _Failure:
         )
     if isinstance(exc, openai.APIError):  # e.g. an error object sent mid-stream
         return _Failure(
-            message=f"the model server reported an error: {_detail(exc)}", retryable=False
+            message=f"the model server reported an error: {_detail(exc, key)}", retryable=False
         )
     if isinstance(exc, (*_transport_errors(), ConnectionError)):
         return _Failure(

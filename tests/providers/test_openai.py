@@ -929,3 +929,27 @@ async def test_a_surrogate_pair_split_across_chunks_arrives_whole(
         TextDelta(id="text-0", delta="\ud800"),
         TextEnd(id="text-0"),
     ]
+
+
+async def test_a_credential_in_the_servers_error_is_not_passed_on(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """A QA finding: a model server (a proxy, a self-hosted one) that echoes the request's
+    Authorization header in its error had the key logged in the reply's error, which
+    every member of the tenant reads and which streams to them."""
+    fake_openai.push(
+        Status(
+            401,
+            "Incorrect API key provided: Bearer sk-SUPERSECRETKEY123 (also sk-configured-key-42)",
+            type="invalid_request_error",
+        )
+    )
+    events = await collect(make_provider(api_key="sk-configured-key-42"))
+    error = events[1]
+    assert isinstance(error, Error)
+    assert "SUPERSECRET" not in error.message
+    assert "configured-key" not in error.message
+    assert error.message == (
+        "HTTP 401 from the model server: Incorrect API key provided: Bearer [redacted] "
+        "(also [redacted])"
+    )
