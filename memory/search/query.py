@@ -22,13 +22,23 @@ LIMIT_MAX = 100
 def terms(query: Any) -> list[str]:
     """The distinct tokens of ``query`` (at most ``TERMS_MAX``), in order.
 
-    Raises ``InvalidQuery`` for a non-string or a query over ``QUERY_MAX`` characters.
+    A query of more distinct tokens keeps its words and CJK character pairs first, and
+    then as many of its single CJK characters as fit: a character alone says least (a
+    pair holds it), and a long Chinese query, whose characters come before its pairs,
+    lost every pair (QA). Raises ``InvalidQuery`` for a non-string or a query over
+    ``QUERY_MAX`` characters.
     """
     if not isinstance(query, str):
         raise InvalidQuery("a query must be a string")
     if len(query) > QUERY_MAX:
         raise InvalidQuery(f"a query is at most {QUERY_MAX} characters")
-    return list(dict.fromkeys(text.query_tokens(query)))[:TERMS_MAX]
+    tokens = list(dict.fromkeys(text.query_tokens(query)))
+    if len(tokens) <= TERMS_MAX:
+        return tokens
+    single = [t for t in tokens if len(t) == 1 and text.has_cjk(t)]
+    first = [t for t in tokens if not (len(t) == 1 and text.has_cjk(t))][:TERMS_MAX]
+    kept = {*first, *single[: TERMS_MAX - len(first)]}
+    return [t for t in tokens if t in kept]
 
 
 EXPANSION_MAX = 16  # expansion terms added to one query

@@ -159,6 +159,19 @@ def test_many_words_are_cut_to_the_first_few(tenant, corpus):
     assert len(search.terms(query)) == search.TERMS_MAX
 
 
+def test_a_long_chinese_query_keeps_its_character_pairs(tenant, user):
+    """A QA finding: a query's single CJK characters come before its pairs, so a long
+    Chinese query was cut to characters alone. Pairs (and words) now go first."""
+    query = "上个月在杭州西湖边那家咖啡馆里聊到的书"  # 19 characters: 19 + 18 tokens
+    kept = search.terms(query)
+    assert len(kept) == search.TERMS_MAX
+    pairs = [t for t in kept if len(t) == 2]
+    assert {"咖啡", "西湖"} <= set(pairs)
+    assert len(pairs) == len({query[i : i + 2] for i in range(len(query) - 1)})
+    item = write_slice(tenant, user, "build", "他说在西湖边的咖啡馆见面")
+    assert ids(selectors.search_slices(tenant=tenant, query=query))[:1] == [item.pk]
+
+
 def test_unicode_words_match(tenant, user):
     item = write_slice(tenant, user, "build", "用户 喜欢 咖啡; café crème")
     assert ids(selectors.search_slices(tenant=tenant, query="咖啡")) == [item.pk]
