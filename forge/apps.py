@@ -26,6 +26,12 @@ class ForgeConfig(AppConfig):
         session_deleted.connect(on_session_deleted, dispatch_uid="forge.session-files")
         part_copying.connect(on_part_copying, dispatch_uid="forge.carry-files")
 
+        # A copy made after a rolling keeps the rolled turns cut from the model's view.
+        from forge.runtime.dialogue import on_history_copied
+        from sessions.signals import history_copied
+
+        history_copied.connect(on_history_copied, dispatch_uid="forge.copy-rolled-cut")
+
         # What a deleted log had counted stays counted, through rebuild_usage too.
         from forge.usage.services import on_session_deleting
         from sessions.signals import session_deleting

@@ -22,6 +22,13 @@ part (its ids already renamed: :func:`sessions.services.transfer.remap_ids`) and
 ``session`` the copy. A receiver may return the part to write instead (the last
 answer that is not None wins). The store knows nothing of stored files; the
 application copies a ``file`` part's file to the copy and names it there.
+
+``history_copied(sender=Session, source_id, copy, new_ids)``: sent inside the
+transaction of a fork or an import's copy once its history is written, with
+``source_id`` the session it was copied from (which may exist here no more, or never
+did) and ``new_ids`` its messages' ids, original -> copy's, in creation order. The store
+knows nothing of memory; the application carries over what memory had rolled of the
+source (the cut of the model's view), which no event of the source's log says yet.
 """
 
 from django.dispatch import Signal
@@ -30,3 +37,4 @@ session_deleted = Signal()
 session_deleting = Signal()
 session_imported = Signal()
 part_copying = Signal()
+history_copied = Signal()

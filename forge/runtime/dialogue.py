@@ -43,7 +43,7 @@ from django.db import connection, transaction
 
 from accounts.selectors import member
 from forge.context import store_snapshot
-from forge.context.blocks import blocks_in_force
+from forge.context.blocks import blocks_in_force, set_blocks
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import sql as memory_sql
@@ -248,3 +248,39 @@ def _logged_through(
         return None
     through = block.get("rolled_through")
     return through if isinstance(through, str) and through else None
+
+
+def on_history_copied(
+    sender: Any, source_id: str, copy: Session, new_ids: Mapping[str, str], **kwargs: Any
+) -> None:
+    """``sessions.signals.history_copied``: a fork or an import's copy of a session whose
+    turns memory rolled keeps them cut from the model's view, as the source's next turn
+    would.
+
+    The copy carries the source's logged block, its ``rolled_through`` renamed
+    (``sessions.projector.rolled_through_moved``); but a rolling since the source's last
+    turn is in memory only, so a copy made then showed those turns raw and again in
+    the summaries (QA). The core is the copy's owner's with its agent, whose next turn
+    sees that core's block: when it rolled messages of the source beyond what the copy's
+    block says, the block is logged in the copy with the cut at the copy of the newest
+    of them."""
+    from .agents import default_agent
+
+    tenant = copy.tenant
+    if copy.user is None:
+        return
+    agent = copy.agent or default_agent().name
+    core = memory_selectors.find_core(tenant=tenant, user=copy.user, agent=agent)
+    if core is None:
+        return
+    through = memory_selectors.last_rolled_message(tenant=tenant, core=core, session_id=source_id)
+    covered = [original for original in new_ids if through is not None and original <= through]
+    if not covered:
+        return
+    cut = new_ids[max(covered)]
+    logged = _logged_through(copy, core_id=core.pk, current=None)
+    if logged is not None and logged >= cut:
+        return
+    block = memory_selectors.dialog_history_block(tenant=tenant, core=core)
+    if block is not None:
+        set_blocks(copy, [{**block, "rolled_through": cut}])

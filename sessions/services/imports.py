@@ -25,7 +25,7 @@ from ..shapes import (
     nul_path,
     v_time,
 )
-from ..signals import session_imported
+from ..signals import history_copied, session_imported
 from .session import clean_agent, clean_title, create_session, update_session
 from .transfer import CopyWriter, carried, rebuild_projection, remap_ids, undone_on_failure
 from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart
@@ -385,6 +385,12 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
 
     with undone_on_failure(session):
         _copy_events(session, events, user=user, new_ids=new_ids, message_new_ids=message_new_ids)
+        history_copied.send(
+            sender=Session,
+            source_id=events[0]["session_id"],
+            copy=session,
+            new_ids=message_new_ids,
+        )
     return session
 
 

@@ -15,7 +15,7 @@ from ..exceptions import NotFound
 from ..ids import new_message_id, new_part_id
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import Projection, fold, fold_context, rolled_through_moved
-from ..signals import part_copying, session_deleted
+from ..signals import history_copied, part_copying, session_deleted
 from .batch import append_batch
 from .messages import (
     append_event,
@@ -157,6 +157,7 @@ def _copy_history(session: Session, fork: Session, *, before_message_id: str) ->
     moved = rolled_through_moved(blocks.values(), new_ids)
     if moved:
         append_event(session=fork, type="context.updated", data={"blocks": moved})
+    history_copied.send(sender=Session, source_id=session.pk, copy=fork, new_ids=new_ids)
 
 
 ID_FIELDS = ("id", "message_id", "parent_id", "tail_start_id", "part_id")

@@ -222,3 +222,40 @@ def test_a_fork_or_a_copy_hides_the_rolled_turns_it_holds_too(chat, session, use
     assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
     assert seen[-1] == "alice in the copy"
     assert Session.objects.filter(pk=copy.pk).exists()
+
+
+@pytest.mark.parametrize("how", ["fork", "copy"])
+def test_a_copy_made_right_after_a_rolling_hides_the_turns_it_rolled(
+    chat, session, user, how, tmp_path
+):
+    """A QA finding: a fork or an import's copy made after a rolling, before the
+    source's next turn, showed the rolled turns raw and in the summaries at once: no
+    event of the source's log said yet what the rolling cut."""
+    from django.core.management import call_command
+
+    from sessions import services
+
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    roll(session, user, force=False)  # rolls turns 0-1; the log says nothing of it yet
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    if how == "fork":
+        copy = services.fork_session(
+            session=session, user=user, before_message_id=history[-1]["info"]["id"]
+        )
+    else:
+        path = tmp_path / "log.jsonl"
+        call_command("export_session", session.pk, "-o", str(path))
+        copy = services.import_log(
+            user=user,
+            events=services.parse_log(path.read_bytes().splitlines()),
+            copy=True,
+        )
+    say(copy, "alice in the copy", user)
+    seen = last_step_request(copy)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    system = request_for(copy)[1].system  # the block, in place of the rolled turns
+    assert any("Summaries of the earlier dialogue" in text for text in system)
+    # the kept turn, verbatim (a fork before turn 2's reply holds its prompt alone)
+    assert said(seen, "alice turn 2") == (1 if how == "fork" else 2)
+    assert seen[-1] == "alice in the copy"
