@@ -53,19 +53,10 @@ async def test_a_socket_whose_credentials_went_away_cannot_prompt(
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "first"}))
     await until_ack(ws)  # the credentials work while they are valid
 
-    def revoke() -> None:
-        if change == "token deleted":
-            Token.objects.filter(key=token).delete()
-        elif change == "user deactivated":
-            user.is_active = False
-            user.save(update_fields=["is_active"])
-        else:
-            Membership.objects.filter(user=user).delete()
-
     await frames_until(
         ws, lambda f: any(x["kind"] == "status" and x["status"] == "idle" for x in f)
     )
-    await database_sync_to_async(revoke)()
+    await database_sync_to_async(_revoker(change, user, token))()
     await _prompt_is_refused(ws)
 
 

@@ -75,6 +75,22 @@ def block_in_force(session: Any) -> dict[str, Any] | None:
     return blocks.get("dialog_history:memory")
 
 
+def copied(session: Any, user: Any, how: str, *, before: str, tmp_path: Any) -> Any:
+    """A fork of ``session`` before message ``before``, or (``how`` = "copy") an
+    imported copy of its whole export."""
+    from django.core.management import call_command
+
+    from sessions import services
+
+    if how == "fork":
+        return services.fork_session(session=session, user=user, before_message_id=before)
+    path = tmp_path / "log.jsonl"
+    call_command("export_session", session.pk, "-o", str(path))
+    return services.import_log(
+        user=user, events=services.parse_log(path.read_bytes().splitlines()), copy=True
+    )
+
+
 def said(history: list[str], text: str) -> int:
     """How many messages of the request hold ``text`` (a prompt and its echo)."""
     return sum(1 for content in history if text in content)
@@ -188,9 +204,7 @@ def test_a_fork_or_a_copy_hides_the_rolled_turns_it_holds_too(chat, session, use
     new ids, which the core's rows do not name, so its model saw them raw and inside
     the block's summaries at once. The copy's block names the copy's own cut, and the
     next turns keep it."""
-    from django.core.management import call_command
 
-    from sessions import services
     from sessions.models import Session
 
     for n in range(3):
@@ -198,22 +212,11 @@ def test_a_fork_or_a_copy_hides_the_rolled_turns_it_holds_too(chat, session, use
     roll(session, user, force=False)  # rolls turns 0-1
     say(session, "alice turn 3", user)
     history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
-    if how == "fork":
-        copy = services.fork_session(
-            session=session, user=user, before_message_id=history[-2]["info"]["id"]
-        )
-    else:
-        path = tmp_path / "log.jsonl"
-        call_command("export_session", session.pk, "-o", str(path))
-        copy = services.import_log(
-            user=user,
-            events=services.parse_log(path.read_bytes().splitlines()),
-            copy=True,
-        )
-    copied = list(selectors.iter_history(tenant=copy.tenant, session_id=copy.pk))
+    copy = copied(session, user, how, before=history[-2]["info"]["id"], tmp_path=tmp_path)
+    held = list(selectors.iter_history(tenant=copy.tenant, session_id=copy.pk))
     in_force = block_in_force(copy)
     assert in_force is not None
-    assert in_force["rolled_through"] == copied[3]["info"]["id"]  # turn 1's reply
+    assert in_force["rolled_through"] == held[3]["info"]["id"]  # turn 1's reply
     seen = [str(m["content"]) for m in request_for(copy)[1].messages]
     assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
     assert said(seen, "alice turn 2") == 2
@@ -231,26 +234,12 @@ def test_a_copy_made_right_after_a_rolling_hides_the_turns_it_rolled(
     """A QA finding: a fork or an import's copy made after a rolling, before the
     source's next turn, showed the rolled turns raw and in the summaries at once: no
     event of the source's log said yet what the rolling cut."""
-    from django.core.management import call_command
-
-    from sessions import services
 
     for n in range(3):
         say(session, f"alice turn {n}", user)
     roll(session, user, force=False)  # rolls turns 0-1; the log says nothing of it yet
     history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
-    if how == "fork":
-        copy = services.fork_session(
-            session=session, user=user, before_message_id=history[-1]["info"]["id"]
-        )
-    else:
-        path = tmp_path / "log.jsonl"
-        call_command("export_session", session.pk, "-o", str(path))
-        copy = services.import_log(
-            user=user,
-            events=services.parse_log(path.read_bytes().splitlines()),
-            copy=True,
-        )
+    copy = copied(session, user, how, before=history[-1]["info"]["id"], tmp_path=tmp_path)
     say(copy, "alice in the copy", user)
     seen = last_step_request(copy)
     assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
