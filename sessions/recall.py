@@ -25,15 +25,8 @@ _FTS_TABLE = f"{_PART_TABLE}_fts"
 # events, ``e`` below): keep both in step. A tool output's first OUTPUT_HEAD_CHARS only:
 # a tsvector holds at most 1 MB, and outputs are logged whole (up to 10 MB).
 OUTPUT_HEAD_CHARS = 100_000
-_POSTGRES_BODY = (
-    "to_tsvector('simple'::regconfig, "
-    "coalesce(e.data->>'text', '') || ' ' || coalesce(e.data->>'tool', '') || ' ' || "
-    "coalesce(e.data#>>'{state,input}', '') || ' ' || "
-    f"left(coalesce(e.data#>>'{{state,output}}', ''), {OUTPUT_HEAD_CHARS}) "
-    "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
-    "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', ''))"
-)
-# The searched text as plain text, for a substring match (the same fields as the index).
+# The searched text as plain text (a substring match reads it), and as the indexed
+# tsvector: keep both in step with migration 0010's expression.
 _POSTGRES_TEXT = (
     "coalesce(e.data->>'text', '') || ' ' || coalesce(e.data->>'tool', '') || ' ' || "
     "coalesce(e.data#>>'{state,input}', '') || ' ' || "
@@ -41,6 +34,7 @@ _POSTGRES_TEXT = (
     "|| ' ' || coalesce(e.data#>>'{state,error}', '') || ' ' || "
     "coalesce(e.data->>'filename', '') || ' ' || coalesce(e.data->>'prompt', '')"
 )
+_POSTGRES_BODY = f"to_tsvector('simple'::regconfig, {_POSTGRES_TEXT})"
 _SQLITE_TEXT_VIEW = f"{_FTS_TABLE}_content"  # migration 0006: each part's indexed body
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Scripts written without spaces between words (Chinese, Japanese), or with particles

@@ -94,7 +94,7 @@ def bounded_labels(agent: str, model: str) -> tuple[str, str]:
     them (an agent row, or the fallback; ``FORGE_MODEL``, ``FORGE_SMALL_MODEL``, an
     agent's model, a priced model), else :data:`OTHER`. A reply completed here for a log
     this process did not run names what the log says: an imported log can say anything,
-    and each new name was a new series of every turn metric (QA: 17 a import)."""
+    and each new name was a new series of every turn metric (QA: some 17 series an import)."""
     from forge.models import Agent
 
     rows = list(Agent.objects.values_list("name", "model"))
