@@ -5,6 +5,7 @@ selector, each takes the tenant."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,31 @@ _POSTGRES_TEXT = (
 _POSTGRES_BODY = f"to_tsvector('simple'::regconfig, {_POSTGRES_TEXT})"
 _SQLITE_TEXT_VIEW = f"{_FTS_TABLE}_content"  # migration 0006: each part's indexed body
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _accent_table() -> tuple[str, str]:
+    """Latin letters with diacritics (U+00C0-U+024F) and the plain lower-case letter of
+    each: PostgreSQL's ``translate`` folds with them as SQLite's ``unicode61``
+    tokenizer folds (``remove_diacritics``), with no extension (``unaccent``) needed."""
+    accented, plain = [], []
+    for code in range(0xC0, 0x250):
+        char = chr(code)
+        base = unicodedata.normalize("NFKD", char)[0]
+        if base != char and base.isascii() and base.isalpha():
+            accented.append(char)
+            plain.append(base.lower())
+    return "".join(accented), "".join(plain)
+
+
+_ACCENTED, _PLAIN = _accent_table()
+_UNACCENT = str.maketrans(_ACCENTED, _PLAIN)
+
+
+def _folded(text: str) -> str:
+    """``text`` lower-cased, its accents folded as :data:`_ACCENTED` says."""
+    return text.lower().translate(_UNACCENT)
+
+
 # Scripts written without spaces between words (Chinese, Japanese), or with particles
 # joined to them (Korean): the index holds a whole run as one token.
 _UNSPACED = re.compile(
@@ -89,6 +115,9 @@ def search_history(
                 f"AND {_POSTGRES_BODY} @@ q ORDER BY rank DESC, p.id DESC LIMIT %s",
                 [" ".join(words), tenant.pk, session.pk, limit],
             )
+            if not cursor.rowcount:  # accents: the index keeps them (see _scan)
+                cursor.fetchall()
+                _scan(cursor, session=session, words=words, limit=limit)
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
             marked = f"highlight({_FTS_TABLE}, 0, char(1), '')"  # a mark per matching word
@@ -124,10 +153,15 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> Non
     """The session's parts holding every word as a substring (case folded), newest
     first: a query with a word in a script the index cannot cut (``_UNSPACED``), so that
     ``咖啡`` finds ``我昨天喝了咖啡``. It reads the session's parts, not an index: the
-    search is one session's, and each row's measure is the same (every word is in it)."""
-    folded = [word.lower() for word in words]
+    search is one session's, and each row's measure is the same (every word is in it).
+
+    On PostgreSQL it is also what a query finds when the full-text index found nothing,
+    accents folded on both sides (:func:`_folded`): ``to_tsvector('simple', …)`` keeps
+    them, so ``cafe`` did not find ``café`` there (SQLite's index folds them)."""
+    folded = [_folded(word) for word in words]
     if connection.vendor == "postgresql":
-        held = " AND ".join(f"strpos(lower({_POSTGRES_TEXT}), %s) > 0" for _ in folded)
+        text = f"translate(lower({_POSTGRES_TEXT}), %s, %s)"
+        held = " AND ".join(f"strpos({text}, %s) > 0" for _ in folded)
         cursor.execute(
             f"SELECT p.message_id, p.id, 0, "  # noqa: S608
             "left(coalesce(e.data->>'text', e.data#>>'{state,output}', e.data->>'tool', ''),"
@@ -135,24 +169,29 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> Non
             "ON e.session_id = p.session_id AND e.seq = p.seq "
             "WHERE p.tenant_id = %s AND p.session_id = %s AND e.type = 'part.updated' "
             f"AND {held} ORDER BY p.id DESC LIMIT %s",
-            [session.tenant_id, session.pk, *folded, limit],
+            [
+                session.tenant_id,
+                session.pk,
+                *(value for word in folded for value in (_ACCENTED, _PLAIN, word)),
+                limit,
+            ],
         )
-    else:
-        held = " AND ".join("instr(lower(v.body), %s) > 0" for _ in folded)
+    else:  # (SQLite's lower() folds ASCII only; its index folds accents already)
+        held = " AND ".join("instr(lower(v.body), %s) > 0" for _ in words)
         cursor.execute(
             f"SELECT p.message_id, p.id, 0, v.body FROM {_PART_TABLE} p "  # noqa: S608
             f"JOIN {_SQLITE_TEXT_VIEW} v ON v.rowid = p.rowid "
             f"WHERE p.tenant_id = %s AND p.session_id = %s AND {held} "
             "ORDER BY p.id DESC LIMIT %s",
-            [session.tenant_id, session.pk, *folded, limit],
+            [session.tenant_id, session.pk, *(word.lower() for word in words), limit],
         )
 
 
 def _focus(text: str, words: list[str], width: int = 300) -> str:
     """About ``width`` characters of ``text`` around the first matching word."""
     text = " ".join(text.split())
-    lowered = text.lower()
-    at = min((i for w in words if (i := lowered.find(w.lower())) >= 0), default=0)
+    lowered = _folded(text)
+    at = min((i for w in words if (i := lowered.find(_folded(w))) >= 0), default=0)
     start = max(at - width // 3, 0)
     piece = text[start : start + width]
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")

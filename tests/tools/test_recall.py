@@ -142,3 +142,16 @@ def test_a_cjk_search_stays_in_its_session(session, history, other_user):
     stranger = services.create_session(user=other_user)
     _exchange(stranger, "我昨天喝了咖啡", "好")
     assert search_history(tenant=session.tenant, session=session, query="咖啡") == []
+
+
+@pytest.mark.parametrize(
+    ("said", "query"), [("Le café était très bon.", "cafe"), ("a cafe", "café")]
+)
+def test_search_folds_accents_on_both_engines(session, history, said, query):
+    """A QA finding: PostgreSQL's index keeps accents, so ``cafe`` did not find
+    ``café`` there (SQLite's folds them). What the index does not find is looked for
+    again with accents folded on both sides."""
+    said_in = _exchange(session, said, "oui")
+    hits = search_history(tenant=session.tenant, session=session, query=query)
+    assert [hit.message_id for hit in hits] == [said_in]
+    assert search_history(tenant=session.tenant, session=session, query="cafeteria") == []
