@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -106,7 +107,7 @@ def prepare_call(
         parsed = {}
     else:
         try:
-            parsed = json.loads(raw_input)
+            parsed = json.loads(raw_input, parse_constant=_no_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
             parse_error = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         if parse_error is None and too_deep(parsed):  # the log would refuse it
@@ -163,6 +164,21 @@ def prepare_call(
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise ToolError(_truncate(message, MAX_ERROR_CHARS), metadata={"input": args})
     return item, _whole_numbers(item.parameters, args)
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's JSON reads them, JSON has none."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, refused when no float holds it
+    (``1e400``): the log stores finite numbers only, and such an input ended the whole
+    reply with a server error where it should have been the tool's error (QA)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
 
 
 def _whole_numbers(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:

@@ -122,6 +122,24 @@ def test_arguments_nested_deeper_than_the_log_takes_are_a_tool_error() -> None:
 
 
 @pytest.mark.parametrize(
+    "raw",
+    [
+        '{"path": "a", "offset": 1e400}',
+        '{"path": "a", "offset": NaN}',
+        '{"path": "a", "offset": -Infinity}',
+    ],
+)
+def test_numbers_the_log_cannot_store_are_invalid_input(raw: str) -> None:
+    """A QA finding: Python's JSON reads NaN, Infinity and 1e400 (as inf), which the log
+    refuses: the reply ended with a server error instead of the call with a tool error."""
+    with pytest.raises(ToolError) as info:
+        prepare_call("read_file", raw)
+    assert "arguments are not valid JSON" in info.value.message
+    assert info.value.metadata["input"] == {}
+    assert info.value.metadata["raw_input"] == raw
+
+
+@pytest.mark.parametrize(
     ("raw", "kind"), [("[1, 2]", "list"), ('"path"', "str"), ("3", "int"), ("null", "null")]
 )
 def test_json_that_is_not_an_object_is_refused(raw: str, kind: str) -> None:
