@@ -81,7 +81,7 @@ class SearchHit:
 
 
 def search_history(
-    *, tenant: Tenant, session: Session, query: str, limit: int = 10
+    *, tenant: Tenant, session: Session, query: str, limit: int = 10, skip: str = ""
 ) -> list[SearchHit]:
     """Full-text search over every part of the session (whatever compaction or pruning
     hid from the model), best first, ranked 1, 2, 3 …: SQLite FTS5 or PostgreSQL
@@ -95,7 +95,8 @@ def search_history(
     script matches every word as a substring instead (:func:`_scan`), newest first.
 
     A part's text lives in its event only (migration 0006): both engines search the
-    current event of each of the session's parts."""
+    current event of each of the session's parts. ``skip``: a message left out (the
+    reply whose tool call searches: its own call, holding the query, was its first hit)."""
     check_limit(limit, SEARCH_MAX)
     words = _WORD.findall(query or "")[:20]
     if not words:
@@ -103,7 +104,7 @@ def search_history(
     # Table names come from the models; every value is a bound parameter.
     with connection.cursor() as cursor:
         if any(_UNSPACED.search(word) for word in words):
-            _scan(cursor, session=session, words=words, limit=limit)
+            _scan(cursor, session=session, words=words, limit=limit, skip=skip)
         elif connection.vendor == "postgresql":
             cursor.execute(
                 f"SELECT p.message_id, p.id, ts_rank({_POSTGRES_BODY}, q) AS rank, "  # noqa: S608
@@ -112,12 +113,13 @@ def search_history(
                 "ON e.session_id = p.session_id AND e.seq = p.seq, "
                 "plainto_tsquery('simple'::regconfig, %s) q "
                 "WHERE p.tenant_id = %s AND p.session_id = %s AND e.type = 'part.updated' "
-                f"AND {_POSTGRES_BODY} @@ q ORDER BY rank DESC, p.id DESC LIMIT %s",
-                [" ".join(words), tenant.pk, session.pk, limit],
+                f"AND p.message_id <> %s AND {_POSTGRES_BODY} @@ q "
+                "ORDER BY rank DESC, p.id DESC LIMIT %s",
+                [" ".join(words), tenant.pk, session.pk, skip, limit],
             )
             if not cursor.rowcount:  # accents: the index keeps them (see _scan)
                 cursor.fetchall()
-                _scan(cursor, session=session, words=words, limit=limit)
+                _scan(cursor, session=session, words=words, limit=limit, skip=skip)
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
             marked = f"highlight({_FTS_TABLE}, 0, char(1), '')"  # a mark per matching word
@@ -126,9 +128,9 @@ def search_history(
                 f"length({marked}) - length(replace({marked}, char(1), '')) AS rank, "
                 f"{_FTS_TABLE}.body FROM {_FTS_TABLE} "
                 f"JOIN {_PART_TABLE} p ON p.rowid = {_FTS_TABLE}.rowid "
-                f"WHERE {_FTS_TABLE} MATCH %s AND p.session_id = %s "
+                f"WHERE {_FTS_TABLE} MATCH %s AND p.session_id = %s AND p.message_id <> %s "
                 "ORDER BY rank DESC, p.id DESC LIMIT %s",
-                [match, session.pk, limit],
+                [match, session.pk, skip, limit],
             )
         rows = cursor.fetchall()
     roles = dict(
@@ -149,7 +151,7 @@ def search_history(
     ]
 
 
-def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> None:
+def _scan(cursor: Any, *, session: Session, words: list[str], limit: int, skip: str) -> None:
     """The session's parts holding every word as a substring (case folded), newest
     first: a query with a word in a script the index cannot cut (``_UNSPACED``), so that
     ``咖啡`` finds ``我昨天喝了咖啡``. It reads the session's parts, not an index: the
@@ -168,10 +170,11 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> Non
             f" 2000) FROM {_PART_TABLE} p JOIN {_EVENT_TABLE} e "
             "ON e.session_id = p.session_id AND e.seq = p.seq "
             "WHERE p.tenant_id = %s AND p.session_id = %s AND e.type = 'part.updated' "
-            f"AND {held} ORDER BY p.id DESC LIMIT %s",
+            f"AND p.message_id <> %s AND {held} ORDER BY p.id DESC LIMIT %s",
             [
                 session.tenant_id,
                 session.pk,
+                skip,
                 *(value for word in folded for value in (_ACCENTED, _PLAIN, word)),
                 limit,
             ],
@@ -181,9 +184,9 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int) -> Non
         cursor.execute(
             f"SELECT p.message_id, p.id, 0, v.body FROM {_PART_TABLE} p "  # noqa: S608
             f"JOIN {_SQLITE_TEXT_VIEW} v ON v.rowid = p.rowid "
-            f"WHERE p.tenant_id = %s AND p.session_id = %s AND {held} "
+            f"WHERE p.tenant_id = %s AND p.session_id = %s AND p.message_id <> %s AND {held} "
             "ORDER BY p.id DESC LIMIT %s",
-            [session.tenant_id, session.pk, *(word.lower() for word in words), limit],
+            [session.tenant_id, session.pk, skip, *(word.lower() for word in words), limit],
         )
 
 

@@ -60,6 +60,7 @@ async def history_search(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             session=session,
             query=str(args["query"]),
             limit=int(args.get("limit") or 10),
+            skip=ctx.message_id,  # the reply calling: its own call holds the query
         )
 
     try:

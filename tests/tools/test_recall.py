@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 
 from forge.context.boundary import record_compaction
 from forge.tools import ToolContext, ToolError
@@ -155,3 +156,30 @@ def test_search_folds_accents_on_both_engines(session, history, said, query):
     hits = search_history(tenant=session.tenant, session=session, query=query)
     assert [hit.message_id for hit in hits] == [said_in]
     assert search_history(tenant=session.tenant, session=session, query="cafeteria") == []
+
+
+async def test_the_search_leaves_out_the_reply_that_calls_it(session, history):
+    """A QA finding: the running call's own input holds the query, so the calling reply's
+    tool part was always the first hit."""
+    from dataclasses import replace
+
+    def calling_reply() -> str:
+        asked = services.update_message(session=session, info={"role": "user"}).data["id"]
+        reply = services.update_message(
+            session=session, info={"role": "assistant", "parent_id": asked}
+        ).data["id"]
+        services.update_part(
+            session=session,
+            part={
+                "message_id": reply,
+                "type": "tool",
+                "call_id": "c",
+                "tool": "history_search",
+                "state": {"status": "running", "input": {"query": "kiwi"}, "time": {"start": DONE}},
+            },
+        )
+        return str(reply)
+
+    reply = await database_sync_to_async(calling_reply)()
+    found = await history_search(replace(ctx(session), message_id=reply), {"query": "kiwi"})
+    assert found.metadata["message_ids"] == [history["middle"]]
