@@ -5,6 +5,7 @@ in one place, ``forge.api.errors``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from functools import cached_property
 from typing import Any, cast
@@ -63,9 +64,12 @@ class SessionPagination(CheckedCursorPagination):
 
     def check_position(self, position: str) -> bool:
         try:
-            return parse_datetime(position) is not None
-        except ValueError:  # well formed, but no date (a 13th month)
+            moment = parse_datetime(position)
+            if moment is not None and moment.tzinfo is not None:
+                moment.astimezone(dt.UTC)  # 9999-12-31T23:59-23:00 is past the last date
+        except (ValueError, OverflowError):  # well formed, but no date (a 13th month)
             return False
+        return moment is not None
 
 
 def _url(request: Request, **params: Any) -> str:

@@ -35,6 +35,9 @@ BAD = [
     f"cursor={cursor('o=10000000')}",
     f"cursor={cursor('x=1')}",
     f"cursor={cursor('o=1&o=2')}",
+    # QA: a date past the last one once in UTC was a 500 (OverflowError)
+    f"cursor={cursor('p=9999-12-31T23:59:59-23:00')}",
+    f"cursor={cursor('p=0001-01-01T00:00:00+23:00&r=1')}",
     "limit=0",
     "limit=-1",
     "limit=201",
