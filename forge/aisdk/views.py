@@ -43,6 +43,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import tenancy
+from accounts.exceptions import ForgeError
 from accounts.models import Tenant
 from forge import runtime
 from forge.access import chat_of, tenant_of
@@ -52,8 +53,9 @@ from forge.context.superseded import is_reply
 from forge.db.routing import session_read
 from forge.params import parse_limit
 from forge.realtime import hub
+from forge.realtime.auth import recheck_for
 from forge.realtime.responses import SubscribedStream, open_stream
-from forge.realtime.stream import Heartbeat, SessionStream, live_frames
+from forge.realtime.stream import Heartbeat, Recheck, SessionStream, live_frames
 from forge.runtime.approvals.services import answer_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.telemetry import metrics
@@ -95,11 +97,18 @@ def _join(session_id: str, owner: int) -> hub.Subscription:
 
 
 def _stream_response(
-    subscription: hub.Subscription, session: Session, reply: chunks.ReplyChunks, after: int
+    request: Request,
+    subscription: hub.Subscription,
+    session: Session,
+    reply: chunks.ReplyChunks,
+    after: int,
 ) -> StreamingHttpResponse:
+    access = recheck_for(request._request, session.pk)
     response = SubscribedStream(
         subscription,
-        lambda subscriber: reply_stream(session, reply.message_id, after, subscriber, reply),
+        lambda subscriber: reply_stream(
+            session, reply.message_id, after, subscriber, reply, access=access
+        ),
         content_type="text/event-stream",
     )
     for name, value in HEADERS.items():
@@ -113,37 +122,55 @@ async def reply_stream(
     after: int,
     subscriber: hub.Subscriber,
     reply: chunks.ReplyChunks | None = None,
+    *,
+    access: Recheck | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The UI message stream of reply ``message_id``: the log after ``after`` (which must
     start at or before the reply's first event, or at the end of what ``reply`` has
     seen), snapshots of its streaming parts, then live frames (``subscriber``,
     subscribed before the backlog is read: no gap), until the reply is complete or
-    its turn waits for an approval; then ``[DONE]``."""
+    its turn waits for an approval; then ``[DONE]``. ``access``: the caller's recheck
+    (``forge.realtime.stream.live_frames``); a caller who may no longer watch gets an
+    ``error`` chunk, then ``[DONE]``."""
     tenancy.activate([session.tenant_id])
     reply = reply or chunks.ReplyChunks(message_id)
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     for chunk in reply.begin():
         yield chunks.encode(chunk)
-    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT)
-    async with contextlib.aclosing(frames):
-        async for frame in frames:
-            if isinstance(frame, Heartbeat):
-                yield b": keep-alive\n\n"
-                if reply.awaiting:  # the idle status of a suspended turn may have been lost
-                    for chunk in await _ended(session, reply):
-                        yield chunks.encode(chunk)
-                    if reply.done:
-                        break
-                continue
-            metrics.frames_sent("aisdk", frames=1, deltas=is_delta(frame))
-            for chunk in reply.accept(frame):
-                yield chunks.encode(chunk)
-            if frame.get("kind") == "status" and frame.get("status") == "idle":
+    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT, recheck=access)
+    async with (
+        contextlib.aclosing(frames),
+        contextlib.aclosing(_reply_chunks(session, reply, frames)) as replies,
+    ):
+        try:
+            async for encoded in replies:
+                yield encoded
+        except ForgeError as exc:  # the recheck: no longer signed in, a member, or there
+            yield chunks.encode(chunks.error(f"{exc.code}: {exc}"))
+    yield chunks.DONE
+
+
+async def _reply_chunks(
+    session: Session, reply: chunks.ReplyChunks, frames: AsyncGenerator[Any, None]
+) -> AsyncGenerator[bytes, None]:
+    """The reply's chunks from the stream's frames, until it is complete or suspended."""
+    async for frame in frames:
+        if isinstance(frame, Heartbeat):
+            yield b": keep-alive\n\n"
+            if reply.awaiting:  # the idle status of a suspended turn may have been lost
                 for chunk in await _ended(session, reply):
                     yield chunks.encode(chunk)
-            if reply.done:  # checked after each frame: the backlog may hold the whole reply
-                break
-    yield chunks.DONE
+                if reply.done:
+                    break
+            continue
+        metrics.frames_sent("aisdk", frames=1, deltas=is_delta(frame))
+        for chunk in reply.accept(frame):
+            yield chunks.encode(chunk)
+        if frame.get("kind") == "status" and frame.get("status") == "idle":
+            for chunk in await _ended(session, reply):
+                yield chunks.encode(chunk)
+        if reply.done:  # checked after each frame: the backlog may hold the whole reply
+            break
 
 
 async def _ended(session: Session, reply: chunks.ReplyChunks) -> list[chunks.Chunk]:
@@ -267,7 +294,7 @@ class ChatView(APIView):
             subscription.close_soon()
             raise
         reply = chunks.ReplyChunks(result.assistant_message_id, approvals=approvals.wanted(request))
-        return _stream_response(subscription, session, reply, head)
+        return _stream_response(request, subscription, session, reply, head)
 
 
 def _answer(
@@ -295,7 +322,7 @@ def _answer(
     except BaseException:
         subscription.close_soon()
         raise
-    return _stream_response(subscription, session, reply, head)
+    return _stream_response(request, subscription, session, reply, head)
 
 
 class ChatStreamView(APIView):
@@ -322,7 +349,7 @@ class ChatStreamView(APIView):
         first = selectors.message_start_seq(tenant=tenant, session=session, message_id=message_id)
         subscription = _join(session.pk, _owner(request))  # 429 / 503 before the stream
         reply = chunks.ReplyChunks(message_id, approvals=approvals.wanted(request))
-        return _stream_response(subscription, session, reply, max((first or 1) - 1, 0))
+        return _stream_response(request, subscription, session, reply, max((first or 1) - 1, 0))
 
 
 class ChatMessagesView(APIView):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -29,7 +28,7 @@ from accounts.exceptions import ForgeError
 from forge import runtime
 from forge.access import session_of, user_for_authorization
 from forge.params import parse_seq
-from forge.realtime.auth import recheck
+from forge.realtime.auth import recheck_for
 from forge.realtime.hub import Subscriber
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, Recheck, SessionStream, check_after, live_frames
@@ -98,7 +97,7 @@ async def stream_view(request: HttpRequest, session_id: str) -> HttpResponseBase
         return error_response(exc)
     response = SubscribedStream(
         subscription,
-        lambda subscriber: _frames(session, after, subscriber, _access(request, session.pk)),
+        lambda subscriber: _frames(session, after, subscriber, recheck_for(request, session.pk)),
         content_type="text/event-stream; charset=utf-8",
     )
     response["Cache-Control"] = "no-cache"
@@ -134,14 +133,3 @@ async def _frames(
             yield encode(error_frame(exc.code, str(exc)))
         except ForgeError as exc:  # the recheck: no longer signed in, or no longer a member
             yield encode(error_frame("not_authenticated", str(exc)))
-
-
-def _access(request: HttpRequest, session_id: str) -> Recheck:
-    """The stream's recheck (``forge.realtime.auth.recheck``): the caller as the request
-    named them, its ``Authorization`` header, else its session cookie's session read
-    again."""
-    authorization = request.headers.get("Authorization", "")
-    scope: dict[str, Any] = {"session": getattr(request, "session", None)}
-    if authorization:
-        scope["headers"] = [(b"authorization", authorization.encode("latin-1"))]
-    return lambda: recheck(scope, session_id)

@@ -3,6 +3,7 @@ Token <key>`` on the handshake (other clients). Never a token in the URL."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import import_module
 from typing import Any
 
@@ -44,6 +45,17 @@ async def recheck(scope: dict[str, Any], session_id: str) -> None:
     request of theirs now: an open stream's ``live_frames`` recheck."""
     user = await current_user(scope)
     await database_sync_to_async(session_of)(user, session_id)
+
+
+def recheck_for(request: Any, session_id: str) -> Callable[[], Awaitable[None]]:
+    """:func:`recheck` for an HTTP stream (a Django ``HttpRequest``): the caller as the
+    request named them, its ``Authorization`` header, else its session cookie's
+    session read again."""
+    header = request.headers.get("Authorization", "")
+    scope: dict[str, Any] = {"session": getattr(request, "session", None)}
+    if header:
+        scope["headers"] = [(b"authorization", header.encode("latin-1"))]
+    return lambda: recheck(scope, session_id)
 
 
 class TokenAuthMiddleware(BaseMiddleware):

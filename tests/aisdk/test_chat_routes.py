@@ -423,3 +423,37 @@ def test_the_cookie_needs_csrf(tmp_path: Path, agents: Any, user):
         )
         assert accepted.status_code == 200
         assert accepted.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_stream_ends_once_its_caller_may_no_longer_watch(
+    tmp_path: Path, agents: Any, slow_script: Path, session, token
+):
+    """A QA finding: sockets and SSE streams check their caller again every
+    FORGE_STREAM_RECHECK_SECONDS, but an AI SDK stream went on carrying the reply to a
+    caller whose token was deleted. It ends with an error chunk, then [DONE]."""
+    from rest_framework.authtoken.models import Token
+
+    with (
+        daphne(
+            tmp_path,
+            FORGE_MODEL="offline/script",
+            FORGE_SCRIPT=str(slow_script),
+            FORGE_STREAM_RECHECK_SECONDS="0.3",
+        ) as live,
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{live.url}/api/chat", json=chat_body(session.pk), headers=headers(token)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        reader = Chunks(response)
+        reader.until(lambda c: c["type"] == "text-delta")
+        Token.objects.filter(key=token).delete()
+        started = time.monotonic()
+        error = reader.until(lambda c: c["type"] == "error")
+        assert error["errorText"].startswith("not_authenticated")
+        assert reader.next() is None  # [DONE]
+        assert time.monotonic() - started < 5
+    assert "w50" not in "".join(
+        c.get("delta", "") for c in reader.chunks if c["type"] == "text-delta"
+    )
