@@ -243,7 +243,10 @@ def _answer_bad_heads() -> None:
     def bad_request(self: Any) -> None:
         if self._receivedHeaderSize > self.totalHeadersSize:
             limit = self.totalHeadersSize
-            refuse(self, HeadersTooLarge(f"the request's headers are over {limit} bytes"))
+            refuse(
+                self,
+                HeadersTooLarge(f"the request line and headers are over {limit} bytes in all"),
+            )
         else:
             refuse(self, MalformedRequest("the request is not valid HTTP"))
 

@@ -71,3 +71,18 @@ def test_failed_sign_ins_behind_nginx_lock_out_one_address_only(cluster: Cluster
         _sign_in(cluster, "127.0.0.2", f"wrong-{n}")
     assert _sign_in(cluster, "127.0.0.2", "demo") == 200  # locked out, there
     assert _sign_in(cluster, "127.0.0.3", "demo") == 302  # not from another address
+
+
+def test_long_request_lines_through_nginx_get_daphnes_answers(cluster: Cluster) -> None:
+    """A QA finding: nginx's default header buffers (8 KiB) refused requests of 8-16 KiB
+    that daphne takes, and answered longer ones with its own HTML page instead of
+    daphne's JSON 414."""
+    import httpx
+
+    url = f"{cluster.url}/api/sessions/"
+    taken = httpx.get(url, params={"q": "x" * 12_000}, timeout=20)
+    assert taken.status_code == 401  # the API's own answer: no token
+    assert taken.json()["error"]["code"] == "not_authenticated"
+    refused = httpx.get(url, params={"q": "x" * 20_000}, timeout=20)
+    assert refused.status_code == 414
+    assert refused.json()["error"]["code"] == "uri_too_long"
