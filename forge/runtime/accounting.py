@@ -50,7 +50,9 @@ def reply_completed(
     steps = totals.steps if totals is not None else 0
     agent = str(info.get("agent") or "")
     model = metrics.model_label(info.get("model"))
-    if started_at is None:  # not a turn of this process: an import's, a recovery's
+    # Ended by no turn of this process (an import, a recovery, an abort's or a denial's
+    # ending): the labels are what the log says, so only configured names are kept.
+    if started_at is None:
         agent, model = bounded_labels(agent, model)
     outcome = outcome_of(info)
     seconds = (parse_time(info["completed_at"]) - parse_time(info["created_at"])).total_seconds()

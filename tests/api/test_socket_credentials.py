@@ -24,6 +24,18 @@ from .test_socket import ORIGIN, frames_until, socket, until_ack
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
+async def _closed_with(ws: WebsocketCommunicator, code: int) -> list[dict[str, Any]]:
+    """The frames the socket is sent until it is closed, with ``code``."""
+    frames = []
+    while True:
+        output = await ws.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+        frames.append(json.loads(output["text"]))
+    assert output == {"type": "websocket.close", "code": code}
+    return frames
+
+
 async def _prompt_is_refused(ws: WebsocketCommunicator) -> None:
     before = await database_sync_to_async(Message.objects.count)()
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hello", "client_id": "c"}))
@@ -109,13 +121,7 @@ async def test_an_idle_socket_is_told_at_once_that_its_session_was_deleted(sessi
 
     ws = await _connected(session, token)
     await database_sync_to_async(services.delete_session)(session=session)
-    frames = []
-    while True:
-        output = await ws.receive_output(timeout=5)
-        if output["type"] == "websocket.close":
-            break
-        frames.append(json.loads(output["text"]))
-    assert output == {"type": "websocket.close", "code": 4404}
+    frames = await _closed_with(ws, 4404)
     assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_found"]
 
 
@@ -132,17 +138,6 @@ def _revoker(change: str, user: Any, token: str) -> Any:
     return revoke
 
 
-async def _closed_4401(ws: WebsocketCommunicator) -> list[dict[str, Any]]:
-    frames = []
-    while True:
-        output = await ws.receive_output(timeout=5)
-        if output["type"] == "websocket.close":
-            break
-        frames.append(json.loads(output["text"]))
-    assert output == {"type": "websocket.close", "code": 4401}
-    return frames
-
-
 @pytest.mark.parametrize("change", ["token deleted", "user deactivated", "left the tenant"])
 async def test_a_watching_socket_is_closed_once_its_credentials_went_away(
     session, user, token, settings, change
@@ -154,7 +149,7 @@ async def test_a_watching_socket_is_closed_once_its_credentials_went_away(
     settings.FORGE_STREAM_RECHECK_SECONDS = 0.2
     ws = await _connected(session, token)
     await database_sync_to_async(_revoker(change, user, token))()
-    frames = await _closed_4401(ws)
+    frames = await _closed_with(ws, 4401)
     assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_authenticated"]
 
 
@@ -165,5 +160,5 @@ async def test_an_abort_or_a_snapshot_checks_the_caller_again(session, user, tok
     ws = await _connected(session, token)
     await database_sync_to_async(_revoker("left the tenant", user, token))()
     await ws.send_to(text_data=json.dumps({"type": kind, "client_id": "c"}))
-    frames = await _closed_4401(ws)
+    frames = await _closed_with(ws, 4401)
     assert [f["code"] for f in frames if f["kind"] == "error"] == ["not_authenticated"]
