@@ -26,7 +26,11 @@ from django.db import connection
 from sessions import services
 from tests.live import daphne
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+    pytest.mark.postgres_only,  # SQLite has no pool
+]
 
 PROMPTS = 8
 POOL = 2
@@ -35,8 +39,7 @@ POOL = 2
 def test_a_burst_of_waiting_prompts_on_a_fresh_daphne_all_finish(
     tmp_path: Path, user: Any, token: str, agents: Any
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite has no connection pool")
+    assert connection.vendor == "postgresql"
     sessions = [services.create_session(user=user, title=f"burst {n}") for n in range(PROMPTS)]
     auth = {"Authorization": f"Token {token}"}
     with daphne(tmp_path, FORGE_DB_POOL=str(POOL), FORGE_ECHO_DELAY="0.05") as live:
