@@ -125,6 +125,8 @@ class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
         "window_count",
         "rolled_seq",
         "window_next_seq",
+        "history_digest",
+        "history_digest_at",
         "units_table",
         "window_table",
     )
@@ -342,12 +344,22 @@ class MemorySliceAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
         SliceAgentFilter,
         "created_at",
         "indexed",
+        "digested",
     )
     search_fields = ("summary", "=id", "=unit__id")
     list_select_related = ("unit", "unit__core", "unit__core__user")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    fields = ("id", "tenant", "unit_link", "range", "created_at", "indexed", "side_by_side")
+    fields = (
+        "id",
+        "tenant",
+        "unit_link",
+        "range",
+        "created_at",
+        "indexed",
+        "digested",
+        "side_by_side",
+    )
     readonly_fields = fields
 
     @admin.display(description="unit")

@@ -30,8 +30,10 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         from django.test.signals import setting_changed
 
-        from . import after_rolling, indexing
+        from . import after_rolling, digest, indexing
 
-        # The built-in AfterRolling consumer: keep the search index current.
+        # The built-in AfterRolling consumers: keep the search index current, and fold
+        # what the dialog_history block has no room for into the core's digest.
         after_rolling.register(indexing.consumer)
+        after_rolling.register(digest.consumer)
         setting_changed.connect(forget_embedder, dispatch_uid="memory.forget_embedder")

@@ -65,6 +65,13 @@ class MemoryCore(models.Model):
     window_next_seq = models.PositiveBigIntegerField(default=0)
     rolled_seq = models.PositiveBigIntegerField(default=0)
     rolled_at = models.DateTimeField(null=True, blank=True)
+    # The history digest (``memory.digest``): the summaries of the slices that the
+    # ``dialog_history`` block has no room for, condensed into one text, so that the
+    # block still stands for every rolled turn. The slices it covers are ``digested``;
+    # ``history_digest_at`` is the newest one's time. None before the block overflows
+    # (nullable, so that SQLite adds the column in place: migration 0009).
+    history_digest = models.TextField(null=True, blank=True)  # noqa: DJ001
+    history_digest_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -249,6 +256,10 @@ class MemorySlice(models.Model):
     summary = models.TextField()
     created_at = models.DateTimeField(default=now_ms)
     indexed = models.BooleanField(default=False)
+    # Condensed into the core's ``history_digest`` (``memory.digest``): the block shows the
+    # digest in its place. The database's default, so that the rolling's own INSERT
+    # (``memory.sql``) need not name it.
+    digested = models.BooleanField(default=False, db_default=False)
     # Unique with the tenant (``memoryslice_tenant_search_rowid``), not alone: see
     # forge.db.citus.
     search_rowid = models.BigIntegerField(null=True, blank=True, editable=False)

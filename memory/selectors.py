@@ -24,6 +24,7 @@ from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, Mem
 from .wire import (
     core_wire,
     history_block_wire,
+    history_digest_line,
     history_line,
     hit_wire,
     indexed_message_wire,
@@ -199,41 +200,64 @@ def dialog_history_block(*, tenant: Tenant, core: MemoryCore) -> dict[str, Any] 
     """The ``dialog_history`` context block of the core, or None before its first rolling.
 
     ``{"kind": "dialog_history", "key": "memory", "text", "core_id", "unit_id",
-    "memory_session_id", "slice_ids", "updated_at"}``: the summaries of the core's most
-    recent slices, oldest first, within ``FORGE_MEMORY_HISTORY_SLICES`` slices and
-    ``FORGE_MEMORY_HISTORY_CHARS`` characters; ``unit_id`` and ``memory_session_id``
-    name the most recently updated unit. A later block of the same kind and key
-    replaces this one.
+    "memory_session_id", "slice_ids", "digest_at", "updated_at"}``: the core's history
+    digest (the older slices condensed, ``memory.digest``; ``digest_at`` is the newest
+    condensed slice's time, None without one) and then the summaries of its most recent
+    slices that are not condensed, oldest first, within ``FORGE_MEMORY_HISTORY_SLICES``
+    slices and ``FORGE_MEMORY_HISTORY_CHARS`` characters (the digest counted);
+    ``unit_id`` and ``memory_session_id`` name the most recently updated unit. A later
+    block of the same kind and key replaces this one.
 
     The slices come from as many units as it takes, newest unit first: an idle rolling
     starts a unit, and a block of the new unit's slices alone left the model with
     nothing in place of the earlier turns it hides (``rolled_through``) once the new
     unit rolled (a chat resumed the next day lost the day before).
+
+    Every rolling condenses what the block has no room for (``memory.digest``), so the
+    slices not condensed are the newest ones: the walk stops at the first unit holding
+    a condensed slice. When slices not condensed are still left out (the settings were
+    lowered since, or a unit was restored), the text's first line says that older
+    dialogue is not summarized here.
     """
     if core.tenant_id != tenant.pk:
         raise NotFound(f"no memory core {core.pk!r}")
-    count = max(int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES)), 1)
+    count = history_slices()
     units = MemoryUnit.objects.filter(tenant=tenant, core=core, slice_count__gt=0).order_by(
         "-updated_at", "-id"
     )
     newest_unit: MemoryUnit | None = None
     slices: list[MemorySlice] = []
-    older = False  # the core holds slices older than those chosen
+    older = False  # the core holds slices, not condensed, older than those chosen
     found = units.iterator(chunk_size=4)  # most blocks need one or two
     for unit in found:
         newest_unit = newest_unit or unit
+        room = count - len(slices)
         taken = list(
-            MemorySlice.objects.filter(tenant=tenant, unit=unit).order_by("-created_at", "-id")[
-                : count - len(slices)
-            ]
+            MemorySlice.objects.filter(tenant=tenant, unit=unit, digested=False).order_by(
+                "-created_at", "-id"
+            )[: room + 1]
         )
+        if len(taken) > room:
+            slices += taken[:room]
+            older = True
+            break
         slices += taken
+        if len(taken) < unit.slice_count:  # the rest is condensed, as is every older unit
+            break
         if len(slices) >= count:
-            older = len(taken) < unit.slice_count or next(found, None) is not None
+            following = next(found, None)
+            older = following is not None and (
+                MemorySlice.objects.filter(tenant=tenant, unit=following, digested=False).exists()
+            )
             break
     if newest_unit is None:
         return None
     return history_block(core=core, unit=newest_unit, newest_first=slices, older=older)
+
+
+def history_slices() -> int:
+    """``FORGE_MEMORY_HISTORY_SLICES``: at most how many slices the block shows (>= 1)."""
+    return max(int(getattr(settings, "FORGE_MEMORY_HISTORY_SLICES", HISTORY_SLICES)), 1)
 
 
 def last_rolled_message(
@@ -267,19 +291,34 @@ def last_rolled_message(
 def history_block(
     *, core: MemoryCore, unit: MemoryUnit, newest_first: list[MemorySlice], older: bool = False
 ) -> dict[str, Any]:
-    """The block for these slices (newest first), within the character budget. ``older``:
-    the core holds slices older than these (so does it when the budget leaves some out)."""
+    """The block for the core's digest and these slices (newest first), within the
+    character budget. ``older``: the core holds slices, not condensed, older than these
+    (so does it when the budget leaves some out)."""
+    kept, left_out = fit_history(newest_first, digest=history_digest_line(core))
+    older = older or bool(left_out)
+    kept.reverse()
+    return history_block_wire(core=core, unit=unit, oldest_first=kept, older=older)
+
+
+def fit_history(
+    newest_first: Sequence[MemorySlice], *, digest: str | None
+) -> tuple[list[MemorySlice], list[MemorySlice]]:
+    """The slices the block shows after its ``digest`` line (None: no digest), newest
+    first, and those it has no room for: at most ``FORGE_MEMORY_HISTORY_SLICES``, while
+    the lines stay within ``FORGE_MEMORY_HISTORY_CHARS`` (the newest is shown whatever
+    its length). What is left out is a suffix: the oldest. ``memory.digest`` condenses
+    exactly that, by the same rule, so the block's selection and the digest agree."""
     budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
+    if digest is not None:
+        budget -= len(digest) + 2
     kept: list[MemorySlice] = []
-    for item in newest_first:
+    for item in newest_first[: history_slices()]:
         line = history_line(item)
         if kept and budget - len(line) < 0:
             break
         budget -= len(line) + 2
         kept.append(item)
-    older = older or len(kept) < len(newest_first)
-    kept.reverse()
-    return history_block_wire(core=core, unit=unit, oldest_first=kept, older=older)
+    return kept, list(newest_first[len(kept) :])
 
 
 # --- search -------------------------------------------------------------------------------

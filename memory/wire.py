@@ -96,6 +96,17 @@ def history_line(item: MemorySlice) -> str:
     return f"[{format_time(item.created_at)}] {item.summary}"
 
 
+def history_digest_line(core: MemoryCore) -> str | None:
+    """The core's history digest in the ``dialog_history`` block's text (None without one):
+    ``[until <newest condensed slice's time>] Older dialogue, condensed:`` and the digest
+    on the lines below."""
+    if not core.history_digest:
+        return None
+    until = format_time(core.history_digest_at) if core.history_digest_at else "?"
+    return f"[until {until}] {HISTORY_DIGEST_HEAD}\n{core.history_digest}"
+
+
+HISTORY_DIGEST_HEAD = "Older dialogue, condensed:"
 HISTORY_HEAD = "Summaries of the earlier dialogue, oldest first:"
 # The block holds the newest slices only: the model is told that there is more, and where.
 HISTORY_HEAD_OLDER = (
@@ -111,19 +122,24 @@ def history_block_wire(
     oldest_first: Sequence[MemorySlice],
     older: bool = False,
 ) -> dict[str, Any]:
-    """The ``dialog_history`` context block of ``core`` holding these slices of ``unit``
-    (``selectors.dialog_history_block`` chooses them); ``older``: the core holds slices
-    older than these, which its text says."""
-    lines = "\n\n".join(history_line(item) for item in oldest_first)
+    """The ``dialog_history`` context block of ``core``: its history digest, if any, then
+    these slices of ``unit`` (``selectors.dialog_history_block`` chooses them);
+    ``older``: the core holds slices older than these that the digest does not hold
+    either, which its text says."""
+    digest = history_digest_line(core)
+    lines = [history_line(item) for item in oldest_first]
     head = HISTORY_HEAD_OLDER if older else HISTORY_HEAD
     return {
         "kind": BLOCK_KIND,
         "key": BLOCK_KEY,
-        "text": head + "\n\n" + lines,
+        "text": "\n\n".join([head, *([digest] if digest else []), *lines]),
         "core_id": core.pk,
         "unit_id": unit.pk,
         "memory_session_id": unit.memory_session_id,
         "slice_ids": [item.pk for item in oldest_first],
+        "digest_at": (
+            format_time(core.history_digest_at) if digest and core.history_digest_at else None
+        ),
         "updated_at": format_time(unit.updated_at),
     }
 

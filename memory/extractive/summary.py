@@ -50,32 +50,43 @@ def _candidates(spoken: list[tuple[str, str]]) -> list[_Candidate]:
     return out
 
 
-def extractive(messages: Sequence[Mapping[str, Any]]) -> str:
+def extractive(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    budget: int = SUMMARY_CHARS,
+    roles: Sequence[str] = SPOKEN,
+) -> str:
     """The sentences that carry facts, ``role: sentence …`` a line per message, oldest first,
-    within :data:`SUMMARY_CHARS` characters (see the package's docstring)."""
+    within ``budget`` characters (see the package's docstring).
+
+    ``roles``: the messages read (the others are left out). A message whose role is
+    ``""`` is written without a ``role: `` prefix (the history digest reads summary
+    lines that name no speaker: ``memory.digest``)."""
     spoken = [
         (str(m["role"]), text)
         for m in messages
-        if m.get("role") in SPOKEN and (text := str(m.get("text", "")).strip())
+        if m.get("role") in roles and (text := str(m.get("text", "")).strip())
     ]
     if not spoken:  # only tool output, say: name what there was
         roles = sorted({str(m.get("role")) for m in messages})
         return f"({len(messages)} messages: {', '.join(roles)})" if messages else ""
     candidates = _candidates(spoken)
-    chosen = _choose([c for c in candidates if c.tier < 2], spoken)
+    chosen = _choose([c for c in candidates if c.tier < 2], spoken, budget)
     if not chosen:  # nothing but filler: the first sentences, as they come
-        chosen = _choose([c for c in candidates if c.position == 0], spoken)
+        chosen = _choose([c for c in candidates if c.position == 0], spoken, budget)
     return _write(chosen, spoken)
 
 
-def _choose(candidates: list[_Candidate], spoken: list[tuple[str, str]]) -> list[_Candidate]:
+def _choose(
+    candidates: list[_Candidate], spoken: list[tuple[str, str]], budget: int = SUMMARY_CHARS
+) -> list[_Candidate]:
     """Best first while the summary stays within the budget.
 
     The cost of a sentence is its length plus its line's ``role: `` and line break when
     it is the first of its message, else a separator (at most `` … ``); the summary
     written from the choice is never longer than the sum.
     """
-    budget = SUMMARY_CHARS + 1  # the first line has no line break before it
+    budget += 1  # the first line has no line break before it
     opened: set[int] = set()
     chosen: list[_Candidate] = []
     said: set[str] = set()  # what the chosen sentences say, once each
@@ -126,5 +137,6 @@ def _write(chosen: list[_Candidate], spoken: list[tuple[str, str]]) -> str:
                 cjk = _cjk_edge(before.text[-1]) or _cjk_edge(after.text[0])
                 text += "\u2026" if cjk else " \u2026 "
             text += after.text
-        lines.append(f"{spoken[message][0]}: {text}")
+        role = spoken[message][0]
+        lines.append(f"{role}: {text}" if role else text)
     return "\n".join(lines)

@@ -160,6 +160,12 @@ def test_rollings_trim_what_the_model_sees_and_replay_stays_exact(
     assert max(sizes) <= bound, sizes
     assert abs(sizes[-1] - sizes[-2]) < 100, sizes  # the block is full: no more growth
     assert max(sizes) < whole  # smaller, tools and all, than the raw turns it stands for
+    # The block stands for every rolled turn: the oldest slices, past its budget, are in
+    # its condensed digest (``memory.digest``), not dropped (a QA finding, HIGH).
+    system = "\n".join(m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "system")
+    assert "Older dialogue, condensed:" in system
+    assert "topic0." in system
+    assert "not summarized here" not in system
 
     # the chat (and the API) still shows every turn
     page = api.get(f"/api/sessions/{session.pk}/messages/?limit=200").json()["results"]

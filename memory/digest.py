@@ -1,0 +1,149 @@
+"""The history digest: what the ``dialog_history`` block has no room for, condensed.
+
+The block (``selectors.dialog_history_block``) shows the core's newest slices, at most
+``FORGE_MEMORY_HISTORY_SLICES`` within ``FORGE_MEMORY_HISTORY_CHARS``, in place of the
+rolled turns that the trim hides from the model. Alone, it let the oldest rolled turns of
+a long chat (or of the user's other chats with the agent) drop out: shown neither raw
+nor summarized (a QA finding, HIGH). So, as compaction folds each summary into the next,
+:func:`condense_history` folds the slices the block has no room for into the core's
+``history_digest``, which the block shows first. It runs after every rolling that wrote a
+slice (:func:`consumer`, an AfterRolling consumer the app registers), outside the
+rolling's transaction.
+
+Invariants:
+
+* The slices folded are marked ``digested`` in the transaction that writes the digest,
+  with the core's row locked (two folds of one core run one after the other), and they
+  are exactly those :func:`selectors.fit_history` leaves out, by the rule the block
+  applies. So the block shows each rolled slice either on its own line or inside the
+  digest, never both, and (while the settings stay as they are) never neither.
+* The digest is extractive (``memory.extractive``: the sentences that carry names,
+  numbers, dates, places, preferences and plans), whatever summarizer writes the slices:
+  offline, deterministic, no model call after the rolling. It is at most
+  :func:`digest_chars` characters (a third of the block's budget), so the facts of the
+  oldest slices compete for room with each newer fold's; the slices themselves stay in
+  memory, found by ``memory_search`` and read by ``memory_read``.
+* A failure here never fails the rolling (AfterRolling consumers are isolated), and
+  leaves the digest and the slices as they were: the block then leaves the slices out
+  and its first line says that older dialogue is not summarized there. The next
+  rolling folds them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from .extractive import SPOKEN, extractive
+from .models import MemoryCore, MemorySlice
+from .results import RollingResult
+from .selectors import HISTORY_CHARS, fit_history
+from .wire import history_digest_line
+
+__all__ = ["condense", "condense_history", "consumer", "digest_chars"]
+
+# A line of a summary: ``user: …`` / ``assistant: …`` (the extractive summary's form);
+# any other line is read as a sentence of no speaker.
+_SPEAKER = re.compile(r"^(?P<role>user|assistant):\s*(?P<text>.*)$", re.DOTALL)
+_NO_SPEAKER = ""
+
+
+def digest_chars() -> int:
+    """The digest's budget: a third of ``FORGE_MEMORY_HISTORY_CHARS`` (at least 200)."""
+    budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
+    return max(budget // 3, 200)
+
+
+def condense(digest: str | None, oldest_first: Sequence[str]) -> str:
+    """The digest of ``digest`` (the earlier one, or None) followed by these summaries:
+    the sentences of them all that carry facts, in their order, within
+    :func:`digest_chars`. A line that names its speaker keeps the name."""
+    messages: list[dict[str, Any]] = []
+    for text in [digest or "", *oldest_first]:
+        for line in text.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            spoken = _SPEAKER.match(line)
+            if spoken:
+                messages.append({"role": spoken["role"], "text": spoken["text"]})
+            else:
+                messages.append({"role": _NO_SPEAKER, "text": line})
+    return extractive(messages, budget=digest_chars(), roles=(*SPOKEN, _NO_SPEAKER)).strip()
+
+
+def condense_history(*, tenant_id: int, core_id: str) -> int:
+    """Fold the core's slices that its ``dialog_history`` block has no room for into its
+    history digest, and mark them ``digested`` (see the module's invariants). Returns how
+    many slices were folded (0: the block holds them all, or the core is gone).
+
+    One query when the block has room for every slice not yet folded, whatever the
+    digest (the common case: a rolling of a core with few slices); else a short
+    transaction with the core's row locked."""
+    if not fit_history(_not_digested(tenant_id, core_id), digest=_LONGEST_DIGEST)[1]:
+        return 0
+    with transaction.atomic():
+        core = (
+            MemoryCore.objects.select_for_update()
+            .filter(tenant_id=tenant_id, pk=core_id)
+            .only("id", "tenant_id", "history_digest", "history_digest_at")
+            .first()
+        )
+        if core is None:
+            return 0
+        newest_first = _not_digested(tenant_id, core_id)  # again, under the lock
+        folded: list[MemorySlice] = []
+        while True:
+            kept, left_out = fit_history(newest_first, digest=history_digest_line(core))
+            if not left_out:
+                break
+            oldest_first = left_out[::-1]
+            digest = condense(core.history_digest, [s.summary for s in oldest_first])
+            core.history_digest = digest or _counted(core.history_digest, len(left_out))
+            newest = max(s.created_at for s in left_out)
+            if core.history_digest_at is None or newest > core.history_digest_at:
+                core.history_digest_at = newest
+            folded += left_out
+            newest_first = kept  # a longer digest may leave less room: fit again
+        if not folded:
+            return 0
+        core.save(update_fields=["history_digest", "history_digest_at"])
+        MemorySlice.objects.filter(tenant_id=tenant_id, pk__in=[s.pk for s in folded]).update(
+            digested=True
+        )
+    return len(folded)
+
+
+class _Longest:
+    """Stands for a digest line of the greatest length a digest can have."""
+
+    def __len__(self) -> int:
+        return digest_chars() + 80  # the line's ``[until <time>] <head>`` and line break
+
+
+_LONGEST_DIGEST: Any = _Longest()
+
+
+def _not_digested(tenant_id: int, core_id: str) -> list[MemorySlice]:
+    """The core's slices not folded yet, newest first, in the block's order (the newest
+    unit's first). Few rows: every rolling folds what it pushed out of the block."""
+    return list(
+        MemorySlice.objects.filter(tenant_id=tenant_id, unit__core_id=core_id, digested=False)
+        .only("id", "summary", "created_at")
+        .order_by("-unit__updated_at", "-unit_id", "-created_at", "-id")
+    )
+
+
+def _counted(digest: str | None, count: int) -> str:
+    """A digest when the summaries gave no sentence that fits (one too long for the
+    budget): at least it says how many were folded."""
+    return (digest + "\n" if digest else "") + f"({count} earlier summaries)"
+
+
+def consumer(result: RollingResult) -> None:
+    """The AfterRolling consumer: fold what the new slice pushed out of the block."""
+    condense_history(tenant_id=result.tenant_id, core_id=result.core_id)
