@@ -178,17 +178,37 @@ class CoreTerms:
         tid = self.vocab.get(token)
         if tid is None:
             return _EMPTY, _EMPTY
-        parts = []
-        bounds = np.asarray([tid, tid + 1], dtype=np.int32)  # of the arrays' type: no cast of them
-        for s in self.segments:
-            lo, hi = np.searchsorted(s.tids, bounds)
-            if hi > lo:
-                parts.append((s.pos[lo:hi], s.tf[lo:hi]))
-        if not parts:
-            return _EMPTY, _EMPTY
-        if len(parts) == 1:
-            return parts[0]
-        return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
+        return postings_of(self.segments, tid)
+
+    def token_ids(self, tokens: Sequence[str]) -> np.ndarray:
+        """Each token's id, -1 for a token no slice of the core holds (under ``lock``:
+        the vocabulary grows in place)."""
+        get = self.vocab.get
+        return np.asarray([get(t, -1) for t in tokens], dtype=np.int32)
+
+
+def postings_of(segments: Sequence[Segment], tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slice positions, term frequencies) of the slices holding the token ``tid``."""
+    parts = []
+    bounds = np.asarray([tid, tid + 1], dtype=np.int32)  # of the arrays' type: no cast of them
+    for s in segments:
+        lo, hi = np.searchsorted(s.tids, bounds)
+        if hi > lo:
+            parts.append((s.pos[lo:hi], s.tf[lo:hi]))
+    if not parts:
+        return _EMPTY, _EMPTY
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
+
+
+def counts_of(segments: Sequence[Segment], tids: np.ndarray) -> np.ndarray:
+    """How many slices hold each token of ``tids`` (-1: none), a binary search per token
+    and segment (a slice holds a token once in a segment, and is in one segment)."""
+    out = np.zeros(len(tids), dtype=np.int64)
+    for s in segments:
+        out += np.searchsorted(s.tids, tids + 1) - np.searchsorted(s.tids, tids)
+    return out
 
 
 _EMPTY = np.zeros(0, dtype=np.int32)

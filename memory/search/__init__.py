@@ -32,6 +32,9 @@ bm25, would let another tenant's rows move the order):
    scope of up to :data:`TERMS_CORES_MAX` cores, from the postings this process
    holds per core (``memory.postings``, :func:`held_lexical`); for a wider one,
    by asking the database (term frequencies read from the window's token lines).
+   Of a query's distinct tokens, the :data:`TERMS_MAX` that the fewest searched slices
+   hold are searched (:func:`informative`; tokens no slice holds take no place), not
+   the first: the rare name or place often ends a long question.
 2. *Best message* (:func:`best_message_matches`): the first :data:`PASSAGES` of that
    order (at least ``limit``) by their best
    single message, scored by the sum of the idf of the distinct query tokens it
@@ -99,10 +102,14 @@ from .query import (
     LIMIT_MAX,
     QUERY_MAX,
     TERMS_MAX,
+    TERMS_POOL,
     expansion,
     expansion_weight,
+    informative,
+    preferred,
     salient,
     terms,
+    tokens,
     weight,
 )
 from .scope import Scope, candidates, core_token, tenant_token, with_units
@@ -115,6 +122,7 @@ __all__ = [
     "LIMIT_MAX",
     "QUERY_MAX",
     "TERMS_MAX",
+    "TERMS_POOL",
     "Candidate",
     "Document",
     "Found",
@@ -141,15 +149,18 @@ __all__ = [
     "index_slice",
     "index_slices",
     "index_vectors",
+    "informative",
     "lexical",
     "load_docs",
     "passage_weight",
+    "preferred",
     "salient",
     "search",
     "slice_created",
     "snippet",
     "tenant_token",
     "terms",
+    "tokens",
     "vectors_enabled",
     "weight",
     "with_units",

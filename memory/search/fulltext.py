@@ -13,7 +13,7 @@ from django.db import connection
 
 from .. import postings
 from .fusion import Candidate, Lexical
-from .query import salient, weight
+from .query import TERMS_MAX, TERMS_POOL, _single, informative, preferred, salient, weight
 from .scope import SCOPE_CORES_MAX, Scope, _candidates, _fts_scope, _slice_scope, with_units
 from .tables import FTS_TABLE, SLICE, _in
 
@@ -57,8 +57,15 @@ def lexical(
     window: int,
     boosts: dict[str, float] | None = None,
 ) -> Lexical:
-    """The full-text ranking of the scope's slices for ``words``: its best ``window``
-    (the package docstring, step 1).
+    """The full-text ranking of the scope's slices for ``words`` (the query's distinct
+    tokens, uncut, and its expansion terms, ``boosts``' keys): its best ``window`` (the
+    package docstring, step 1).
+
+    Of the query's tokens, the :data:`TERMS_MAX` the scope holds in fewest slices are
+    searched (:func:`informative`), from the counts the ranking reads anyway: every
+    token's, from the held postings (a binary search per token); from the database,
+    those of the first :data:`TERMS_POOL` tokens (:func:`preferred`: words and pairs
+    first), so that choosing costs at most one more count of the cap's size.
 
     The scope's size and each word's count, and the ``window`` slices with the largest
     sum of idf (ties: the newest): two statements on SQLite (FTS5 walks postings
@@ -72,18 +79,18 @@ def lexical(
     if len(scope.core_ids) <= TERMS_CORES_MAX:
         return held_lexical(scope, words, window=window, boosts=boosts)
     scope = with_units(scope)
+    asked = [w for w in words if w not in boosts]
+    pool = [*preferred(asked, TERMS_POOL), *(w for w in words if w in boosts)]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            stats = _head_postgres(cursor, scope, words, window, boosts)
+            stats = _head_postgres(cursor, scope, pool, window, boosts)
         else:
-            stats = _head_sqlite(cursor, scope, words, window, boosts)
+            stats = _head_sqlite(cursor, scope, pool, window, boosts)
         if stats is None:
             return out
         total, length, held, head = stats
         average = max(float(length) / total, 1.0)
-        out.idf = {
-            w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, held, strict=True) if n
-        }
+        out.idf = {w: weight(total, n) * boosts.get(w, 1.0) for w, n in held.items()}
         weighed = out.idf
         out.idf = salient(out.idf, boosts)  # the window was chosen by every word's weight
         out.dropped = set(weighed) - set(out.idf)
@@ -111,10 +118,14 @@ def held_lexical(
     same ranking (N, each word's n and the average length of the scope's indexed
     slices; the ``window`` of the largest sum of idf, ties to the larger full-text key;
     then the full BM25), with no walk of postings in the database. Its ``found`` is
-    empty: the hits' token lines are read by the caller (:func:`candidates`)."""
+    empty: the hits' token lines are read by the caller (:func:`candidates`).
+
+    Every word's count is read (a binary search per word and segment, whatever the
+    query's length), and the postings of the :func:`informative` ones only."""
     out = Lexical()
     seen = postings.signatures(scope.tenant_id, scope.core_ids)
     held: list[_Held] = []
+    tids: list[np.ndarray] = []
     for core_id in scope.core_ids:
         if core_id not in seen:
             continue
@@ -130,17 +141,28 @@ def held_lexical(
                         key_rank=entry.key_rank(),
                         keys=entry.keys,
                         slice_ids=entry.slice_ids,
-                        postings={w: entry.postings(w) for w in words},
+                        segments=tuple(entry.segments),
+                        postings={},
                     )
                 )
+                tids.append(entry.token_ids(words))
     postings.cache.trim()
     total = sum(h.count for h in held)
-    holding = [sum(len(h.postings[w][0]) for h in held) for w in words]
-    if not total or not any(holding):
+    counts = np.zeros(len(words), dtype=np.int64)
+    for h, t in zip(held, tids, strict=True):
+        counts += postings.counts_of(h.segments, t)
+    boosts = boosts or {}
+    place = {w: i for i, w in enumerate(words)}
+    words = informative(words, counts.tolist(), boosts.keys())
+    if not total or not words:
         return out
+    for h, t in zip(held, tids, strict=True):
+        for w in words:
+            tid = int(t[place[w]])
+            h.postings[w] = postings.postings_of(h.segments, tid) if tid >= 0 else _NONE
+    holding = [int(counts[place[w]]) for w in words]
     total = max(total, *holding)
     average = max(float(sum(h.length for h in held)) / total, 1.0)
-    boosts = boosts or {}
     out.idf = {
         w: weight(total, n) * boosts.get(w, 1.0) for w, n in zip(words, holding, strict=True) if n
     }
@@ -193,10 +215,14 @@ class _Held:
     key_rank: np.ndarray
     keys: list[Any]
     slice_ids: list[str]
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]
+    segments: tuple[postings.Segment, ...]
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # of the searched words, filled after
 
 
-Head = tuple[int, float, list[int], list[Any]]  # N, total length, each word's n, the window
+_NONE = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+
+
+Head = tuple[int, float, dict[str, int], list[Any]]  # N, total length, kept words' n, the window
 
 
 def _head_sqlite(
@@ -212,14 +238,15 @@ def _head_sqlite(
         [*(v for values in word_params for v in values), *params],
     )
     total, length, *holding = cursor.fetchone()
-    held = [int(n) for n in holding]
-    if not total or not any(held):
+    searched = set(informative(words, [int(n) for n in holding], boosts.keys()))
+    held = {w: int(n) for w, n in zip(words, holding, strict=True) if w in searched}
+    if not total or not held:
         return None
-    total = max(int(total), *held)
+    total = max(int(total), *held.values())
     kept = [
-        (weight(total, n) * boosts.get(w, 1.0), values)
-        for w, n, values in zip(words, held, word_params, strict=True)
-        if n
+        (weight(total, held[w]) * boosts.get(w, 1.0), values)
+        for w, values in zip(words, word_params, strict=True)
+        if w in held
     ]
     cursor.execute(
         "SELECT key, sum(w) AS score FROM ("
@@ -235,8 +262,10 @@ def _head_sqlite(
 def _head_postgres(
     cursor: Any, scope: Scope, words: Sequence[str], window: int, boosts: dict[str, float]
 ) -> Head | None:
-    """One statement: each word's matches read once (materialized), counted, weighted
-    (the idf of :func:`weight`, in SQL, times the word's boost) and summed per slice."""
+    """One statement: each word's matches read once (materialized), counted, the
+    :func:`informative` ones kept (``k``: the fewest slices first, ties by ``rank``, as
+    there), weighted (the idf of :func:`weight`, in SQL, times the word's boost) and
+    summed per slice."""
     where, params = _slice_scope(scope)
     matching, word_params = _matching(scope, words)
     cursor.execute(
@@ -248,8 +277,12 @@ def _head_postgres(
             f"SELECT {i} AS t, key FROM ({matching}) m{i}" for i in range(len(words))
         )
         + "), df AS (SELECT t, count(*)::float8 AS n FROM m GROUP BY t), "
+        "r AS (SELECT %s::int[] AS rank), "
+        "k AS (SELECT df.t FROM df, r WHERE r.rank[df.t + 1] >= 0 "
+        "ORDER BY df.n, r.rank[df.t + 1] LIMIT %s), "
         "w AS (SELECT df.t, df.n, ln(1 + (greatest(size.total, df.n) - df.n + 0.5) "
-        "/ (df.n + 0.5)) * (%s::float8[])[df.t + 1] AS w FROM df, size), "
+        "/ (df.n + 0.5)) * (%s::float8[])[df.t + 1] AS w FROM df, size, r "
+        "WHERE r.rank[df.t + 1] < 0 OR df.t IN (SELECT t FROM k)), "
         "top AS (SELECT m.key, sum(w.w) AS score FROM m JOIN w USING (t) GROUP BY m.key "
         "ORDER BY score DESC, m.key DESC LIMIT %s) "
         "SELECT 'k', key, score FROM top "
@@ -258,25 +291,28 @@ def _head_postgres(
         [
             *params,
             *(v for values in word_params for v in values),
+            [-1 if w in boosts else i + len(words) * _single(w) for i, w in enumerate(words)],
+            TERMS_MAX,
             [boosts.get(w, 1.0) for w in words],
             window,
         ],
     )
-    held = [0] * len(words)
+    held: dict[str, int] = {}
     head: list[tuple[str, float]] = []
     total, length = 0, 0.0
     for kind, key, number in cursor.fetchall():
         if kind == "k":
             head.append((key, float(number)))
         elif kind == "n":
-            held[int(key)] = int(number)
+            held[words[int(key)]] = int(number)
         else:
             total, length = int(float(key)), float(number)
-    if not total or not any(held):
+    if not total or not held:
         return None
     head.sort(key=lambda item: item[0], reverse=True)  # the newest first, among equals
     head.sort(key=lambda item: -item[1])
-    return max(total, *held), length, held, [key for key, _ in head]
+    held = {w: held[w] for w in words if w in held}  # in the query's order
+    return max(total, *held.values()), length, held, [key for key, _ in head]
 
 
 def _spaced(text: str) -> str:

@@ -8,18 +8,20 @@ from .dense import DENSE_CORES_MAX, _query_vector, dense_minimum, dense_query, e
 from .fulltext import RERANK, lexical
 from .fusion import Found, dense_weight, fuse, passage_weight
 from .passages import PASSAGES, best_message_matches, best_messages
-from .query import expansion, terms
+from .query import expansion, tokens
 from .scope import Scope, candidates
 
 
 def search(*, scope: Scope, query: str, limit: int = 10) -> list[Found]:
     """The best ``limit`` slices of the scope for ``query``, best first (the package docstring).
 
-    The query must have passed :func:`terms`; with no tokens the answer is ``[]``.
+    The query must have passed :func:`terms`; with no tokens the answer is ``[]``. Full
+    text is given all of its distinct tokens: it searches the ``TERMS_MAX`` rarest in the
+    scope (:func:`informative`), not the first.
     Each ranking is cut to its best ``max(RERANK, limit)`` (the rank window) before
     fusion, as Elasticsearch's reciprocal-rank fusion cuts to its ``rank_window_size``.
     """
-    words = terms(query)
+    words = tokens(query)
     if not words or not scope.core_ids:
         return []
     window = max(RERANK, limit)

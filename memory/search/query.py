@@ -1,11 +1,12 @@
-"""A query's terms: its tokens (:func:`terms`), the nearest words it is expanded by
+"""A query's terms: its tokens (:func:`tokens`, :func:`terms`), the ones full text
+searches (:func:`informative`), the nearest words it is expanded by
 (:func:`expansion`), the idf a term weighs (:func:`weight`) and the terms that rank
 (:func:`salient`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -15,30 +16,71 @@ from ..embeddings import neighbours
 from ..exceptions import InvalidQuery
 
 QUERY_MAX = 1000
-TERMS_MAX = 32
+TERMS_MAX = 32  # query terms searched by full text (bounds the work of one search)
+TERMS_POOL = 2 * TERMS_MAX  # terms whose counts a search of the database reads, to choose
 LIMIT_MAX = 100
 
 
-def terms(query: Any) -> list[str]:
-    """The distinct tokens of ``query`` (at most ``TERMS_MAX``), in order.
+def tokens(query: Any) -> list[str]:
+    """The distinct tokens of ``query``, in order, none cut (the full text keeps
+    :data:`TERMS_MAX` of them, by the searched memory: :func:`informative`).
 
-    A query of more distinct tokens keeps its words and CJK character pairs first, and
-    then as many of its single CJK characters as fit: a character alone says least (a
-    pair holds it), and a long Chinese query, whose characters come before its pairs,
-    lost every pair (QA). Raises ``InvalidQuery`` for a non-string or a query over
-    ``QUERY_MAX`` characters.
+    Raises ``InvalidQuery`` for a non-string or a query over ``QUERY_MAX`` characters.
     """
     if not isinstance(query, str):
         raise InvalidQuery("a query must be a string")
     if len(query) > QUERY_MAX:
         raise InvalidQuery(f"a query is at most {QUERY_MAX} characters")
-    tokens = list(dict.fromkeys(text.query_tokens(query)))
-    if len(tokens) <= TERMS_MAX:
-        return tokens
-    single = [t for t in tokens if len(t) == 1 and text.has_cjk(t)]
-    first = [t for t in tokens if not (len(t) == 1 and text.has_cjk(t))][:TERMS_MAX]
-    kept = {*first, *single[: TERMS_MAX - len(first)]}
-    return [t for t in tokens if t in kept]
+    return list(dict.fromkeys(text.query_tokens(query)))
+
+
+def _single(token: str) -> bool:
+    """A CJK character alone: it says less than a pair that holds it."""
+    return len(token) == 1 and text.has_cjk(token)
+
+
+def preferred(words: Sequence[str], most: int) -> list[str]:
+    """The first ``most`` of ``words`` with no knowledge of the memory, in their order:
+    words and CJK character pairs first, then as many single CJK characters as fit (a
+    character alone says least; a long Chinese query, whose characters come before its
+    pairs, lost every pair, QA)."""
+    if len(words) <= most:
+        return list(words)
+    first = [t for t in words if not _single(t)][:most]
+    kept = {*first, *[t for t in words if _single(t)][: most - len(first)]}
+    return [t for t in words if t in kept]
+
+
+def terms(query: Any) -> list[str]:
+    """The distinct tokens of ``query``, cut to ``TERMS_MAX`` without the memory
+    (:func:`preferred`): whether a query has any tokens at all. The search itself cuts
+    :func:`tokens` by the searched memory (:func:`informative`).
+
+    Raises ``InvalidQuery`` for a non-string or a query over ``QUERY_MAX`` characters.
+    """
+    return preferred(tokens(query), TERMS_MAX)
+
+
+def informative(
+    words: Sequence[str], holding: Sequence[int], exempt: Collection[str] = ()
+) -> list[str]:
+    """The query terms full text searches: of ``words`` (each held by ``holding[i]`` of
+    the searched slices), the :data:`TERMS_MAX` rarest, in the query's order; terms in
+    ``exempt`` (expansion terms, bounded by :data:`EXPANSION_MAX`) are kept apart.
+
+    Invariant: a term held by fewer of the searched slices (a larger idf, as the total is
+    the same) is never dropped for one held by more; ties keep words and pairs before
+    single CJK characters, then the earlier in the query. Why: the cap (it bounds a
+    search's work) used to keep a query's first terms, and the rare term that tells the
+    answer apart (a name, a place) often ends a long question (QA). A term the memory
+    does not hold cannot match: it is dropped and takes no place from one that can.
+    """
+    place = {w: i for i, w in enumerate(words)}
+    count = dict(zip(words, holding, strict=True))
+    capped = [w for w in words if count[w] and w not in exempt]
+    capped.sort(key=lambda w: (count[w], _single(w), place[w]))
+    kept = set(capped[:TERMS_MAX])
+    return [w for w in words if count[w] and (w in kept or w in exempt)]
 
 
 EXPANSION_MAX = 16  # expansion terms added to one query

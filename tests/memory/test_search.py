@@ -152,11 +152,29 @@ def test_an_overlong_query_is_a_clear_error(tenant, corpus):
         selectors.search_slices(tenant=tenant, query=None)  # type: ignore[arg-type]
 
 
-def test_many_words_are_cut_to_the_first_few(tenant, corpus):
+def test_many_words_the_memory_does_not_hold_take_no_place(tenant, corpus):
+    """Once "coffee", past the first ``TERMS_MAX`` words, was cut; words no searched
+    slice holds cannot match, and no longer take the places of those that can."""
     query = " ".join(f"w{i}" for i in range(200)) + " coffee"
     assert len(query) <= 1000
-    assert selectors.search_slices(tenant=tenant, query=query) == []  # coffee is past the cut
-    assert len(search.terms(query)) == search.TERMS_MAX
+    assert len(search.terms(query)) == search.TERMS_MAX  # the cut without the memory
+    found = ids(selectors.search_slices(tenant=tenant, query=query))
+    assert found
+    assert found == ids(selectors.search_slices(tenant=tenant, query="coffee"))
+
+
+def test_the_cap_keeps_the_rarest_terms():
+    words = [f"w{i}" for i in range(40)] + ["咖", "咖啡", "x"]
+    holding = [5] * 40 + [1, 1, 0]  # "x": held by no slice
+    kept = search.informative(words, holding)
+    assert len(kept) == search.TERMS_MAX
+    assert kept[-2:] == ["咖", "咖啡"]
+    assert "x" not in kept
+    assert kept[:-2] == words[:30]  # ties: the earlier
+    tied = search.informative(words[9:], [1] * (len(words) - 9))  # 31 words, 咖, 咖啡, x
+    assert "咖啡" in tied
+    assert "咖" not in tied
+    assert search.informative(["x", "car"], [0, 3], exempt={"car"}) == ["car"]
 
 
 def test_a_long_chinese_query_keeps_its_character_pairs(tenant, user):
@@ -170,6 +188,27 @@ def test_a_long_chinese_query_keeps_its_character_pairs(tenant, user):
     assert len(pairs) == len({query[i : i + 2] for i in range(len(query) - 1)})
     item = write_slice(tenant, user, "build", "他说在西湖边的咖啡馆见面")
     assert ids(selectors.search_slices(tenant=tenant, query=query))[:1] == [item.pk]
+
+
+@pytest.mark.parametrize("path", ["held postings", "database"])
+def test_a_long_query_keeps_its_rarest_terms_not_its_first(tenant, user, monkeypatch, path):
+    """A QA finding: a query over the term cap kept its first ``TERMS_MAX`` terms, so the
+    name or place that ends a long question (the rare term that tells the answer apart)
+    was dropped from full text. The cap now keeps the terms rarest in the searched
+    memory, and terms it does not hold at all take no place."""
+    if path == "database":
+        monkeypatch.setattr(search.fulltext, "TERMS_CORES_MAX", 0)
+    target = write_slice(tenant, user, "build", "下周出差去敦煌")  # the oldest: ties go newer
+    for place in ("杭州", "成都", "西安"):
+        write_slice(tenant, user, "build", f"下周出差去{place}")
+    query = "我记得之前有一次我们聊天的时候你跟我说过下周要出差但是我忘了具体要去哪个城市是不是敦煌"
+    pairs = list(dict.fromkeys(query[i : i + 2] for i in range(len(query) - 1)))
+    assert len(pairs) > search.TERMS_MAX
+    assert pairs.index("敦煌") >= search.TERMS_MAX
+    assert "敦煌" not in search.terms(query)  # the cut without the memory: the first ones
+    hits = selectors.search_slices(tenant=tenant, query=query, user=user)
+    assert [h.slice.pk for h in hits][:1] == [target.pk]
+    assert hits[0].by_words
 
 
 def test_unicode_words_match(tenant, user):
