@@ -38,19 +38,16 @@ class ForgeConfig(AppConfig):
 
         session_deleting.connect(on_session_deleting, dispatch_uid="forge.usage-retire")
 
-        # An imported log's replies count in usage, then its open replies end as
-        # interrupted (nothing runs them here; ending one counts it, as the runtime's
-        # ending does): both in the import's transaction, in this order (receivers run
-        # in the order they were connected), so that each reply counts once. First of
-        # all, an import whose session names no agent here is refused (400
-        # unknown_agent, nothing written), as PATCH refuses one.
+        # An imported log's open replies end as interrupted (nothing runs them here),
+        # in the import's transaction; an import bills nothing, neither its log's
+        # replies nor that ending (they ran elsewhere: ``Session.copied_through``,
+        # ``forge.usage.fold``). First of all, an import whose session names no agent
+        # here is refused (400 unknown_agent, nothing written), as PATCH refuses one.
         from forge.runtime.agents import on_session_imported as check_imported_agent
         from forge.runtime.recovery import on_session_imported as finalize_imported
-        from forge.usage.services import on_session_imported
         from sessions.signals import session_imported
 
         session_imported.connect(check_imported_agent, dispatch_uid="forge.import-agent")
-        session_imported.connect(on_session_imported, dispatch_uid="forge.usage-import")
         session_imported.connect(finalize_imported, dispatch_uid="forge.import-finalize")
 
         # Rolling's metrics: the memory store says what its sweeps did.

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from forge.models import NANOS, PendingApproval, SessionLease, Usage
@@ -81,8 +81,19 @@ def _percentile(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def _replies_run_here(tenant_ids: Sequence[int] | None) -> Any:
+    """The assistant messages this server wrote last: not those an import or a fork
+    copied (logged through their session's ``copied_through``), which ran elsewhere and
+    say whatever their file says (an imported log's failures and latencies were shown
+    as this server's)."""
+    replies = Message.objects.filter(role="assistant").filter(
+        Q(session__copied_through__isnull=True) | Q(seq__gt=F("session__copied_through"))
+    )
+    return _scoped(replies, tenant_ids, "tenant_id")
+
+
 def _latency(tenant_ids: Sequence[int] | None, start: dt.datetime) -> dict[str, float | None]:
-    replies = _scoped(Message.objects.filter(role="assistant"), tenant_ids, "tenant_id")
+    replies = _replies_run_here(tenant_ids)
     rows = list(
         replies.order_by("-id").values_list("id", "data", "session__created_at")[:LATENCY_SAMPLE]
     )
@@ -181,7 +192,7 @@ def dashboard(
     ]
     since = dt.datetime.combine(start, dt.time(), tzinfo=dt.UTC)
     failures = []
-    replies = _scoped(Message.objects.filter(role="assistant"), tenant_ids, "tenant_id")
+    replies = _replies_run_here(tenant_ids)
     for message_id, session_id, data in (
         replies.exclude(data__error=None)
         .order_by("-id")

@@ -65,6 +65,13 @@ class Session(models.Model):
     chat_alias = models.CharField(  # noqa: DJ001 - NULL, not "", is "no alias"
         max_length=ID_LENGTH, null=True, blank=True, editable=False
     )
+    # The seq through which this session's log was copied here, not run here: an
+    # import's events (with the import's own ending of the replies it left open) or a
+    # fork's copies. Usage counts only what this server's model calls cost
+    # (``forge.usage.fold``): nothing logged through this seq is billed, so an imported
+    # step-finish that claims any number of tokens spends no budget. Beside the log,
+    # not in it: an import keeps its events byte for byte. NULL: nothing was copied.
+    copied_through = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-updated_at"], name="session_tenant_recent")]

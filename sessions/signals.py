@@ -14,7 +14,9 @@ usage the log had counted on it.
 
 ``session_imported(sender=Session, session)``: sent inside the transaction that
 imported a log (``import_log``), so what a receiver writes commits with the import
-or not at all. The application counts the imported replies' usage on it.
+or not at all. The application ends the replies the log left open on it; once the
+receivers ran, the import marks everything logged so far as copied
+(``Session.copied_through``), which usage never bills.
 
 ``part_copying(sender=Session, part, session)``: sent for each part a copy is about to
 write (a fork, an import's copy), inside its transaction, with ``part`` the copy's

@@ -60,6 +60,7 @@ def finalize_open_messages(
     message_id: str | None = None,
     agent: str = "",
     deny_waiting: str | None = None,
+    billed: bool = True,
 ) -> list[str]:
     """Finalize unfinished assistant messages of the session (or just ``message_id``).
 
@@ -74,6 +75,10 @@ def finalize_open_messages(
     unless ``deny_waiting`` is given (a user's abort): those calls are then denied
     with that reason (``expired`` when overdue, as every denial), ``by`` the system,
     and the message is finalized like any other.
+
+    ``billed``: whether each ending is counted (usage, turn metrics), as every reply
+    this server ran is. False for an import's ending of the replies its log left open:
+    they ran elsewhere, and usage counts only this server's model calls.
     """
     texts = texts or {}
     finished: list[str] = []
@@ -107,7 +112,8 @@ def finalize_open_messages(
         if ending.get("name") != "MessageAbortedError":
             completion["finish"] = "error"  # a failure (an abort keeps its last finish)
         completed = services.update_message(session=session, info=completion)
-        accounting.reply_completed(session=session, info=completed.data)
+        if billed:
+            accounting.reply_completed(session=session, info=completed.data)
         finished.append(info["id"])
     return finished
 

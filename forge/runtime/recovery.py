@@ -71,9 +71,12 @@ def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> list[st
     """``sessions.signals.session_imported``: a log exported while a reply was streaming
     carries that reply open, and no process runs it here; it ends as interrupted now, in
     the import's transaction, as :func:`finalize_dead_turn` ends a dead runner's (a reply
-    whose tool calls await an approval stays open for the answer). Connected after usage
-    counts the log's completed replies (``forge.apps``): ending one counts it."""
-    return finalize_open_messages(session=session, reason=INTERRUPTED)
+    whose tool calls await an approval stays open for the answer). The ending is the
+    import's, and is billed and counted nowhere (``billed=False``: no usage, no turn
+    metric): the reply ran elsewhere, and its step-finish parts say what its file says.
+    The import then marks all it wrote as copied (``Session.copied_through``), so
+    ``rebuild_usage`` counts it nowhere either."""
+    return finalize_open_messages(session=session, reason=INTERRUPTED, billed=False)
 
 
 def recover_session(session: Session) -> list[str]:

@@ -19,6 +19,14 @@ tokens and cost of the summary model's call, which its completion carries
 
 A message first logged already completed (a fork's copy) never counts: it ran
 nowhere. Parts logged after the completion do not count either.
+
+Usage counts only what this server's model calls cost. What a session's log copied
+from elsewhere (an import, a fork: the events through the session's
+``copied_through`` seq) is billed nothing, whatever its step-finish parts claim (a
+hand-made log claimed 10^12 tokens and used up its tenant's budget): a completion
+logged through that seq counts nothing, and a reply completed after it (one the import
+left awaiting an approval, which then ran on here) counts only the parts logged after
+it.
 """
 
 from __future__ import annotations
@@ -142,29 +150,41 @@ def reply_totals(info: Mapping[str, Any], parts: Iterable[Mapping[str, Any]]) ->
 
 
 def fold_log(
-    events: Iterable[Mapping[str, Any]], *, owner_id: int | None
+    events: Iterable[Mapping[str, Any]],
+    *,
+    owner_id: int | None,
+    copied_through: int | None = None,
 ) -> list[tuple[Key, Totals]]:
     """The completions a session's log holds, in log order: the rule above applied to
-    its ``message.updated`` and ``part.updated`` / ``part.removed`` events."""
+    its ``message.updated`` and ``part.updated`` / ``part.removed`` events.
+    ``copied_through``: the session's, the seq through which its log was copied here
+    (nothing logged through it is billed; the events then need their ``seq``)."""
     messages: dict[str, Mapping[str, Any]] = {}
-    parts: dict[str, dict[str, Mapping[str, Any]]] = {}  # message id -> part id -> part
+    # message id -> part id -> (copied, part): the part as last logged, and whether
+    # that was by the copy
+    parts: dict[str, dict[str, tuple[bool, Mapping[str, Any]]]] = {}
     part_message: dict[str, str] = {}
     found: list[tuple[Key, Totals]] = []
     for event in events:
         kind, data = event["type"], event["data"]
+        copy = bool(copied_through) and int(event["seq"]) <= int(copied_through or 0)
         if kind == "message.updated":
             existing = messages.get(data["id"])
-            if completes(existing, data):
+            if copy:
+                pass  # copied, not run here: billed nothing
+            elif completes(existing, data):
                 key = key_of(data, owner_id=owner_id)
                 if key is not None:
-                    found.append((key, reply_totals(data, parts.get(data["id"], {}).values())))
+                    logged = parts.get(data["id"], {}).values()
+                    ran = [part for copied, part in logged if not copied]
+                    found.append((key, reply_totals(data, ran)))
             elif completes_summary(existing, data):
                 key = key_of(data, owner_id=owner_id)
                 if key is not None:
                     found.append((key, summary_totals(data)))
             messages[data["id"]] = data
         elif kind == "part.updated":
-            parts.setdefault(data["message_id"], {})[data["id"]] = data
+            parts.setdefault(data["message_id"], {})[data["id"]] = (copy, data)
             part_message[data["id"]] = data["message_id"]
         elif kind == "part.removed":
             message_id = part_message.pop(data["part_id"], None)

@@ -1,9 +1,11 @@
 """The writes of usage and budgets. Keyword-only, atomic.
 
 :func:`record_reply` runs inside the transaction that completes a reply (the runtime's,
-recovery's, an import's), so the table never disagrees with the log: both commit or
-neither. It is one ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL alike),
-adding to the row of the reply's (tenant, user, agent, model, day).
+recovery's), so the table never disagrees with the log: both commit or neither. An
+import, or a fork, counts nothing: what a log copied here ran elsewhere
+(``Session.copied_through``, ``forge.usage.fold``). It is one ``INSERT … ON CONFLICT
+DO UPDATE`` (SQLite and PostgreSQL alike), adding to the row of the reply's (tenant,
+user, agent, model, day).
 """
 
 from __future__ import annotations
@@ -111,11 +113,18 @@ def record_reply(
     (None: no user is known for it, and it counted nowhere).
 
     ``parts``: the reply's parts as logged (read from the projection when not given).
+    In a session whose log was copied here (``session.copied_through``: an import, a
+    fork), they are read from the projection in any case, those logged after the copy
+    only: the copy's parts ran elsewhere and bill nothing (``forge.usage.fold``), so
+    this count is the one ``rebuild_usage`` folds from the log.
     Call it inside the transaction that logged ``info``."""
-    if parts is None:
-        parts = Part.objects.filter(
+    if parts is None or session.copied_through:
+        rows = Part.objects.filter(
             tenant_id=session.tenant_id, message_id=info["id"], type__in=("step-finish", "tool")
-        ).values_list("data", flat=True)
+        )
+        if session.copied_through:
+            rows = rows.filter(seq__gt=session.copied_through)
+        parts = rows.values_list("data", flat=True)
     key = key_of(info, owner_id=session.user_id)
     if key is None:
         return None
@@ -162,28 +171,25 @@ def record_side_call(
     return totals
 
 
-def _fold_session(tenant_id: int, session_id: str, owner_id: int | None) -> list[Any]:
+def _fold_session(
+    tenant_id: int, session_id: str, owner_id: int | None, copied_through: int | None
+) -> list[Any]:
     events = (
         SessionEvent.objects.filter(tenant_id=tenant_id, session_id=session_id)
         .filter(type__in=_FOLDED)
         .order_by("seq")
-        .values("type", "data")
+        .values("seq", "type", "data")
     )
-    return fold_log(events.iterator(chunk_size=2000), owner_id=owner_id)
-
-
-def record_log(*, session: Session) -> int:
-    """Count every reply a whole log completes (an imported session's); the replies."""
-    found = _fold_session(session.tenant_id, session.pk, session.user_id)
-    _upsert(session.tenant_id, found)
-    return sum(totals.turns for _, totals in found)
+    return fold_log(
+        events.iterator(chunk_size=2000), owner_id=owner_id, copied_through=copied_through
+    )
 
 
 def retire_log(*, session: Session) -> int:
     """Keep what the log of ``session``, about to be deleted, counted (its fold) in
     :class:`~forge.models.RetiredUsage`; the replies. Call it inside the deleting
     transaction, before the log goes. The usage table itself is not touched."""
-    found = _fold_session(session.tenant_id, session.pk, session.user_id)
+    found = _fold_session(session.tenant_id, session.pk, session.user_id, session.copied_through)
     _upsert(session.tenant_id, found, model=RetiredUsage)
     return sum(totals.turns for _, totals in found)
 
@@ -191,11 +197,6 @@ def retire_log(*, session: Session) -> int:
 def on_session_deleting(sender: Any, session: Session, **kwargs: Any) -> None:
     """``sessions.signals.session_deleting``: keep the deleted log's usage."""
     retire_log(session=session)
-
-
-def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> None:
-    """``sessions.signals.session_imported``: count the imported log's replies."""
-    record_log(session=session)
 
 
 def hold(*, tenant: Tenant, session_id: str, user_id: int, tokens: int, cost_nanos: int) -> None:
@@ -244,9 +245,11 @@ def rebuild_usage(*, since: dt.date | None = None, tenant: Tenant | None = None)
                 rows = rows.filter(day__gte=since)
             rows.delete()
             merged: dict[Key, Totals] = {}
-            sessions = Session.objects.filter(tenant=one).values_list("pk", "user_id")
-            for session_id, owner_id in sessions.iterator(chunk_size=500):
-                for key, totals in _fold_session(one.pk, session_id, owner_id):
+            sessions = Session.objects.filter(tenant=one).values_list(
+                "pk", "user_id", "copied_through"
+            )
+            for session_id, owner_id, copied in sessions.iterator(chunk_size=500):
+                for key, totals in _fold_session(one.pk, session_id, owner_id, copied):
                     if since is not None and key.day < since:
                         continue
                     merged.setdefault(key, Totals()).add(totals)

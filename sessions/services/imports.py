@@ -27,7 +27,14 @@ from ..shapes import (
 )
 from ..signals import history_copied, session_imported
 from .session import clean_agent, clean_title, create_session, update_session
-from .transfer import CopyWriter, carried, rebuild_projection, remap_ids, undone_on_failure
+from .transfer import (
+    CopyWriter,
+    carried,
+    mark_copied,
+    rebuild_projection,
+    remap_ids,
+    undone_on_failure,
+)
 from .writes import AppendEvent, RemoveMessage, RemovePart, UpdateMessage, UpdatePart
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one event of an export file, at most
@@ -124,6 +131,9 @@ def import_log(
     otherwise, and always with ``copy``, it is imported as a copy
     (:func:`_import_copy`: new ids and a new chain). Whether an id exists in
     another tenant is never told.
+
+    Nothing it logs is billed (``transfer.mark_copied``): the replies ran elsewhere,
+    and their usage is whatever the file claims.
     """
     if not events:
         raise LogIntegrityError("the log is empty")
@@ -147,6 +157,9 @@ def import_log(
         session = _import(user=user, events=events, copy=copy)
         with undone_on_failure(session):  # a receiver refusing it (an unknown agent)
             session_imported.send(sender=Session, session=session)
+        # After the receivers: their writes (the ending of replies the log left open)
+        # are the import's too, and bill nothing.
+        mark_copied(session=session)
     return session
 
 

@@ -130,7 +130,29 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
     )
     with undone_on_failure(fork):
         _copy_history(session, fork, before_message_id=before_message_id)
+    mark_copied(session=fork)
     return fork
+
+
+def mark_copied(*, session: Session) -> int:
+    """Record that the log of ``session`` is, up to its head now, a copy (an import's or
+    a fork's): :attr:`Session.copied_through` is set to the head's seq, and returned.
+
+    The invariant: usage counts only what this server's model calls cost, and what a
+    copy logs ran elsewhere (or was counted in its source): an imported step-finish
+    says whatever its file says. The marker is stored beside the log, not in it (an
+    import keeps its events byte for byte, and their chain verifies), so the live
+    count and ``rebuild_usage`` read the same boundary. Call it in the copy's
+    transaction, after the last write that belongs to the copy."""
+    head = (
+        SessionEvent.objects.filter(tenant_id=session.tenant_id, session_id=session.pk)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+    Session.objects.filter(pk=session.pk, tenant_id=session.tenant_id).update(copied_through=head)
+    session.copied_through = head
+    return head
 
 
 def _copy_history(session: Session, fork: Session, *, before_message_id: str) -> None:

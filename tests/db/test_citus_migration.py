@@ -272,12 +272,16 @@ def _old_rows(cursor: Any, *, tenant: int, user: int, tag: str) -> None:
 TABLES = [t for t in citus.DISTRIBUTED if t not in ("forge_retiredusage", "forge_sideusage")]
 
 
-# The lease's columns added by the keys migration and after it (budget reservations).
-LEASE_COLUMNS_SINCE = ("tenant_id", "reserved_by", "reserved_tokens", "reserved_cost_nanos")
+# The columns added by the keys migration and after it: the lease's (budget
+# reservations), the session's (the seq through which its log is a copy).
+COLUMNS_SINCE = {
+    "forge_sessionlease": ("tenant_id", "reserved_by", "reserved_tokens", "reserved_cost_nanos"),
+    "forge_sessions_session": ("copied_through",),
+}
 
 
 def _snapshot(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every distributed table, but the lease's new columns, sorted."""
+    """Every row of every distributed table, but the columns added since, sorted."""
     rows = {}
     for table in TABLES:
         cursor.execute(
@@ -285,11 +289,7 @@ def _snapshot(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:
             "AND column_name NOT IN ('search_document') ORDER BY column_name",
             [table],
         )
-        columns = [
-            c
-            for (c,) in cursor.fetchall()
-            if not (table == "forge_sessionlease" and c in LEASE_COLUMNS_SINCE)
-        ]
+        columns = [c for (c,) in cursor.fetchall() if c not in COLUMNS_SINCE.get(table, ())]
         cursor.execute(f"SELECT {', '.join(columns)} FROM {table}")
         rows[table] = sorted(
             (

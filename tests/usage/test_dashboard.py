@@ -115,6 +115,23 @@ def test_latency_samples_replies_not_fork_copies_or_summaries(busy, user):
     assert _latency(None, start)["replies"] == 1
 
 
+def test_an_imported_logs_replies_are_no_latency_and_no_failure(busy, user):
+    """An import's replies ran elsewhere, and a hand-made log says what it likes: a kept
+    log keeps its session's time, so its replies were sampled and listed as this
+    server's. Only what this server wrote since the import is."""
+    from forge.dashboard import dashboard
+    from sessions import selectors, services
+
+    now = timezone.now()
+    before = dashboard(tenant_ids=None, days=14, now=now)
+    events = services.parse_log(list(selectors.export_lines(session=busy)))
+    services.import_log(user=user, events=events, copy=True)
+    after = dashboard(tenant_ids=None, days=14, now=now)
+    assert after.latency == before.latency
+    assert len(after.recent_failures) == len(before.recent_failures) == 1
+    assert (after.turns, after.cost) == (before.turns, before.cost)
+
+
 def test_a_deleted_users_usage_still_shows(admin_client, tenant, busy):
     """A QA finding: usage rows keep a deleted user's id (what was used stays counted),
     but the admin's usage list and the dashboard's top users joined the users' table:

@@ -207,7 +207,9 @@ def test_reasoning_tokens_count_once_in_a_budget(session, user):
     check_budget(tenant=session.tenant, user_id=user.pk)  # 840 of 850: let in
 
 
-def test_an_imported_log_counts_in_the_import_and_in_the_rebuild(session, user):
+def test_an_imported_log_counts_nothing_in_the_import_nor_in_the_rebuild(session, user):
+    """Its replies ran elsewhere (here: in ``session``, counted there once); the copy
+    bills nothing (``tests/usage/test_imported_usage.py``)."""
     from sessions import selectors
     from sessions.services import import_log, parse_log
 
@@ -217,7 +219,7 @@ def test_an_imported_log_counts_in_the_import_and_in_the_rebuild(session, user):
     copy = import_log(user=user, events=events, copy=True)
     assert copy.pk != session.pk
     (row,) = Usage.objects.all()
-    assert (row.turns, row.input_tokens, row.cost) == (2, 8, Decimal("1"))
+    assert (row.turns, row.input_tokens, row.cost) == (1, 4, Decimal("0.5"))
     recorded = rows()
     rebuild_usage()
     assert rows() == recorded
