@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from .. import indexing, search, sql
+from .. import digest, indexing, search, sql
 from ..signals import send_rollings_done
 from ..summarizers import Summarizer
 from ..times import now_ms
@@ -222,11 +222,12 @@ def sweep(
     report.candidates = len(ids)
     if on_candidates is not None:
         on_candidates(len(ids))
-    # The search index consumer indexes the sweep's new slices in batches (memory.indexing);
-    # what is left is indexed when the block exits, before the report.
+    # The search index consumer indexes the sweep's new slices in batches (memory.indexing),
+    # and the digest consumer checks the rolled cores in batches (memory.digest); what is
+    # left is done when the block exits, before the report.
     emit = partial(_emit, report, on_outcome)
     group = _Group(options=options, size=1 if dry_run else group_size())
-    with indexing.batched():
+    with indexing.batched(), digest.batched():
         try:
             for core_id in ids:
                 if should_stop():

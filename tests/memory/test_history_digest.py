@@ -165,3 +165,21 @@ def test_condense_keeps_speakers_facts_and_the_budget(settings):
     # The earlier digest is read with the new summaries, in its place: first.
     again = digest.condense(text, ["user: We will meet Tom at 7 pm on Friday."])
     assert again.index("Lisbon") < again.index("Tom")
+
+
+def test_within_a_sweep_the_cores_are_folded_in_a_batch(tenant, user, settings, monkeypatch):
+    """``roll_dialogs``' sweeps check their rolled cores together (``digest.batched``): one
+    query for a batch, the folds when it is flushed, and all of it before the sweep ends."""
+    settings.FORGE_MEMORY_HISTORY_SLICES = 2
+    monkeypatch.setattr(digest, "BATCH_SECONDS", 3600.0)
+    core = chat(tenant, user, FACTS)
+    with digest.batched():
+        for i in range(5):
+            chat(tenant, user, filler(10 * i, 3))
+            roll_committed(core)
+        assert not MemorySlice.objects.filter(digested=True).exists()  # waiting in the batch
+        assert block_of(tenant, core)["text"].startswith(HISTORY_HEAD_OLDER)
+    block = block_of(tenant, core)
+    assert block["text"].startswith(HISTORY_HEAD + "\n\n[until ")
+    assert "Lisbon" in block["text"]
+    every_slice_once(tenant, core, block)
