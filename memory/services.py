@@ -148,6 +148,38 @@ def append_to_window(
         )
 
 
+def replace_in_window(
+    *, tenant_id: int, user_id: int, agent: str, replaced: str, message: Mapping[str, Any]
+) -> bool:
+    """A regenerated answer in the place of the answer it regenerates (``replaced``, a
+    message id of the same session), in the window of the core of (tenant, user, agent),
+    while that answer is not rolled yet: memory then holds the answer the chat shows,
+    not both. False, with nothing written, when the window no longer holds it (rolled
+    already: the unit keeps what was said then, and the caller appends the new answer)
+    or there is no such core. Meant to run inside the transaction that completes the
+    reply.
+
+    A rolling that snapshotted the window before this replacement commits the answer it
+    read (the old one) and trims the row: memory then holds the old answer alone, as it
+    did before it could be replaced (a race of one regeneration with one rolling)."""
+    agent = clean_agent(agent)
+    now = now_ms()
+    rows = clean_messages([message], now=now)
+    if not rows:
+        return False
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        return sql.replace_in_window(
+            cursor,
+            sql.Dialect(cursor),
+            tenant_id=tenant_id,
+            user_id=user_id,
+            agent=agent,
+            replaced=replaced,
+            message=rows[0],
+            now=now,
+        )
+
+
 # --- units and slices ----------------------------------------------------------------------
 
 

@@ -385,6 +385,51 @@ def run(cursor: CursorWrapper, dialect: Dialect, statements: list[Statement]) ->
 # --- a turn's window append and dialog_history check (the runtime's per-turn path) --------
 
 
+def replace_in_window(
+    cursor: CursorWrapper,
+    dialect: Dialect,
+    *,
+    tenant_id: int,
+    user_id: int,
+    agent: str,
+    replaced: str,
+    message: Msg,
+    now: datetime,
+) -> bool:
+    """Put ``message`` in the place of the window's message ``replaced`` (a message id of
+    ``message``'s session) in the core of (tenant, user, agent), if the window still holds
+    it unrolled (``seq >= rolled_seq``), and mark the interaction; False, with nothing
+    written, otherwise. Its seq stays: the window remains the run of seqs rolling counts
+    on. Two statements; call it inside a transaction."""
+    core = f"SELECT id FROM {CORE} WHERE tenant_id = %s AND user_id = %s AND agent = %s"
+    rolled = f"SELECT rolled_seq FROM {CORE} WHERE tenant_id = %s AND user_id = %s AND agent = %s"
+    who: list[Any] = [tenant_id, user_id, agent]
+    cursor.execute(
+        f"UPDATE {WINDOW} SET role = %s, text = %s, at = %s, message_id = %s "
+        f"WHERE tenant_id = %s AND core_id = ({core}) AND seq >= ({rolled}) "
+        "AND session_id = %s AND message_id = %s",
+        [
+            message.role,
+            message.text,
+            dialect.time(message.at),
+            message.message_id,
+            tenant_id,
+            *who,
+            *who,
+            message.session_id,
+            replaced,
+        ],
+    )
+    if cursor.rowcount <= 0:
+        return False
+    cursor.execute(
+        f"UPDATE {CORE} SET last_interaction_at = %s "
+        "WHERE tenant_id = %s AND user_id = %s AND agent = %s",
+        [dialect.time(now), *who],
+    )
+    return True
+
+
 def _membership_table() -> str:
     from accounts.models import Membership
 

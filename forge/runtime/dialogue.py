@@ -13,9 +13,11 @@ finishing a turn reads it from the reply, as the memory tools do.
   core of (tenant, speaker, agent). Aborted and failed replies never get here.
   A regenerated reply records its text only when the reply it replaces had
   recorded the prompt already in the same speaker's window (that one finished
-  normally, for the same user); the window is append-only, so the replaced
-  answer stays in it. A user who regenerates another's reply asked that prompt
-  again: their window gets the prompt and the new answer.
+  normally, for the same user): in the replaced answer's place while the window
+  still holds it unrolled (memory holds the answer the chat shows, not both),
+  else after it (rolled, the replaced answer stays in its unit). A user who
+  regenerates another's reply asked that prompt again: their window gets the
+  prompt and the new answer.
 * :func:`memory_blocks`: at the start of a turn, the speaker's core's current
   ``dialog_history`` block (or its removal), for ``set_blocks`` to log when it
   changed, so the model's view of memory is in the session's log and a request
@@ -153,7 +155,21 @@ def _complete_and_record(turn: Turn, info: dict[str, Any], held: Sequence[servic
         for item in ((answered,) if recorded else (asked, answered))
         if (text := _text(item))
     ]
-    if not messages or memory_services.append_to_window(
+    if not messages:
+        return
+    if (
+        recorded
+        and old is not None
+        and memory_services.replace_in_window(
+            tenant_id=session.tenant_id,
+            user_id=speaker,
+            agent=turn.agent.name,
+            replaced=str(old.get("id")),
+            message=messages[0],
+        )
+    ):
+        return  # the new answer took the old one's place: memory holds one answer
+    if memory_services.append_to_window(
         tenant_id=session.tenant_id, user_id=speaker, agent=turn.agent.name, messages=messages
     ):
         return

@@ -248,3 +248,35 @@ def test_a_copy_made_right_after_a_rolling_hides_the_turns_it_rolled(
     # the kept turn, verbatim (a fork before turn 2's reply holds its prompt alone)
     assert said(seen, "alice turn 2") == (1 if how == "fork" else 2)
     assert seen[-1] == "alice in the copy"
+
+
+def test_a_regenerated_answer_replaces_the_one_it_regenerates_in_memory(chat, session, user):
+    """Known since the eighth QA round: the dialogue window was append-only, so a
+    regenerated reply left both answers in memory once both were rolled (its slice,
+    search, the digest). While the old answer is not rolled yet, the new one takes its
+    place in the window."""
+    from memory.models import DialogueMessage, MemoryMessage
+
+    say(session, "first question", user)
+    asked = say(session, "second question", user)
+    replaced = selectors.message_after(
+        tenant=session.tenant, session=session, message_id=asked["info"]["id"]
+    )
+    assert replaced is not None
+    runtime.regenerate(session=session, wait=True, speaker=user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    again = history[-1]["info"]["id"]
+    assert again != replaced["id"]
+    core = memory_selectors.find_core(tenant=session.tenant, user=user, agent="build")
+    window = list(
+        DialogueMessage.objects.filter(core=core).order_by("seq").values_list("message_id", "seq")
+    )
+    assert [m for m, _ in window][-2:] == [asked["info"]["id"], again]
+    assert replaced["id"] not in [m for m, _ in window]
+    assert [s for _, s in window] == list(range(window[0][1], window[0][1] + len(window)))
+    roll(session, user, keep=0)
+    remembered = set(
+        MemoryMessage.objects.filter(unit__core=core).values_list("message_id", flat=True)
+    )
+    assert again in remembered
+    assert replaced["id"] not in remembered
