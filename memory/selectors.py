@@ -22,6 +22,7 @@ from .exceptions import InvalidQuery, NotFound
 from .ids import is_valid_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .wire import (
+    HISTORY_HEAD_OLDER,
     core_wire,
     history_block_wire,
     history_digest_line,
@@ -307,8 +308,10 @@ def fit_history(
     first, and those it has no room for: at most ``FORGE_MEMORY_HISTORY_SLICES``, while
     the lines stay within ``FORGE_MEMORY_HISTORY_CHARS`` (the newest is shown whatever
     its length). What is left out is a suffix: the oldest. ``memory.digest`` condenses
-    exactly that, by the same rule, so the block's selection and the digest agree."""
+    exactly that, by the same rule, so the block's selection and the digest agree. The
+    budget holds the block's whole text: its first line (the longer of the two) too."""
     budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
+    budget -= len(HISTORY_HEAD_OLDER) + 2
     if digest is not None:
         budget -= len(digest) + 2
     kept: list[MemorySlice] = []

@@ -104,7 +104,7 @@ def test_the_block_stays_within_its_character_budget(tenant, user, settings):
     settings.FORGE_MEMORY_HISTORY_CHARS = 900
     core = long_chat(tenant, user, rollings=12)
     block = block_of(tenant, core)
-    assert len(block["text"]) <= 900 + len(HISTORY_HEAD) + 2
+    assert len(block["text"]) <= 900  # its first line included
     assert len(MemoryCore.objects.get(pk=core.pk).history_digest or "") <= digest.digest_chars()
     assert block["text"].startswith(HISTORY_HEAD + "\n\n")
     assert "Lisbon" in block["text"]
@@ -183,3 +183,16 @@ def test_within_a_sweep_the_cores_are_folded_in_a_batch(tenant, user, settings, 
     assert block["text"].startswith(HISTORY_HEAD + "\n\n[until ")
     assert "Lisbon" in block["text"]
     every_slice_once(tenant, core, block)
+
+
+def test_the_budget_holds_the_whole_text_its_first_line_too(tenant, user, settings):
+    """The first line ("Summaries of the earlier dialogue …") was not counted: the text
+    could exceed ``FORGE_MEMORY_HISTORY_CHARS`` by it."""
+    core = long_chat(tenant, user, rollings=6)
+    newest = max(len(s.summary) for s in MemorySlice.objects.filter(unit__core=core)) + 30
+    exceeded = []
+    for budget in range(newest + len(HISTORY_HEAD_OLDER) + 2, 2000, 7):
+        settings.FORGE_MEMORY_HISTORY_CHARS = budget
+        if len(block_of(tenant, core)["text"]) > budget:
+            exceeded.append(budget)
+    assert exceeded == []
