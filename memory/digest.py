@@ -8,7 +8,8 @@ nor summarized (a QA finding, HIGH). So, as compaction folds each summary into t
 :func:`condense_history` folds the slices the block has no room for into the core's
 ``history_digest``, which the block shows first. It runs after every rolling that wrote a
 slice (:func:`consumer`, an AfterRolling consumer the app registers), outside the
-rolling's transaction.
+rolling's transaction, and after every slice written without a rolling (a plugin's
+``update_memory_unit``, an import's ``restore_unit``: :func:`condense_on_commit`).
 
 Invariants:
 
@@ -37,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -49,7 +51,15 @@ from .results import RollingResult
 from .selectors import HISTORY_CHARS, fit_history
 from .wire import history_digest_line
 
-__all__ = ["batched", "condense", "condense_history", "consumer", "digest_chars", "flush"]
+__all__ = [
+    "batched",
+    "condense",
+    "condense_history",
+    "condense_on_commit",
+    "consumer",
+    "digest_chars",
+    "flush",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +161,15 @@ def _counted(digest: str | None, count: int) -> str:
     """A digest when the summaries gave no sentence that fits (one too long for the
     budget): at least it says how many were folded."""
     return (digest + "\n" if digest else "") + f"({count} earlier summaries)"
+
+
+def condense_on_commit(*, tenant_id: int, core_id: str) -> None:
+    """:func:`condense_history` once the caller's transaction commits (a slice written
+    without a rolling: ``services.update_memory_unit``, ``services.restore_unit``). A
+    failure is logged, never raised to the caller: its write is committed by then."""
+    transaction.on_commit(
+        partial(condense_history, tenant_id=tenant_id, core_id=core_id), robust=True
+    )
 
 
 def consumer(result: RollingResult) -> None:

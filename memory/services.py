@@ -31,7 +31,7 @@ from django.db.models import F
 from accounts.models import Tenant
 from accounts.selectors import is_member
 
-from . import search, sql
+from . import digest, search, sql
 from .exceptions import InvalidInput, NotFound, TenantMismatch
 from .ids import new_slice_id, new_unit_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
@@ -195,7 +195,9 @@ def update_memory_unit(
 
     Leaves the dialogue window alone (rolling does that); for plugins and imports. The
     slice (summary and messages: full text, then vectors) is indexed for search once
-    the transaction commits.
+    the transaction commits, and what the ``dialog_history`` block then has no room
+    for is folded into the core's history digest (``memory.digest``), as after a
+    rolling.
     """
     _check_core(tenant, core)
     now = now_ms()
@@ -235,6 +237,7 @@ def update_memory_unit(
             messages=tuple(m.text for m in rows),
         )
         transaction.on_commit(partial(search.index_slice, doc=doc))
+        digest.condense_on_commit(tenant_id=locked.tenant_id, core_id=core.pk)
     return MemoryUnit.objects.get(pk=unit_id), MemorySlice.objects.get(pk=slice_id)
 
 
@@ -244,7 +247,9 @@ def restore_unit(*, tenant: Tenant, core: MemoryCore, unit: Mapping[str, Any]) -
     ids and times filled, ranges clamped, slices ordered and made not to overlap.
 
     The unit's id and memory session must be new to the core. Its slices are indexed
-    for search (full text, then vectors) once the transaction commits.
+    for search (full text, then vectors) once the transaction commits, and what the
+    ``dialog_history`` block then has no room for (a restored unit's older slices, by
+    its ``updated_at``) is folded into the core's history digest (``memory.digest``).
     """
     _check_core(tenant, core)
     data = normalize_unit(unit, now=now_ms())
@@ -289,6 +294,7 @@ def restore_unit(*, tenant: Tenant, core: MemoryCore, unit: Mapping[str, Any]) -
         [MemorySlice(tenant=tenant, unit=created, **s) for s in data["slices"]], batch_size=500
     )
     transaction.on_commit(partial(search.index_slices, slice_ids))
+    digest.condense_on_commit(tenant_id=tenant.pk, core_id=core.pk)
     return created
 
 

@@ -196,3 +196,49 @@ def test_the_budget_holds_the_whole_text_its_first_line_too(tenant, user, settin
         if len(block_of(tenant, core)["text"]) > budget:
             exceeded.append(budget)
     assert exceeded == []
+
+
+def test_slices_written_without_a_rolling_are_folded_too(tenant, user, settings):
+    """A QA finding: the digest ran after rollings only, so slices a plugin wrote
+    (``update_memory_unit``) or an import restored (``restore_unit``, a unit older than
+    the core's by its ``updated_at``) pushed slices out of the block, shown neither on
+    their own line nor in the digest, until the core's next rolling."""
+    from django.test import TestCase
+
+    settings.FORGE_MEMORY_HISTORY_SLICES = 2
+    core = long_chat(tenant, user, rollings=3)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        for i in range(3):
+            services.update_memory_unit(
+                tenant=tenant,
+                core=MemoryCore.objects.get(pk=core.pk),
+                messages=[{"role": "user", "text": f"plugin {i}"}],
+                summary=f"user: plugin note {i}.",
+            )
+    block = block_of(tenant, core)
+    assert block["text"].startswith(HISTORY_HEAD + "\n\n[until ")
+    every_slice_once(tenant, core, block)
+    old = "2020-01-01T00:00:00.000Z"
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        services.restore_unit(
+            tenant=tenant,
+            core=MemoryCore.objects.get(pk=core.pk),
+            unit={
+                "memory_session_id": "mss_restored",
+                "updated_at": old,
+                "conversation_messages": [
+                    {"role": "user", "text": "My cat Zorro likes tuna.", "at": old}
+                ],
+                "slices": [
+                    {
+                        "start_index": 0,
+                        "end_index": 1,
+                        "summary": "user: My cat Zorro likes tuna.",
+                        "created_at": old,
+                    }
+                ],
+            },
+        )
+    block = block_of(tenant, core)
+    assert "Zorro" in block["text"]  # folded: the restored unit is the core's oldest
+    every_slice_once(tenant, core, block)
