@@ -1,6 +1,8 @@
 """Numbers in query strings and headers (``after``, ``limit``, ``at``, ``Last-Event-ID``),
-parsed one way for every face: ASCII digits only, bounded, or ``InvalidCursor`` (400);
-and yes/no flags (``wait``), or ``InvalidFlag`` (400)."""
+parsed one way for every face: ASCII digits only, bounded, or ``InvalidCursor`` (400;
+a route whose numbers are no cursor passes its own 400 as ``error``: the memory API's
+``offset``/``limit`` are ``InvalidQuery``); and yes/no flags (``wait``), or
+``InvalidFlag`` (400)."""
 
 from __future__ import annotations
 
@@ -10,23 +12,37 @@ from sessions.exceptions import InvalidCursor
 MAX_DIGITS = 18  # a seq or a count fits a signed 64-bit integer
 
 
-def parse_seq(raw: str | None, *, name: str, default: int) -> int:
-    """A non-negative integer, or ``default`` when ``raw`` is missing or empty.
+def parse_seq(
+    raw: str | None,
+    *,
+    name: str,
+    default: int,
+    error: type[ForgeError] = InvalidCursor,
+) -> int:
+    """A non-negative integer, or ``default`` when ``raw`` is missing or empty; else
+    ``error`` (a 400), its message naming ``name``.
 
     Nothing but ASCII digits: no sign, no white space (``int()`` strips it, so
     ``?after=%205`` read as 5 though the contract says digits only)."""
     if raw is None or raw == "":
         return default
     if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_DIGITS:
-        raise InvalidCursor(f"{name} must be a non-negative integer, got {raw[:40]!r}")
+        raise error(f"{name} must be a non-negative integer, got {raw[:40]!r}")
     return int(raw)
 
 
-def parse_limit(raw: str | None, *, name: str = "limit", default: int, maximum: int) -> int:
-    """An integer from 1 to ``maximum``, or ``default`` when missing."""
-    value = parse_seq(raw, name=name, default=default)
+def parse_limit(
+    raw: str | None,
+    *,
+    name: str = "limit",
+    default: int,
+    maximum: int,
+    error: type[ForgeError] = InvalidCursor,
+) -> int:
+    """An integer from 1 to ``maximum``, or ``default`` when missing; else ``error``."""
+    value = parse_seq(raw, name=name, default=default, error=error)
     if not 1 <= value <= maximum:
-        raise InvalidCursor(f"{name} must be from 1 to {maximum}")
+        raise error(f"{name} must be from 1 to {maximum}")
     return value
 
 

@@ -9,7 +9,9 @@
   its ``conversation_messages`` from ``offset`` (default 0), at most ``limit``
   (1..1000, default 500) of them; ``message_count``, ``offset`` and ``next`` (the
   URL of the following messages, or null) say where the page sits. Slice
-  indexes are always over the whole unit.
+  indexes are always over the whole unit. A bad ``offset`` or ``limit`` is 400
+  ``invalid_query`` (no cursor here; so is a bad search ``limit``); the core list's
+  ``limit`` and ``cursor`` are ``invalid_cursor``, as every cursor list's.
 * ``GET /api/memory/search/?q=&agent=&limit=``: the best ``limit`` (1..100,
   default 10) slices of the caller's own memory (their cores in the tenant; one
   agent's with ``agent``) that match ``q`` by summary or raw messages, in words or
@@ -227,11 +229,15 @@ class MemoryViewSet(GenericViewSet):
         responses=MemoryUnitSerializer,
     )
     def unit(self, request: Request, pk: str) -> Response:
-        offset = parse_seq(request.query_params.get("offset"), name="offset", default=0)
+        # No cursor here: a bad offset or limit is the memory API's invalid_query.
+        offset = parse_seq(
+            request.query_params.get("offset"), name="offset", default=0, error=InvalidQuery
+        )
         limit = parse_limit(
             request.query_params.get("limit"),
             default=MESSAGES_PAGE_DEFAULT,
             maximum=MESSAGES_PAGE_MAX,
+            error=InvalidQuery,
         )
         unit = selectors.get_unit(tenant=self.tenant, unit_id=pk, user=self.reader)
         end = offset + limit
@@ -260,7 +266,10 @@ class MemoryViewSet(GenericViewSet):
             raise InvalidQuery("give the words to look for: ?q=…")
         agent = agent_param(request.query_params.get("agent"))
         limit = parse_limit(
-            request.query_params.get("limit"), default=SEARCH_DEFAULT, maximum=SEARCH_MAX
+            request.query_params.get("limit"),
+            default=SEARCH_DEFAULT,
+            maximum=SEARCH_MAX,
+            error=InvalidQuery,
         )
         tenant = self.tenant  # authenticates: the caller is a user of this tenant
         user = request.user

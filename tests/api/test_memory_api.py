@@ -224,12 +224,12 @@ def test_query_syntax_is_plain_text_never_a_500(api, mine, query, settings):
     [
         ("/api/memory/search/", "invalid_query"),
         ("/api/memory/search/?q=" + "a" * 1001, "invalid_query"),
-        ("/api/memory/search/?q=x&limit=0", "invalid_cursor"),
-        ("/api/memory/search/?q=x&limit=101", "invalid_cursor"),
-        ("/api/memory/search/?q=x&limit=-1", "invalid_cursor"),
-        ("/api/memory/search/?q=x&limit=ten", "invalid_cursor"),
-        ("/api/memory/search/?q=x&limit=%D9%A3", "invalid_cursor"),  # Arabic-Indic 3
-        ("/api/memory/search/?q=x&limit=%EF%BC%95", "invalid_cursor"),  # fullwidth 5
+        ("/api/memory/search/?q=x&limit=0", "invalid_query"),
+        ("/api/memory/search/?q=x&limit=101", "invalid_query"),
+        ("/api/memory/search/?q=x&limit=-1", "invalid_query"),
+        ("/api/memory/search/?q=x&limit=ten", "invalid_query"),
+        ("/api/memory/search/?q=x&limit=%D9%A3", "invalid_query"),  # Arabic-Indic 3
+        ("/api/memory/search/?q=x&limit=%EF%BC%95", "invalid_query"),  # fullwidth 5
         ("/api/memory/search/?q=x&agent=" + "a" * 65, "invalid_query"),
         ("/api/memory/search/?q=x&agent=a%00b", "invalid"),  # a NUL anywhere: forge/nul.py
         ("/api/memory/search/?q=%00rocket", "invalid"),
@@ -242,16 +242,41 @@ def test_query_syntax_is_plain_text_never_a_500(api, mine, query, settings):
         ("/api/memory/cores/?agent=%0a", "invalid_query"),
         ("/api/memory/cores/?agent=%20build", "invalid_query"),
         ("/api/memory/search/?q=x&agent=build%09", "invalid_query"),
-        ("/api/memory/units/{unit}/?limit=1001", "invalid_cursor"),
-        ("/api/memory/units/{unit}/?offset=-1", "invalid_cursor"),
-        ("/api/memory/units/{unit}/?offset=%D9%A3", "invalid_cursor"),
-        ("/api/memory/units/{unit}/?offset=9999999999999999999", "invalid_cursor"),
+        ("/api/memory/units/{unit}/?limit=1001", "invalid_query"),
+        ("/api/memory/units/{unit}/?offset=-1", "invalid_query"),
+        ("/api/memory/units/{unit}/?offset=%D9%A3", "invalid_query"),
+        ("/api/memory/units/{unit}/?offset=9999999999999999999", "invalid_query"),
     ],
 )
 def test_bad_input_is_a_400_with_a_json_error(api, mine, url, code):
     response = api.get(url.format(unit=unit_of(mine).pk))
     assert response.status_code == 400, response.content
     assert error(response)["code"] == code
+
+
+# A unit's page and a search have no cursor: a bad ``limit`` or ``offset`` there was
+# ``invalid_cursor``, which names nothing the client sent. It is ``invalid_query`` (the
+# memory API's code for a bad query parameter) and the message names the parameter. The
+# core list is paged with a cursor, so its ``limit`` stays ``invalid_cursor`` as every
+# cursor list's (test above).
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("/api/memory/units/{unit}/?limit=abc", "limit"),
+        ("/api/memory/units/{unit}/?limit=-1", "limit"),
+        ("/api/memory/units/{unit}/?limit=0", "limit"),
+        ("/api/memory/units/{unit}/?offset=x", "offset"),
+        ("/api/memory/units/{unit}/?offset=%201", "offset"),
+        ("/api/memory/search/?q=x&limit=abc", "limit"),
+        ("/api/memory/search/?q=x&limit=1e3", "limit"),
+    ],
+)
+def test_a_bad_limit_or_offset_without_a_cursor_is_invalid_query_naming_it(api, mine, url, name):
+    response = api.get(url.format(unit=unit_of(mine).pk))
+    assert response.status_code == 400, response.content
+    body = error(response)
+    assert body["code"] == "invalid_query"
+    assert body["message"].startswith(f"{name} must be"), body
 
 
 # --- isolation, methods, auth -----------------------------------------------------------------
