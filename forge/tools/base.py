@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TIMEOUT = 30.0  # seconds; settings.FORGE_TOOL_TIMEOUT overrides per call site
+# The ``maximum`` of a built-in tool's integer argument that names no smaller one: message
+# indexes, line numbers and counts are 32-bit. JSON Schema counts ``1e30`` as an integer,
+# so without a maximum it reached the tool (as 10**30, be8abfb) instead of an error.
+INT_ARG_MAX = 2**31 - 1
 
 
 class ToolError(Exception):

@@ -163,7 +163,7 @@ def prepare_call(
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise ToolError(_truncate(message, MAX_ERROR_CHARS), metadata={"input": args})
-    return item, _whole_numbers(item.parameters, args)
+    return item, _whole_numbers(name, item.parameters, args)
 
 
 def _no_constant(name: str) -> Any:
@@ -181,11 +181,18 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _whole_numbers(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+_EXACT_MAX = 2**53  # the largest float below which every integer is one exactly
+
+
+def _whole_numbers(name: str, schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     """``args`` with a top-level ``integer`` property given as a whole float (``2.0``,
     ``1e3``: JSON Schema's integers too, and what JSON encoders write) made an ``int``,
     so that a tool sees the type its schema names. ``2.0`` was refused by a tool that
-    checks its types while ``1e3`` went through as ``1000.0`` (QA)."""
+    checks its types while ``1e3`` went through as ``1000.0`` (QA).
+
+    A float past 2**53 is no exact integer (``1e30`` would be 10**30 plus some): a
+    ``ToolError``, not a rounded value. A built-in tool's integers have a ``maximum``
+    (``INT_ARG_MAX`` at most), so this reaches only a tool that names none (MCP)."""
     properties = schema.get("properties")
     if not isinstance(properties, dict):
         return args
@@ -195,6 +202,12 @@ def _whole_numbers(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, An
         kinds = prop.get("type") if isinstance(prop, dict) else None
         wanted = kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds)
         if wanted and isinstance(value, float) and value.is_integer():
+            if abs(value) > _EXACT_MAX:
+                raise ToolError(
+                    f"invalid input for {name}: {key}: {value!r} is too large to be an exact "
+                    f"integer (at most {_EXACT_MAX} as a number with a fraction or exponent)",
+                    metadata={"input": args},
+                )
             fixed[key] = int(value)
     return fixed
 

@@ -41,7 +41,7 @@ from memory.search import QUERY_MAX
 from memory.times import format_time
 from sessions import selectors as sessions
 
-from .base import ToolContext, ToolError, ToolResult
+from .base import INT_ARG_MAX, ToolContext, ToolError, ToolResult
 from .registry import tool
 
 SEARCH_DEFAULT = 5
@@ -300,8 +300,18 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         "properties": {
             "slice_id": {**ID, "description": "A slice id from memory_search."},
             "unit_id": {**ID, "description": "A unit id from memory_search."},
-            "start": {"type": "integer", "minimum": 0, "description": "First message index."},
-            "end": {"type": "integer", "minimum": 0, "description": "Index after the last one."},
+            "start": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": INT_ARG_MAX,
+                "description": "First message index.",
+            },
+            "end": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": INT_ARG_MAX,
+                "description": "Index after the last one.",
+            },
         },
         "additionalProperties": False,
     },

@@ -22,7 +22,7 @@ from sessions.exceptions import InvalidCursor
 from sessions.models import Session
 from sessions.recall import SearchHit, message_of_part, read_messages, search_history
 
-from .base import ToolContext, ToolError, ToolResult
+from .base import INT_ARG_MAX, ToolContext, ToolError, ToolResult
 from .registry import tool
 from .session_files import whole_output
 
@@ -122,7 +122,7 @@ def _render_part(part: dict[str, Any]) -> str | None:
             "start": {"type": "string"},
             "end": {"type": "string"},
             "part_id": {"type": "string"},
-            "offset": {"type": "integer", "minimum": 0},
+            "offset": {"type": "integer", "minimum": 0, "maximum": INT_ARG_MAX},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
         },
         "additionalProperties": False,

@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .base import ToolContext, ToolError, ToolResult
+from .base import INT_ARG_MAX, ToolContext, ToolError, ToolResult
 from .execute import MAX_OUTPUT_CHARS
 from .registry import tool
 from .sandbox import (
@@ -199,9 +199,15 @@ def _fit(text: str, limit: int) -> tuple[str, int, bool]:
             "offset": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": INT_ARG_MAX,
                 "description": "Line number to start at (1-based).",
             },
-            "limit": {"type": "integer", "minimum": 1, "description": "How many lines to read."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": INT_ARG_MAX,
+                "description": "How many lines to read.",
+            },
         },
         "required": ["path"],
         "additionalProperties": False,

@@ -21,6 +21,7 @@ from forge.tools import (
     temporary_tools,
 )
 from forge.tools.execute import MAX_OUTPUT_CHARS
+from forge.tools.registry import all_tools
 
 from . import make_context
 
@@ -193,6 +194,77 @@ def test_several_problems_are_counted() -> None:
         prepare_call("read_file", '{"offset": 0, "limit": 0}')
     assert info.value.message.startswith("invalid input for read_file: ")
     assert "more problem" in info.value.message
+
+
+# An integer argument past what the tool can use (2**31 - 1: message indexes, line numbers
+# and counts are 32-bit) is the model's error, told to it by the schema. ``1e30`` is an
+# integer to JSON Schema, and whole floats reach the tool as ints (be8abfb): unbounded,
+# memory_read went on with start 1000000000000000019884624838656 and showed it.
+INT_MAX = 2**31 - 1
+
+
+def _integer_properties(schema: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(schema, dict):
+        kinds = schema.get("type")
+        if kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds):
+            yield where, schema
+        for key, value in schema.items():
+            yield from _integer_properties(value, f"{where}.{key}")
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            yield from _integer_properties(value, f"{where}.{index}")
+
+
+def test_every_builtin_integer_argument_is_bounded() -> None:
+    names = {item.name for item in all_tools()}
+    assert {"memory_read", "memory_search", "history_read", "read_file"} <= names
+    found = 0
+    for item in all_tools():
+        for where, prop in _integer_properties(item.parameters, item.name):
+            found += 1
+            assert isinstance(prop.get("minimum"), int), where
+            assert isinstance(prop.get("maximum"), int), where
+            assert prop["minimum"] <= prop["maximum"] <= INT_MAX, where
+    assert found >= 7
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("memory_read", {"unit_id": "mun_x", "start": 1e30}),
+        ("memory_read", {"unit_id": "mun_x", "end": 1e30}),
+        ("memory_read", {"unit_id": "mun_x", "start": 10**30}),
+        ("memory_read", {"unit_id": "mun_x", "start": INT_MAX + 1}),
+        ("memory_search", {"query": "x", "limit": 1e30}),
+        ("history_read", {"part_id": "prt_x", "offset": 1e30}),
+        ("history_read", {"limit": 1e30}),
+        ("read_file", {"path": "a", "offset": 1e30}),
+        ("read_file", {"path": "a", "limit": 1e30}),
+    ],
+)
+def test_an_integer_beyond_the_tools_range_is_refused_not_rounded(
+    name: str, args: dict[str, Any]
+) -> None:
+    with pytest.raises(ToolError) as info:
+        prepare_call(name, json.dumps(args))
+    assert info.value.message.startswith(f"invalid input for {name}: ")
+    assert "is greater than the maximum of" in info.value.message
+
+
+def test_a_whole_float_too_large_to_be_exact_is_refused_by_a_tool_without_a_maximum() -> None:
+    """A tool of its own (an MCP server's) may name an integer without a maximum: a whole
+    float past 2**53 is no exact integer, so it is refused rather than rounded."""
+    schema: dict[str, Any] = {"properties": {"n": {"type": "integer"}}}
+    with temporary_tools(make("counts", lambda ctx, args: "", **schema)):
+        assert prepare_call("counts", '{"n": 9007199254740992.0}')[1] == {"n": 2**53}
+        assert prepare_call("counts", json.dumps({"n": 10**30}))[1] == {"n": 10**30}
+        with pytest.raises(ToolError) as info:
+            prepare_call("counts", '{"n": 1e30}')
+    assert info.value.message == (
+        "invalid input for counts: n: 1e+30 is too large to be an exact integer "
+        "(at most 9007199254740992 as a number with a fraction or exponent)"
+    )
+    assert info.value.metadata == {"input": {"n": 1e30}}
 
 
 # --- execute: results -------------------------------------------------------------------

@@ -233,9 +233,14 @@ async def test_read_a_units_range(ctx, memories):
     assert [line[:3] for line in part.output.splitlines()[1:]] == ["[1]", "[2]"]
     tail = await call("memory_read", {"unit_id": item.unit_id, "start": 2}, ctx)
     assert tail.output.splitlines()[0].startswith("Messages [2, 4) of unit")
-    for start in (50, 10**30):
+    for start in (50, 2**31 - 1):  # past the unit's end, within an index's range
         beyond = await call("memory_read", {"unit_id": item.unit_id, "start": start}, ctx)
         assert "(no messages in this range)" in beyond.output
+    # Past any index a unit can have (32-bit): the schema's maximum, an error the model
+    # sees (10**30 was read as an empty range, and 1e30 shown as 10**30 plus some).
+    assert "is greater than the maximum of 2147483647" in await refused(
+        "memory_read", {"unit_id": item.unit_id, "start": 10**30}, ctx
+    )
     assert "must not be below" in await refused(
         "memory_read", {"unit_id": item.unit_id, "start": 3, "end": 1}, ctx
     )
@@ -263,6 +268,9 @@ async def test_whole_numbers_written_as_floats_are_integers(ctx, memories):
         ({"slice_id": "msl_x", "start": 1}, '"start" and "end" go with "unit_id"'),
         ({"unit_id": "mun_x", "start": -1}, "less than the minimum"),
         ({"unit_id": "mun_x", "end": 1.5}, "is not of type 'integer'"),
+        # 1e30 is an integer to JSON Schema: it was read from 10**30 on, shown so (QA).
+        ({"unit_id": "mun_x", "start": 1e30}, "is greater than the maximum of 2147483647"),
+        ({"unit_id": "mun_x", "end": 1e30}, "is greater than the maximum of 2147483647"),
         ({"slice_id": ""}, "should be non-empty"),
         ({"slice_id": "msl_missing"}, "no memory slice 'msl_missing'"),
         ({"unit_id": "not an id"}, "no memory unit 'not an id'"),
