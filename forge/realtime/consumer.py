@@ -1,7 +1,8 @@
 """The session socket: ``/ws/sessions/{id}/?after=SEQ`` (CONTRACT §4).
 
-On connect the log after ``after``, then snapshots of what is still streaming,
-then live frames, with no gap and no duplicate (``forge.realtime.stream``).
+On connect the log after ``after``, then snapshots of what is still streaming, then
+one ``session.status`` (``busy`` or ``idle``: what the session is doing now), then live
+frames, with no gap and no duplicate (``forge.realtime.stream``).
 Client frames: ``prompt``, ``abort``, ``ping``, and ``snapshot`` (ask again for
 the text of streaming parts). Turns run as their own tasks; this consumer only
 starts and stops them through ``forge.runtime``, which validates the prompt.
@@ -133,6 +134,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         try:
             for frame in await self.stream.backlog():
                 await self._send(frame)
+            # What the session does now: a client learnt it only at the next change.
+            busy = await database_sync_to_async(runtime.is_busy)(
+                session_id=self.session.pk, tenant_id=self.session.tenant_id
+            )
+            await self._send(self.stream.status_now(busy=busy))
         except Disconnected:  # the client left while its backlog was sent: no error
             await self._unsubscribe()
             return

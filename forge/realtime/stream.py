@@ -39,7 +39,7 @@ from django.conf import settings
 
 from sessions import selectors
 from sessions.exceptions import InvalidCursor
-from sessions.frames import Frame, event_frame, snapshot_frame
+from sessions.frames import Frame, event_frame, snapshot_frame, status_frame
 from sessions.models import Session
 
 SnapshotSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
@@ -107,6 +107,16 @@ class SessionStream:
             self._note_event(frame)
         frames += await self._snapshots(only=None)
         return frames
+
+    def status_now(self, *, busy: bool) -> Frame:
+        """The ``session.status`` frame a socket sends after its backlog: ``busy`` while a
+        live runner holds the session's lease (``forge.runtime.is_busy``, read after the
+        subscription opened, so a later change follows it live), else ``idle``. A turn
+        retrying reads as ``busy`` until its next ``retry`` frame. A busy session opens
+        the turn for this stream, whose start the backlog (after ``after``) may not hold."""
+        if busy:
+            self.turn_open = True
+        return status_frame(self.session.pk, "busy" if busy else "idle")
 
     async def _events_after(self, seq: int, upto: int | None = None) -> list[Frame]:
         frames: list[Frame] = []

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.runtime.test_turns import text_reply, tool_reply
 
-from .test_socket import finished, frames_until, socket, until_ack
+from .test_socket import backlog, finished, frames_until, socket, until_ack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -104,7 +104,7 @@ async def test_the_counters_move_after_a_turn_through_the_socket(
 
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)  # session.created, then the status
     during = await sync_to_async(scrape)(client)
     streams = ("forge_streams_open", (("face", "socket"),))
     assert during[streams] == before.get(streams, 0) + 1

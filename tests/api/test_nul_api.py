@@ -16,7 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from sessions.models import Session, SessionEvent
 
 from .conftest import error
-from .test_socket import frames_until, socket
+from .test_socket import backlog, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,7 +115,7 @@ async def test_a_socket_prompt_naming_an_agent_with_a_nul_gets_an_error_frame(
     """The agent's name reached PostgreSQL in a lookup (a ``DataError``)."""
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)  # session.created, then the status
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "agent": "bu\x00ild"}))
     reply = json.loads(await ws.receive_from(timeout=5))
     assert (reply["kind"], reply["code"]) == ("error", "unknown_agent")
@@ -174,7 +174,7 @@ def test_a_surrogate_pair_in_a_json_body_is_text(api, session):
 async def test_a_socket_frame_holding_a_lone_surrogate_gets_an_error_frame(session, token, agents):
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)  # session.created, then the status
     for frame, code, extra in (
         ({"type": "prompt", "text": "hi", "agent": f"bu{LONE}ild"}, "invalid_prompt", {}),
         (

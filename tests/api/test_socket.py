@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from forge.asgi import application
+from forge.runtime import lease
 from sessions import services
 from tests.frames import Text
 from tests.replies import paced, words
@@ -42,6 +43,12 @@ async def frames_until(
             # is this helper's.
             frames.append(json.loads(await ws.receive_from(timeout=timeout)))
     return frames
+
+
+async def backlog(ws: WebsocketCommunicator) -> list[dict[str, Any]]:
+    """What a socket sends on connect: the log after ``after``, snapshots of streaming
+    parts, and last the session's status (``session.status``)."""
+    return await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "status")
 
 
 async def until_ack(ws: WebsocketCommunicator) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -218,14 +225,44 @@ async def test_on_connect_the_log_after_the_seq_is_replayed_in_order(session, to
         )
     ws = socket(session.pk, token)
     assert (await ws.connect())[0]
-    frames = await frames_until(ws, lambda f: len(f) == 7)
-    assert [f["seq"] for f in frames] == list(range(1, 8))
-    assert all(f["kind"] == "event" for f in frames)
+    frames = await backlog(ws)
+    assert [f["seq"] for f in frames[:-1]] == list(range(1, 8))
+    assert all(f["kind"] == "event" for f in frames[:-1])
+    assert frames[-1]["status"] == "idle"
     await ws.disconnect()
     later = socket(session.pk, token, after=5)
     await later.connect()
-    frames = await frames_until(later, lambda f: len(f) == 2)
-    assert [f["seq"] for f in frames] == [6, 7]
+    frames = await backlog(later)
+    assert [f["seq"] for f in frames[:-1]] == [6, 7]
+    assert await later.receive_nothing(timeout=0.2)
+    await later.disconnect()
+
+
+async def test_on_connect_the_sessions_status_follows_the_backlog(session, token, user_message):
+    """A client that (re)connects is told whether a turn runs now (CONTRACT §4: backlog,
+    then one ``session.status``, then live frames): it used to learn it only at the next
+    change, so a page opened mid-reply showed an idle session until the reply ended."""
+    ws = socket(session.pk, token)
+    assert (await ws.connect())[0]
+    frames = await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "status")
+    assert [f["kind"] for f in frames] == ["event", "event", "status"]
+    assert frames[-1] == {
+        "kind": "status",
+        "type": "session.status",
+        "session_id": session.pk,
+        "status": "idle",
+        "attempt": None,
+        "next_at": None,
+    }
+    assert await ws.receive_nothing(timeout=0.2)
+    await ws.disconnect()
+
+    # A turn holds the session's lease (in any process): busy, after the backlog.
+    await database_sync_to_async(lease.acquire)(session=session, message_id="msg_running")
+    later = socket(session.pk, token, after=2)
+    assert (await later.connect())[0]
+    status = json.loads(await later.receive_from(timeout=20))
+    assert (status["kind"], status["status"]) == ("status", "busy")
     assert await later.receive_nothing(timeout=0.2)
     await later.disconnect()
 
@@ -234,7 +271,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
     settings.FORGE_MODEL = "offline/echo"
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    await backlog(ws)  # session.created, then the status
     await ws.send_to(
         text_data=json.dumps({"type": "prompt", "text": "stream this now", "client_id": "c1"})
     )
@@ -303,7 +340,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
 ):
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     await ws.send_to(text_data=frame)
     reply = json.loads(await ws.receive_from(timeout=5))
     assert reply["kind"] == "error"
@@ -390,7 +427,7 @@ async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
 
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     monkeypatch.setattr(layer, "group_send", lossy)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
     ack, before = await until_ack(ws)
@@ -435,7 +472,7 @@ async def test_losing_the_last_events_of_a_reply_is_repaired_once_the_stream_goe
 
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     monkeypatch.setattr(layer, "group_send", lose_the_tail)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "the end matters"}))
     ack, before = await until_ack(ws)
@@ -456,7 +493,7 @@ async def test_a_prompt_refused_as_busy_still_sees_the_running_turn_end(
     settings.FORGE_ECHO_DELAY = 0.05
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    await backlog(ws)  # session.created, then the status
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": " ".join(["word"] * 20)}))
     await until_ack(ws)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "again", "client_id": "c2"}))
@@ -486,7 +523,7 @@ async def test_the_socket_shares_the_prompt_throttle_with_http(
     assert first.status_code == 400  # counted, like any prompt
     ws = socket(session.pk, token)
     await ws.connect()
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "client_id": "c"}))
     frame = json.loads(await ws.receive_from(timeout=5))
     assert (frame["kind"], frame["code"], frame["client_id"]) == ("error", "throttled", "c")
@@ -503,7 +540,7 @@ async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, 
     first, second = socket(session.pk, token), socket(session.pk, token)
     for ws in (first, second):
         assert (await ws.connect())[0]
-        await frames_until(ws, lambda f: len(f) == 1)
+        await backlog(ws)
     third = socket(session.pk, token)
     await third.connect()
     frame = json.loads(await third.receive_from(timeout=5))
@@ -517,7 +554,7 @@ async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, 
     await first.disconnect()
     again = socket(session.pk, token)
     assert (await again.connect())[0]
-    await frames_until(again, lambda f: len(f) == 1)  # a closed socket gave its place back
+    await backlog(again)  # a closed socket gave its place back
     for ws in (second, again):
         await ws.disconnect()
 
@@ -542,7 +579,7 @@ async def test_opening_a_stream_counts_against_the_users_api_rate(
     stream_url = f"/api/sessions/{session.pk}/stream/"
     ws = socket(session.pk, token)
     assert (await ws.connect())[0]  # the first request
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     await ws.disconnect()
     listed = await AsyncClient().get("/api/sessions/", headers=auth)  # the second
     assert listed.status_code == 200
@@ -590,6 +627,6 @@ async def test_a_client_leaving_while_its_backlog_is_sent_is_no_error(
     monkeypatch.setattr(consumer_module.SessionConsumer, "_send", send)
     again = socket(session.pk, token)
     assert (await again.connect())[0]
-    await frames_until(again, lambda f: len(f) == 1)  # the place was given back
+    await backlog(again)  # the place was given back
     await again.disconnect()
     assert not [r for r in caplog.records if r.levelname == "ERROR"]

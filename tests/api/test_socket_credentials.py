@@ -19,7 +19,7 @@ from accounts.models import Membership
 from forge.asgi import application
 from sessions.models import Message
 
-from .test_socket import ORIGIN, frames_until, socket, until_ack
+from .test_socket import ORIGIN, backlog, frames_until, socket, until_ack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -52,7 +52,7 @@ async def _prompt_is_refused(ws: WebsocketCommunicator) -> None:
 async def _connected(session: Any, token: str) -> WebsocketCommunicator:
     ws = socket(session.pk, token)
     assert (await ws.connect())[0]
-    await frames_until(ws, lambda f: len(f) == 1)  # session.created
+    await backlog(ws)  # session.created, then the status
     return ws
 
 
@@ -85,7 +85,7 @@ async def test_a_browser_socket_stops_prompting_once_its_session_logs_out(
         headers=[ORIGIN, (b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={cookie}".encode())],
     )
     assert (await ws.connect())[0]
-    await frames_until(ws, lambda f: len(f) == 1)
+    await backlog(ws)
     await database_sync_to_async(client.logout)()
     await _prompt_is_refused(ws)
 
