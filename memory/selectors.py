@@ -7,7 +7,7 @@ raise ``NotFound`` (or give an empty result, for searches and lists).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,24 +302,30 @@ def history_block(
 
 
 def fit_history(
-    newest_first: Sequence[MemorySlice], *, digest: str | None
+    newest_first: Sequence[MemorySlice],
+    *,
+    digest: Sized | None,
+    line_length: Callable[[MemorySlice], int] | None = None,
 ) -> tuple[list[MemorySlice], list[MemorySlice]]:
     """The slices the block shows after its ``digest`` line (None: no digest), newest
     first, and those it has no room for: at most ``FORGE_MEMORY_HISTORY_SLICES``, while
     the lines stay within ``FORGE_MEMORY_HISTORY_CHARS`` (the newest is shown whatever
     its length). What is left out is a suffix: the oldest. ``memory.digest`` condenses
     exactly that, by the same rule, so the block's selection and the digest agree. The
-    budget holds the block's whole text: its first line (the longer of the two) too."""
+    budget holds the block's whole text: its first line (the longer of the two) too.
+
+    ``line_length``: a slice's line's length, when its summary was not read (the
+    digest's check reads only the lengths)."""
     budget = int(getattr(settings, "FORGE_MEMORY_HISTORY_CHARS", HISTORY_CHARS))
     budget -= len(HISTORY_HEAD_OLDER) + 2
     if digest is not None:
         budget -= len(digest) + 2
     kept: list[MemorySlice] = []
     for item in newest_first[: history_slices()]:
-        line = history_line(item)
-        if kept and budget - len(line) < 0:
+        length = line_length(item) if line_length else len(history_line(item))
+        if kept and budget - length < 0:
             break
-        budget -= len(line) + 2
+        budget -= length + 2
         kept.append(item)
     return kept, list(newest_first[len(kept) :])
 

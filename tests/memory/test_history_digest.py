@@ -242,3 +242,16 @@ def test_slices_written_without_a_rolling_are_folded_too(tenant, user, settings)
     block = block_of(tenant, core)
     assert "Zorro" in block["text"]  # folded: the restored unit is the core's oldest
     every_slice_once(tenant, core, block)
+
+
+def test_the_batch_check_measures_lines_as_the_block_writes_them(tenant, user):
+    """A sweep's check reads the lengths of the summaries, not the summaries: a line's
+    length must be the one ``wire.history_line`` gives (CJK counts a character each)."""
+    from memory.digest import _line, _not_digested_of
+    from memory.wire import history_line
+
+    core = chat(tenant, user, FACTS)
+    chat(tenant, user, [[{"role": "user", "text": "我叫李娜\u3002我住在上海市\u3002"}]])
+    roll_committed(core, force=True)
+    [measured] = _not_digested_of([core.pk])[core.pk]
+    assert _line(measured) == len(history_line(MemorySlice.objects.get(pk=measured.pk)))
