@@ -273,10 +273,13 @@ TABLES = [t for t in citus.DISTRIBUTED if t not in ("forge_retiredusage", "forge
 
 
 # The columns added by the keys migration and after it: the lease's (budget
-# reservations), the session's (the seq through which its log is a copy).
+# reservations), the session's (the seq through which its log is a copy), memory's
+# history digest (a core's digest, a slice's ``digested``).
 COLUMNS_SINCE = {
     "forge_sessionlease": ("tenant_id", "reserved_by", "reserved_tokens", "reserved_cost_nanos"),
     "forge_sessions_session": ("copied_through",),
+    "memory_memorycore": ("history_digest", "history_digest_at"),
+    "memory_memoryslice": ("digested",),
 }
 
 
