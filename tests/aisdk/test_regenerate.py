@@ -222,11 +222,19 @@ def test_memory_records_a_regenerated_answer_without_repeating_its_prompt(sessio
     window = memory.dialogue_window(tenant=session.tenant, core=core)
     answer = first.reply["parts"]  # the echo: the same text both times
     assert any(p["type"] == "text" and p["text"] == "remember me" for p in answer)
+    # The new answer took the old one's place (the old one was not rolled yet): memory
+    # holds one answer, as the chat shows one.
     assert [(m["role"], m["text"]) for m in window] == [
         ("user", "remember me"),
         ("assistant", "remember me"),
-        ("assistant", "remember me"),
     ]
+    from memory.models import DialogueMessage
+
+    assert list(
+        DialogueMessage.objects.filter(core=core)
+        .order_by("seq")
+        .values_list("message_id", flat=True)
+    ) == [first.message["info"]["id"], again.assistant_message_id]
 
 
 def test_a_reply_whose_turn_compacted_can_be_regenerated(session, agents):
