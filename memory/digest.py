@@ -159,8 +159,10 @@ def _not_digested(tenant_id: int, core_id: str) -> list[MemorySlice]:
 
 def _counted(digest: str | None, count: int) -> str:
     """A digest when the summaries gave no sentence that fits (one too long for the
-    budget): at least it says how many were folded."""
-    return (digest + "\n" if digest else "") + f"({count} earlier summaries)"
+    budget): at least it says how many were folded, within :func:`digest_chars`."""
+    note = f"({count} earlier summaries)"
+    text = (digest + "\n" if digest else "") + note
+    return text if len(text) <= digest_chars() else note
 
 
 def condense_on_commit(*, tenant_id: int, core_id: str) -> None:

@@ -255,3 +255,11 @@ def test_the_batch_check_measures_lines_as_the_block_writes_them(tenant, user):
     roll_committed(core, force=True)
     [measured] = _not_digested_of([core.pk])[core.pk]
     assert _line(measured) == len(history_line(MemorySlice.objects.get(pk=measured.pk)))
+
+
+def test_a_fold_with_no_sentence_that_fits_says_how_many_within_the_budget():
+    from memory.digest import _counted
+
+    assert _counted(None, 3) == "(3 earlier summaries)"
+    assert _counted("user: Clara lives in Lisbon.", 2).endswith("\n(2 earlier summaries)")
+    assert _counted("x" * digest.digest_chars(), 4) == "(4 earlier summaries)"
