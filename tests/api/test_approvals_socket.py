@@ -34,7 +34,7 @@ async def test_an_approval_frame_answers_and_the_reply_finishes(
     settings.FORGE_TOOL_APPROVAL = {"write_file": "ask"}
     script([tool_reply("write_file", WRITE), text_reply("socket approved")])
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "write"}))
     ack, _ = await until_ack(ws)
     await frames_until(ws, _awaiting)

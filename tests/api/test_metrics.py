@@ -103,7 +103,7 @@ async def test_the_counters_move_after_a_turn_through_the_socket(
     before = await sync_to_async(scrape)(client)
 
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)  # session.created, then the status
     during = await sync_to_async(scrape)(client)
     streams = ("forge_streams_open", (("face", "socket"),))

@@ -114,7 +114,7 @@ async def test_a_socket_prompt_naming_an_agent_with_a_nul_gets_an_error_frame(
 ):
     """The agent's name reached PostgreSQL in a lookup (a ``DataError``)."""
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)  # session.created, then the status
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "agent": "bu\x00ild"}))
     reply = json.loads(await ws.receive_from(timeout=5))
@@ -173,7 +173,7 @@ def test_a_surrogate_pair_in_a_json_body_is_text(api, session):
 
 async def test_a_socket_frame_holding_a_lone_surrogate_gets_an_error_frame(session, token, agents):
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)  # session.created, then the status
     for frame, code, extra in (
         ({"type": "prompt", "text": "hi", "agent": f"bu{LONE}ild"}, "invalid_prompt", {}),

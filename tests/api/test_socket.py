@@ -72,7 +72,7 @@ def finished(message_id: str) -> Any:
 async def test_unauthenticated_sockets_close_4401(session):
     for token in (None, "not-a-token"):
         ws = socket(session.pk, token)
-        connected, _ = await ws.connect()
+        connected, _ = await ws.connect(timeout=10)
         assert connected
         assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4401}
         await ws.disconnect()
@@ -82,7 +82,7 @@ async def test_a_token_in_the_query_string_is_not_accepted(session, token):
     ws = WebsocketCommunicator(
         application, f"/ws/sessions/{session.pk}/?token={token}", headers=[ORIGIN]
     )
-    await ws.connect()
+    await ws.connect(timeout=10)
     assert (await ws.receive_output(timeout=5))["code"] == 4401
     await ws.disconnect()
 
@@ -94,7 +94,7 @@ async def test_a_bad_after_gets_an_error_frame_and_closes_4400(session, token, a
         f"/ws/sessions/{session.pk}/?after={after}",
         headers=[ORIGIN, (b"authorization", f"Token {token}".encode())],
     )
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert connected
     frame = await ws.receive_json_from(timeout=5)
     assert (frame["kind"], frame["code"]) == ("error", "invalid_cursor")
@@ -127,7 +127,7 @@ async def test_another_tenants_session_and_unknown_ids_close_4404(session, stran
         ("bad id!", token),
     ):
         ws = socket(session_id, who)
-        await ws.connect()
+        await ws.connect(timeout=10)
         assert (await ws.receive_output(timeout=5))["code"] == 4404
         await ws.disconnect()
 
@@ -141,7 +141,7 @@ async def test_a_foreign_origin_is_refused(session, token):
             (b"authorization", f"Token {token}".encode()),
         ],
     )
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert not connected
     await ws.disconnect()
 
@@ -183,7 +183,7 @@ async def test_an_origin_on_another_port_is_refused(
             (b"authorization", f"Token {token}".encode()),
         ],
     )
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert connected is accepted
     await ws.disconnect()
 
@@ -213,7 +213,7 @@ async def test_behind_a_tls_proxy_the_origin_s_scheme_must_agree(
             (b"authorization", f"Token {token}".encode()),
         ],
     )
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert connected is accepted
     await ws.disconnect()
 
@@ -224,7 +224,7 @@ async def test_on_connect_the_log_after_the_seq_is_replayed_in_order(session, to
             session=session, part={"message_id": user_message["id"], "type": "text", "text": str(n)}
         )
     ws = socket(session.pk, token)
-    assert (await ws.connect())[0]
+    assert (await ws.connect(timeout=10))[0]
     frames = await backlog(ws)
     assert [f["seq"] for f in frames[:-1]] == list(range(1, 8))
     assert all(f["kind"] == "event" for f in frames[:-1])
@@ -243,7 +243,7 @@ async def test_on_connect_the_sessions_status_follows_the_backlog(session, token
     then one ``session.status``, then live frames): it used to learn it only at the next
     change, so a page opened mid-reply showed an idle session until the reply ended."""
     ws = socket(session.pk, token)
-    assert (await ws.connect())[0]
+    assert (await ws.connect(timeout=10))[0]
     frames = await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "status")
     assert [f["kind"] for f in frames] == ["event", "event", "status"]
     assert frames[-1] == {
@@ -270,7 +270,7 @@ async def test_on_connect_the_sessions_status_follows_the_backlog(session, token
 async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agents, settings):
     settings.FORGE_MODEL = "offline/echo"
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)  # session.created, then the status
     await ws.send_to(
         text_data=json.dumps({"type": "prompt", "text": "stream this now", "client_id": "c1"})
@@ -339,7 +339,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
     session, token, agents, frame, code
 ):
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)
     await ws.send_to(text_data=frame)
     reply = json.loads(await ws.receive_from(timeout=5))
@@ -359,7 +359,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
 async def test_a_prompt_to_a_busy_session_gets_a_busy_error(session, token, agents, script):
     script([paced(words(100), 0.01)])
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "one"}))
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "two", "client_id": "second"}))
     frames = await frames_until(ws, lambda f: any(x["kind"] == "error" for x in f))
@@ -426,7 +426,7 @@ async def test_frames_the_layer_drops_are_repaired_from_the_log_and_snapshots(
         await send(group, message)
 
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)
     monkeypatch.setattr(layer, "group_send", lossy)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "go"}))
@@ -471,7 +471,7 @@ async def test_losing_the_last_events_of_a_reply_is_repaired_once_the_stream_goe
         await send(group, message)
 
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)
     monkeypatch.setattr(layer, "group_send", lose_the_tail)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "the end matters"}))
@@ -492,7 +492,7 @@ async def test_a_prompt_refused_as_busy_still_sees_the_running_turn_end(
     settings.FORGE_MODEL = "offline/echo"
     settings.FORGE_ECHO_DELAY = 0.05
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)  # session.created, then the status
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": " ".join(["word"] * 20)}))
     await until_ack(ws)
@@ -522,7 +522,7 @@ async def test_the_socket_shares_the_prompt_throttle_with_http(
     first = await database_sync_to_async(client.post)(url, {"text": ""}, format="json")
     assert first.status_code == 400  # counted, like any prompt
     ws = socket(session.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await backlog(ws)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "hi", "client_id": "c"}))
     frame = json.loads(await ws.receive_from(timeout=5))
@@ -539,7 +539,7 @@ async def test_open_sockets_and_sse_streams_are_capped_per_user(session, token, 
     settings.FORGE_MAX_STREAMS_PER_USER = 2
     first, second = socket(session.pk, token), socket(session.pk, token)
     for ws in (first, second):
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         await backlog(ws)
     third = socket(session.pk, token)
     await third.connect()
@@ -578,7 +578,7 @@ async def test_opening_a_stream_counts_against_the_users_api_rate(
     auth = {"Authorization": f"Token {token}"}
     stream_url = f"/api/sessions/{session.pk}/stream/"
     ws = socket(session.pk, token)
-    assert (await ws.connect())[0]  # the first request
+    assert (await ws.connect(timeout=10))[0]  # the first request
     await backlog(ws)
     await ws.disconnect()
     listed = await AsyncClient().get("/api/sessions/", headers=auth)  # the second
@@ -600,7 +600,7 @@ async def test_a_socket_path_that_names_no_route_closes_4404(token):
         ws = WebsocketCommunicator(
             application, path, headers=[ORIGIN, (b"authorization", f"Token {token}".encode())]
         )
-        await ws.connect()
+        await ws.connect(timeout=10)
         assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4404}
         await ws.disconnect()
 

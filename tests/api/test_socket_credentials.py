@@ -51,7 +51,7 @@ async def _prompt_is_refused(ws: WebsocketCommunicator) -> None:
 
 async def _connected(session: Any, token: str) -> WebsocketCommunicator:
     ws = socket(session.pk, token)
-    assert (await ws.connect())[0]
+    assert (await ws.connect(timeout=10))[0]
     await backlog(ws)  # session.created, then the status
     return ws
 
@@ -84,7 +84,7 @@ async def test_a_browser_socket_stops_prompting_once_its_session_logs_out(
         f"/ws/sessions/{session.pk}/",
         headers=[ORIGIN, (b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={cookie}".encode())],
     )
-    assert (await ws.connect())[0]
+    assert (await ws.connect(timeout=10))[0]
     await backlog(ws)
     await database_sync_to_async(client.logout)()
     await _prompt_is_refused(ws)

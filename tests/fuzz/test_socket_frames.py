@@ -70,7 +70,7 @@ async def exchange(session: Any, token: str, query: str, sent: list[str]) -> Non
         f"/ws/sessions/{session_id}/?{query}",
         headers=[(b"origin", b"http://testserver"), (b"authorization", f"Token {token}".encode())],
     )
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert connected
     try:
         if refused(parse_qs(query).get("after", [""])[-1], head):

@@ -101,7 +101,7 @@ def test_a_users_own_budget_refuses_only_them(api, spent, user):
 async def test_the_socket_refuses_with_an_error_frame(spent, token):
     before = await sync_to_async(events)(spent)
     ws = socket(spent.pk, token)
-    await ws.connect()
+    await ws.connect(timeout=10)
     await frames_until(ws, lambda f: len(f) >= 1)
     await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "more", "client_id": "c9"}))
     frames = await frames_until(ws, lambda f: bool(f) and f[-1].get("kind") == "error")
