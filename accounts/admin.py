@@ -35,7 +35,9 @@ from django.http import HttpRequest
 
 from . import admin_tokens, selectors, services
 from .admin_scope import (
+    BoundedSearchAdmin,
     ReadOnlyAdmin,
+    RelatedOnlyFilter,
     TenantScopedAdmin,
     may_manage,
     sees_all,
@@ -45,7 +47,13 @@ from .admin_scope import (
 )
 from .models import Membership, Tenant, User
 
-__all__ = ["ReadOnlyAdmin", "TenantScopedAdmin", "admin_tokens"]
+__all__ = [
+    "BoundedSearchAdmin",
+    "ReadOnlyAdmin",
+    "RelatedOnlyFilter",
+    "TenantScopedAdmin",
+    "admin_tokens",
+]
 
 
 class TenantFilter(admin.SimpleListFilter):
@@ -132,7 +140,7 @@ class UserChangeForm(BaseUserChangeForm):
 
 
 @admin.register(User)
-class UserAdmin(BaseUserAdmin):
+class UserAdmin(BoundedSearchAdmin, BaseUserAdmin):
     form = UserChangeForm
     inlines = (UserMembershipInline,)
     list_filter = (*BaseUserAdmin.list_filter, TenantFilter)
@@ -190,7 +198,7 @@ class UserAdmin(BaseUserAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(BoundedSearchAdmin, admin.ModelAdmin):
     list_display = ("name", "created_at", "member_count")
     search_fields = ("name",)
     inlines = (MembershipInline,)
@@ -212,7 +220,7 @@ class TenantAdmin(admin.ModelAdmin):
         return obj.memberships.count()
 
 
-class GroupAdmin(BaseGroupAdmin):
+class GroupAdmin(BoundedSearchAdmin, BaseGroupAdmin):
     """Groups are shared by every tenant: changing one changes the rights of other
     tenants' staff. Staff may look at them; only superusers make or change them."""
 

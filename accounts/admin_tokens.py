@@ -36,10 +36,10 @@ from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
 from . import tokens
-from .admin_scope import managed_users, may_manage, sees_all, visible_users
+from .admin_scope import BoundedSearchAdmin, managed_users, may_manage, sees_all, visible_users
 
 
-class TokenAdmin(DRFTokenAdmin):
+class TokenAdmin(BoundedSearchAdmin, DRFTokenAdmin):
     list_display = ("shown_key", "user", "created")
     list_select_related = ("user",)
     list_filter = ("created",)

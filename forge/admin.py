@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from accounts.admin import TenantScopedAdmin
+from accounts.admin import BoundedSearchAdmin, RelatedOnlyFilter, TenantScopedAdmin
 from forge.context import COMPACTION_PROMPT, request_for
 from forge.context.compacted import filter_compacted
 from forge.context.pruning import PLACEHOLDER_START, is_pruned
@@ -26,7 +26,7 @@ from sessions.models import Session
 from sessions.projector import fold_context
 
 from .models import Agent, PendingApproval, SessionLease
-from .tools.mcp.spec import McpSpecError, parse_servers, redacted, with_secrets_kept
+from .tools.mcp.spec import MASK, McpSpecError, has_mask, parse_servers, redacted, with_secrets_kept
 from .usage import admin as usage_admin  # noqa: F401 - registers Usage and Budget
 
 CONTENT_SHOWN = 4000  # characters of one message shown on the page
@@ -61,8 +61,10 @@ class AgentForm(forms.ModelForm):
         tools_field = self.fields["tools"]
         assert isinstance(tools_field, forms.MultipleChoiceField)
         tools_field.choices = [(t.name, f"{t.name}: {t.description[:80]}") for t in all_tools()]
-        # Secrets (env and header values) are never sent to the page: they show masked,
-        # and a value left masked keeps the stored secret (see clean_mcp_servers).
+        # Secrets (env and header values, those in args and URLs) are never sent to the
+        # page: they show masked, and a value left masked keeps the stored secret (see
+        # clean_mcp_servers); a mask that matches no stored secret, or not surely one, is
+        # refused.
         if self.instance.pk is not None:
             self.initial["mcp_servers"] = redacted(self.instance.mcp_servers)
 
@@ -70,6 +72,13 @@ class AgentForm(forms.ModelForm):
         value = self.cleaned_data.get("mcp_servers")
         stored = self.instance.mcp_servers if self.instance.pk is not None else {}
         value = with_secrets_kept(value, stored)
+        if has_mask(value):
+            raise forms.ValidationError(
+                f"A masked value ({MASK}) cannot be matched to one stored secret (its "
+                "option or key was changed or removed, it was moved, or the same option "
+                f"appears more than once): replace the {MASK} of that argument or value "
+                "by its secret, typed again."
+            )
         try:
             parse_servers(value)
         except McpSpecError as exc:
@@ -78,7 +87,7 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(BoundedSearchAdmin, admin.ModelAdmin):
     """Agents are the whole installation's, not a tenant's, and an agent's MCP servers
     name commands this server runs: only superusers add, change or delete them, whatever
     permissions a staff user holds (a tenant's staff user given ``change_agent`` could run
@@ -153,7 +162,7 @@ class PendingApprovalAdmin(TenantScopedAdmin, admin.ModelAdmin):
     all). Read-only: an answer goes through the session's owner (docs/approvals.md)."""
 
     list_display = ("call_id", "tool", "tenant", "session", "message_id", "expires_at")
-    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter),)
+    list_filter = (("tenant", RelatedOnlyFilter),)
     search_fields = ("=session__id",)
 
     def get_queryset(self, request: HttpRequest) -> Any:

@@ -41,7 +41,7 @@ def chart(days: list[Any]) -> SafeString:
                 f"{(CHART_HEIGHT - 30) * value / top:.1f}",
                 day.day.isoformat(),
                 day.turns,
-                f"{day.cost:.4f}",
+                f"{day.cost:.6f}",  # as the usage admin shows cost
             )
             for i, (day, value) in enumerate(zip(days, values, strict=True))
         ),

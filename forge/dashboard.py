@@ -105,15 +105,21 @@ def _latency(tenant_ids: Sequence[int] | None, start: dt.datetime) -> dict[str, 
         began = parse_time(data["created_at"])
         if began < start or began < session_began:
             continue  # before the period, or a fork's copy (it keeps its reply's times)
+        took = (parse_time(data["completed_at"]) - began).total_seconds()
+        if took < 0:
+            # Times a plugin wrote through the store (contract §6), not a turn's own: a
+            # reply "completed" before it began put a negative p50 on the page (QA).
+            continue
         created[message_id] = began
-        whole.append((parse_time(data["completed_at"]) - began).total_seconds())
+        whole.append(took)
     first: dict[str, float] = {}
     parts = Part.objects.filter(message_id__in=list(created), type__in=("text", "reasoning"))
     for message_id, data in parts.values_list("message_id", "data"):
         begun = (data.get("time") or {}).get("start")
         if begun:
             seconds = (parse_time(begun) - created[message_id]).total_seconds()
-            first[message_id] = min(seconds, first.get(message_id, seconds))
+            if seconds >= 0:
+                first[message_id] = min(seconds, first.get(message_id, seconds))
     firsts = list(first.values())
     return {
         "replies": float(len(whole)),

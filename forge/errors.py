@@ -8,12 +8,14 @@ from __future__ import annotations
 from accounts.exceptions import ForgeError
 
 __all__ = [
+    "AbortUnavailable",
     "ApprovalAnswered",
     "ApprovalExpired",
     "ApprovalNotFound",
     "BodyTooLarge",
     "CompactionFailed",
     "Conflict",
+    "EditUnsupported",
     "ForgeError",
     "InvalidAnswer",
     "InvalidPrompt",
@@ -156,6 +158,15 @@ class NothingToRegenerate(Conflict):
     code = "nothing_to_regenerate"
 
 
+class EditUnsupported(ForgeError):
+    """A message sent already was asked to be replaced (the AI SDK's
+    ``sendMessage({text, messageId})`` of an earlier prompt): the log is append-only,
+    and later turns answered the old text."""
+
+    code = "edit_unsupported"
+    status = 400
+
+
 class NotLastReply(Conflict):
     """Regenerate asked for a message that is not the chat's last reply (or its prompt)."""
 
@@ -172,6 +183,25 @@ class StreamUnavailable(ForgeError):
     code = "stream_unavailable"
     status = 503
     retry_after = 5
+
+
+class AbortUnavailable(ForgeError):
+    """Abort asked for, the turn runs in another process, and the abort could not be sent
+    to it: the channel layer (Redis) is away. The turn is left running (its process may
+    be alive; one judged dead is finalized instead, without the layer). The client
+    should ask again after ``retry_after`` seconds (503 with ``Retry-After``; an error
+    frame on the socket)."""
+
+    code = "abort_unavailable"
+    status = 503
+
+    def __init__(self, message: str, *, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def extra(self) -> dict[str, object]:
+        return {"retry_after": self.retry_after}
 
 
 class ApprovalNotFound(ForgeError):

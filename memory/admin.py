@@ -19,9 +19,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
+from accounts.admin import ReadOnlyAdmin, RelatedOnlyFilter, TenantScopedAdmin
 
-from . import services
+from . import selectors, services
 from .exceptions import MemoryStoreError
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 from .times import format_time
@@ -102,8 +102,8 @@ class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
         "rolled_at",
     )
     list_filter = (
-        ("tenant", admin.RelatedOnlyFieldListFilter),
-        ("user", admin.RelatedOnlyFieldListFilter),
+        ("tenant", RelatedOnlyFilter),
+        ("user", RelatedOnlyFilter),
         AgentFilter,
         "last_interaction_at",
         "created_at",
@@ -281,8 +281,8 @@ class MemoryUnitAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
         "updated_at",
     )
     list_filter = (
-        ("tenant", admin.RelatedOnlyFieldListFilter),
-        ("core__user", admin.RelatedOnlyFieldListFilter),
+        ("tenant", RelatedOnlyFilter),
+        ("core__user", RelatedOnlyFilter),
         UnitAgentFilter,
         "updated_at",
     )
@@ -339,8 +339,8 @@ class MemoryUnitAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
 class MemorySliceAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("id", "unit_link", "agent", "user", "range", "summary_brief", "created_at")
     list_filter = (
-        ("tenant", admin.RelatedOnlyFieldListFilter),
-        ("unit__core__user", admin.RelatedOnlyFieldListFilter),
+        ("tenant", RelatedOnlyFilter),
+        ("unit__core__user", RelatedOnlyFilter),
         SliceAgentFilter,
         "created_at",
         "indexed",
@@ -361,6 +361,17 @@ class MemorySliceAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
         "side_by_side",
     )
     readonly_fields = fields
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """The summary's text and the ids as Django matches them, and also every slice
+        whose summary or raw messages hold the words as memory search reads them
+        (accents folded, Chinese and Japanese inside words): "cafe" finds "café"."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            found = found | selectors.slices_holding(queryset, search_term)
+        return found, duplicates
 
     @admin.display(description="unit")
     def unit_link(self, obj: MemorySlice) -> SafeString:
@@ -402,7 +413,7 @@ class MemorySliceAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
 @admin.register(MemoryMessage)
 class MemoryMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("unit", "index", "role", "text_brief", "at")
-    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
+    list_filter = (("tenant", RelatedOnlyFilter), "role", "at")
     search_fields = ("text", "=unit__id")
     list_select_related = ("unit",)
     ordering = ("-at",)
@@ -418,7 +429,7 @@ class MemoryMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
 @admin.register(DialogueMessage)
 class DialogueMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ("core", "seq", "role", "text_brief", "at")
-    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), "role", "at")
+    list_filter = (("tenant", RelatedOnlyFilter), "role", "at")
     search_fields = ("text", "=core__id")
     list_select_related = ("core",)
     ordering = ("core", "-seq")

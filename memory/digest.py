@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
@@ -45,6 +43,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Length
 
+from .batching import SweepBatch
 from .extractive import SPOKEN, extractive
 from .models import MemoryCore, MemorySlice, MemoryUnit
 from .results import RollingResult
@@ -177,14 +176,10 @@ def condense_on_commit(*, tenant_id: int, core_id: str) -> None:
 def consumer(result: RollingResult) -> None:
     """The AfterRolling consumer: fold what the new slice pushed out of the block (now,
     or, within :func:`batched`, with the batch)."""
-    if _batch.depth == 0:
+    if not _batch.open:
         condense_history(tenant_id=result.tenant_id, core_id=result.core_id)
         return
-    now = time.monotonic()
-    if not _batch.cores:
-        _batch.since = now
-    _batch.cores[result.core_id] = result.tenant_id
-    if len(_batch.cores) >= BATCH_CORES or now - _batch.since >= BATCH_SECONDS:
+    if _batch.add(result.core_id, result.tenant_id, size=BATCH_CORES, seconds=BATCH_SECONDS):
         flush()
 
 
@@ -199,35 +194,20 @@ BATCH_CORES = 64
 BATCH_SECONDS = 0.5
 
 
-class _Batch(threading.local):
-    depth = 0
-    since = 0.0
-
-    def __init__(self) -> None:
-        self.cores: dict[str, int] = {}  # core id -> tenant id, in rolling order
+_batch: SweepBatch[str, int] = SweepBatch()  # core id -> tenant id, in rolling order
 
 
-_batch = _Batch()
-
-
-@contextmanager
-def batched() -> Iterator[None]:
+def batched() -> AbstractContextManager[None]:
     """Within, :func:`consumer` collects cores and checks them together; the outermost
-    exit folds what is left. Nests; per thread."""
-    _batch.depth += 1
-    try:
-        yield
-    finally:
-        _batch.depth -= 1
-        if _batch.depth == 0:
-            flush()
+    exit folds what is left. Nests; per thread (:mod:`memory.batching`)."""
+    return _batch.batched(flush)
 
 
 def flush() -> int:
     """Fold the cores waiting in this thread's batch that need it; returns how many
     slices were folded. Never raises: a core that fails is logged (its next rolling
     folds it)."""
-    cores, _batch.cores = _batch.cores, {}
+    cores = _batch.take()
     if not cores:
         return 0
     folded = 0

@@ -29,12 +29,10 @@ were most of a rolling's cost in ``bench/rolling.py``). Invariants:
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from . import search
+from .batching import SweepBatch
 from .results import RollingResult
 from .vectors import Doc
 
@@ -46,48 +44,29 @@ BATCH_SLICES = 64
 BATCH_SECONDS = 0.5
 
 
-class _Batch(threading.local):
-    depth = 0
-    since = 0.0
-
-    def __init__(self) -> None:
-        self.docs: list[Doc] = []
+_batch: SweepBatch[str, Doc] = SweepBatch()  # slice id -> its document
 
 
-_batch = _Batch()
-
-
-@contextmanager
-def batched() -> Iterator[None]:
+def batched() -> AbstractContextManager[None]:
     """Within, :func:`consumer` collects slices and indexes them in batches; the
-    outermost exit indexes what is left. Nests; per thread."""
-    _batch.depth += 1
-    try:
-        yield
-    finally:
-        _batch.depth -= 1
-        if _batch.depth == 0:
-            flush()
+    outermost exit indexes what is left. Nests; per thread (:mod:`memory.batching`)."""
+    return _batch.batched(flush)
 
 
 def consumer(result: RollingResult) -> None:
     """The built-in AfterRolling consumer: index the new slice (now, or in the batch)."""
     doc = search.doc_of(result)
-    if _batch.depth == 0:
+    if not _batch.open:
         search.index_docs([doc])
         return
-    now = time.monotonic()
-    if not _batch.docs:
-        _batch.since = now
-    _batch.docs.append(doc)
-    if len(_batch.docs) >= BATCH_SLICES or now - _batch.since >= BATCH_SECONDS:
+    if _batch.add(doc.slice_id, doc, size=BATCH_SLICES, seconds=BATCH_SECONDS):
         flush()
 
 
 def flush() -> int:
     """Index the slices waiting in this thread's batch; returns how many entered the
     full-text index. Never raises for one slice's failure (module docstring)."""
-    docs, _batch.docs = _batch.docs, []
+    docs = list(_batch.take().values())
     if not docs:
         return 0
     try:

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from accounts.models import Tenant
 
@@ -359,6 +360,22 @@ class SliceHit:
             ((m.message, m.snippet) for m in self.messages),
             by_words=self.by_words,
         )
+
+
+def slices_holding(slices: QuerySet[MemorySlice], query: str) -> QuerySet[MemorySlice]:
+    """Of ``slices``, those whose indexed text (summary and the raw messages of their
+    range) holds every word of ``query`` as search reads it: case and accents folded,
+    Chinese and Japanese matched inside words (``memory.text``), stop words left out.
+    Not ranked; none for a query of no words or over ``QUERY_MAX`` characters. The
+    admin's slice search (``icontains`` on the summary alone matched none of these)."""
+    try:
+        words = search.required(query)
+    except InvalidQuery:
+        return slices.none()
+    if not words:
+        return slices.none()
+    sql, params = search.holding_all(words)
+    return slices.filter(pk__in=RawSQL(sql, params))  # noqa: S611 (bound parameters)
 
 
 def search_slices(

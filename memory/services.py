@@ -31,7 +31,7 @@ from django.db.models import F
 from accounts.models import Tenant
 from accounts.selectors import is_member
 
-from . import digest, search, sql
+from . import digest, search, sql, turn_sql
 from .exceptions import InvalidInput, NotFound, TenantMismatch
 from .ids import new_slice_id, new_unit_id
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
@@ -126,7 +126,7 @@ def append_to_window(
 ) -> bool:
     """:func:`append_dialogue` for a turn, on a core that exists, without the ORM: the
     membership check, the core's lock, the insert and the counters in one statement on
-    PostgreSQL (two on SQLite; ``sql.append_window``). False, with nothing written,
+    PostgreSQL (two on SQLite; ``turn_sql.append_window``). False, with nothing written,
     when the core is not there yet or ``user_id`` is no member of the tenant: the
     caller then calls :func:`append_dialogue` (which creates the core, or refuses the
     non-member). Meant to run inside the transaction that completes a reply.
@@ -137,7 +137,7 @@ def append_to_window(
     if not rows:
         return True
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        return sql.append_window(
+        return turn_sql.append_window(
             cursor,
             sql.Dialect(cursor),
             tenant_id=tenant_id,
@@ -168,7 +168,7 @@ def replace_in_window(
     if not rows:
         return False
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        return sql.replace_in_window(
+        return turn_sql.replace_in_window(
             cursor,
             sql.Dialect(cursor),
             tenant_id=tenant_id,

@@ -14,6 +14,7 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -131,22 +132,88 @@ class _LoopPublisher:
         return run
 
 
+# A publish (one pipeline, or one frame) that has not gone within this many seconds is
+# given up: Redis answers in a millisecond, and one that does not (frozen, partitioned)
+# would hold the outbox for the layer's socket timeout (10 s) per frame.
+PUBLISH_TIMEOUT = 1.0
+# After a failed publish, frames are dropped unsent for this many seconds (the bus is
+# best effort: subscribers repair gaps from the log), then publishing is tried again.
+PAUSE_AFTER_FAILURE = 5.0
+
+
+class _Breaker:
+    """Whether to try publishing, per process: after a failure, not for a while. Says
+    once when publishing starts failing, and once when it works again, with how many
+    frames were lost meanwhile (not a traceback per frame: one reply during a 5 s outage
+    logged 36, 150 KB)."""
+
+    def __init__(self) -> None:
+        self.failing_since: float | None = None
+        self.retry_at = 0.0
+        self.lost = 0
+
+    def closed(self, frames: int) -> bool:
+        """Whether to try sending ``frames`` frames now (else they are counted lost)."""
+        if self.failing_since is None or time.monotonic() >= self.retry_at:
+            return True
+        self.lost += frames
+        return False
+
+    def failed(self, frames: int, exc: BaseException) -> None:
+        now = time.monotonic()
+        self.lost += frames
+        self.retry_at = now + PAUSE_AFTER_FAILURE
+        if self.failing_since is None:
+            self.failing_since = now
+            logger.warning(
+                "publishing to the channel layer is failing (%s: %s); frames are dropped, "
+                "and it is tried again every %.0f s",
+                type(exc).__name__,
+                exc,
+                PAUSE_AFTER_FAILURE,
+            )
+
+    def sent(self) -> None:
+        if self.failing_since is not None:
+            logger.warning(
+                "publishing to the channel layer works again, after %.1f s; %d frames "
+                "were lost meanwhile",
+                time.monotonic() - self.failing_since,
+                self.lost,
+            )
+            self.failing_since, self.lost = None, 0
+
+
+_breaker = _Breaker()
+
+
+def try_publishing_again() -> None:
+    """Try the next publish whatever failed before (tests; a layer known to be back)."""
+    _breaker.retry_at = 0.0
+
+
 async def _send_all(layer: Any, frames: list[tuple[str, Frame]]) -> None:
     """Hand frames to the layer in order: one pipeline of PUBLISH commands with the
     Redis pub/sub layer (a window of deltas of every turn of the process is one
-    round trip, not one per frame), else a ``group_send`` each."""
-    publish = _pipelined(layer) if len(frames) > 1 else None
-    if publish is not None:
-        try:
-            await publish(frames)
-        except Exception:  # frames lost like a layer loses them: clients repair the gap
-            logger.exception("could not publish %d frames", len(frames))
+    round trip, not one per frame), else a ``group_send`` each. Frames the layer does
+    not take within ``PUBLISH_TIMEOUT`` are lost, as a layer loses them (clients
+    repair the gap); after a failure the next ones are dropped unsent for a while
+    (:class:`_Breaker`)."""
+    if not _breaker.closed(len(frames)):
         return
-    for group, frame in frames:
-        try:
-            await layer.group_send(group, _message(frame))
-        except Exception:
-            logger.exception("could not publish %s %s", frame.get("type"), frame.get("seq"))
+    publish = _pipelined(layer) if len(frames) > 1 else None
+    sent = 0
+    try:
+        if publish is not None:
+            await asyncio.wait_for(publish(frames), PUBLISH_TIMEOUT)
+        else:
+            for group, frame in frames:
+                await asyncio.wait_for(layer.group_send(group, _message(frame)), PUBLISH_TIMEOUT)
+                sent += 1
+    except Exception as exc:
+        _breaker.failed(len(frames) - sent, exc)
+        return
+    _breaker.sent()
 
 
 def _pipelined(layer: Any) -> Any:

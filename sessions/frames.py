@@ -17,7 +17,10 @@ send them as they are. Nothing else builds a frame: a new kind starts here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict
+
+from accounts.times import format_time
 
 from .exceptions import InvalidPart
 
@@ -51,7 +54,7 @@ class StatusFrame(TypedDict):
     session_id: str
     status: Literal["idle", "busy", "retry"]
     attempt: int | None
-    next_at: float | None
+    next_at: str | None  # ISO-8601 UTC, as every time on the wire
 
 
 STATUSES = ("idle", "busy", "retry")
@@ -97,6 +100,9 @@ def status_frame(
     attempt: int | None = None,
     next_at: float | None = None,
 ) -> Frame:
+    """``next_at`` (a retry's next attempt) is given as a UNIX time and sent as an
+    ISO-8601 UTC string, as every time on the wire (contract §2): sent as the number,
+    the chat page read it as milliseconds and said "retrying at Jan 21" (QA)."""
     if status not in STATUSES:
         raise ValueError(f"unknown session status {status!r}")
     frame: StatusFrame = {
@@ -105,7 +111,7 @@ def status_frame(
         "session_id": session_id,
         "status": status,
         "attempt": attempt,
-        "next_at": next_at,
+        "next_at": None if next_at is None else format_time(datetime.fromtimestamp(next_at, UTC)),
     }
     return dict(frame)
 

@@ -418,3 +418,42 @@ class ContextSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}@{self.seq} v{self.version}"
+
+
+class CopiedMessage(models.Model):
+    """What a message of a copy (a fork, an import's copy) was copied from: the copy's
+    message ``message_id`` of session ``session`` is the message ``source_message_id``
+    of session ``source_session_id``. A copy of a copy holds a row for each source up
+    the chain (the fork of a fork maps back to the first source too).
+
+    Written in the copy's transaction (``sessions.services.transfer.record_copies``),
+    read by the runtime to cut from a copy's model view the turns the speaker's memory
+    rolled in a source, whenever it rolled them (``forge.runtime.dialogue``). Beside
+    the log, not in it, as ``Session.copied_through``: export and import do not carry
+    it, ``rebuild_projections`` leaves it, deleting the copy deletes it. The source is
+    named, not referenced: it may be deleted since, or another server's.
+
+    Copies' ids are made in their originals' order, so within one source, the copy's
+    order is the originals' (:func:`sessions.selectors.copy_through` relies on it)."""
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    message_id = models.CharField(max_length=ID_LENGTH)
+    source_session_id = models.CharField(max_length=ID_LENGTH)
+    source_message_id = models.CharField(max_length=ID_LENGTH)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["session", "source_session_id", "source_message_id"],
+                name="copiedmessage_source",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.message_id} <- {self.source_message_id}"

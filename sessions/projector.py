@@ -199,3 +199,14 @@ def rolled_through_moved(
         covered = [original for original in new_ids if original <= through]
         moved.append({**block, "rolled_through": new_ids[max(covered)] if covered else None})
     return moved
+
+
+def with_rolled_through_moved(
+    blocks: Iterable[Mapping[str, Any]], new_ids: Mapping[str, str]
+) -> list[Mapping[str, Any]]:
+    """``blocks`` (a ``context.updated`` event's) as a copy logs them: the
+    ``dialog_history`` block's cut moved by :func:`rolled_through_moved`, the rest as
+    they are."""
+    blocks = list(blocks)
+    moved = {(b.get("kind"), b.get("key")): b for b in rolled_through_moved(blocks, new_ids)}
+    return [moved.get((b.get("kind"), b.get("key")), b) for b in blocks]

@@ -98,10 +98,13 @@ def search_history(
     current event of each of the session's parts. ``skip``: a message left out (the
     reply whose tool call searches: its own call, holding the query, was its first hit)."""
     check_limit(limit, SEARCH_MAX)
-    words = _WORD.findall(query or "")[:20]
-    if not words:
+    if not (query or "").strip():
         raise InvalidCursor("query: give at least one word to search for")
+    words = _WORD.findall(query)[:20]
+    if not words:
+        return []  # only emoji or punctuation: nothing to find, as memory search says
     # Table names come from the models; every value is a bound parameter.
+    ranked: list[Any] | None = None
     with connection.cursor() as cursor:
         if any(_UNSPACED.search(word) for word in words):
             _scan(cursor, session=session, words=words, limit=limit, skip=skip)
@@ -117,9 +120,12 @@ def search_history(
                 "ORDER BY rank DESC, p.id DESC LIMIT %s",
                 [" ".join(words), tenant.pk, session.pk, skip, limit],
             )
-            if not cursor.rowcount:  # accents: the index keeps them (see _scan)
-                cursor.fetchall()
+            ranked = cursor.fetchall()
+            if len(ranked) < limit:  # accents: the index keeps them (see _scan)
                 _scan(cursor, session=session, words=words, limit=limit, skip=skip)
+                found = {row[1] for row in ranked}
+                more = [row for row in cursor.fetchall() if row[1] not in found]
+                ranked += more[: limit - len(ranked)]
         else:
             match = " ".join('"' + word.replace('"', "") + '"' for word in words)
             marked = f"highlight({_FTS_TABLE}, 0, char(1), '')"  # a mark per matching word
@@ -132,7 +138,7 @@ def search_history(
                 "ORDER BY rank DESC, p.id DESC LIMIT %s",
                 [match, session.pk, skip, limit],
             )
-        rows = cursor.fetchall()
+        rows = ranked if ranked is not None else cursor.fetchall()
     roles = dict(
         Message.objects.filter(
             tenant=tenant, session=session, id__in={row[0] for row in rows}
@@ -157,9 +163,10 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int, skip: 
     ``咖啡`` finds ``我昨天喝了咖啡``. It reads the session's parts, not an index: the
     search is one session's, and each row's measure is the same (every word is in it).
 
-    On PostgreSQL it is also what a query finds when the full-text index found nothing,
-    accents folded on both sides (:func:`_folded`): ``to_tsvector('simple', …)`` keeps
-    them, so ``cafe`` did not find ``café`` there (SQLite's index folds them)."""
+    On PostgreSQL it also fills what the full-text index left of ``limit``, accents
+    folded on both sides (:func:`_folded`): ``to_tsvector('simple', …)`` keeps them, so
+    ``cafe`` did not find ``café`` there (SQLite's index folds them), and run only when
+    the index found nothing, one message saying "cafe" hid every "Café" (QA)."""
     folded = [_folded(word) for word in words]
     if connection.vendor == "postgresql":
         text = f"translate(lower({_POSTGRES_TEXT}), %s, %s)"

@@ -217,6 +217,18 @@ async def _runtime_settles() -> AsyncIterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _publish_afresh() -> None:
+    """The bus and the in-flight mirror stop asking a Redis that failed for a while (a
+    circuit breaker): a test that failed them does not drop the next test's frames."""
+    from forge.runtime import inflight
+    from sessions import bus
+
+    bus.try_publishing_again()
+    if inflight._mirror is not None:
+        inflight._mirror.try_again()
+
+
+@pytest.fixture(autouse=True)
 def _let_async_tests_settle(request: pytest.FixtureRequest) -> None:
     if inspect.iscoroutinefunction(getattr(request.node, "function", None)):
         request.getfixturevalue("_runtime_settles")

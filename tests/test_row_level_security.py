@@ -161,3 +161,50 @@ def test_setup_app_role_run_twice_at_once_succeeds_both_times():
             with connection.cursor() as cursor:
                 cursor.execute(f'DROP OWNED BY "{role}"')
                 cursor.execute(f'DROP ROLE "{role}"')
+
+
+# Tables whose rows carry a tenant but must be read before any tenant is known: a
+# caller's memberships are how their tenant is found (``accounts.selectors``), so
+# they cannot hide behind it. Every other table with a ``tenant_id`` has the policy.
+UNPOLICED = {"accounts_membership"}
+
+
+def test_every_table_with_a_tenant_id_has_the_tenant_policy():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, c.relrowsecurity,"
+            " EXISTS (SELECT 1 FROM pg_policies p WHERE p.tablename = c.relname"
+            "         AND p.policyname = 'forge_tenant')"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id'"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
+        )
+        rows = cursor.fetchall()
+    assert len(rows) > 10
+    unprotected = sorted(name for name, enabled, policy in rows if not (enabled and policy))
+    assert unprotected == sorted(UNPOLICED)
+
+
+def test_a_lease_of_another_tenant_is_not_visible(two_tenants, as_app_role):
+    from django.utils import timezone
+
+    from forge.models import SessionLease
+    from sessions.models import Session
+
+    mine, theirs = two_tenants
+    now = timezone.now()
+    with tenancy.scope(tenancy.ALL):
+        for tenant in (mine, theirs):
+            session = Session.objects.filter(tenant=tenant).get()
+            SessionLease.objects.create(
+                session=session,
+                tenant=tenant,
+                owner="p",
+                message_id="msg_x",
+                acquired_at=now,
+                heartbeat_at=now,
+                expires_at=now,
+            )
+    with tenancy.scope([mine.pk]):
+        seen = list(SessionLease.objects.values_list("tenant_id", flat=True))
+    assert seen == [mine.pk]

@@ -7,10 +7,11 @@ the call (``tool-approval-request``, the approval id being the call id) and ends
 ``approval: {id, approved, reason?}`` and, when ``sendAutomaticallyWhen`` says so
 (``lastAssistantMessageIsCompleteWithApprovalResponses``), posts the chat again: the
 same body as a prompt, but its last message is that *assistant* message. Such a
-request is an answer, not a prompt: each responded call still awaiting in the store
-is answered through the runtime's one entry (:func:`forge.runtime.approvals.answer`,
-which logs the answer before anything runs and goes on with the turn in this
-process), and the answer streams the rest of the same message.
+request is an answer, not a prompt: the responded calls still awaiting in the store
+are answered together through the runtime's entry
+(:func:`forge.runtime.approvals.services.answer_all`, which logs all the answers in
+one transaction, or none, before anything runs, and goes on with the turn once, in
+this process), and the answer streams the rest of the same message.
 
 Which clients are sent the approval chunks: ai 5's stream schema rejects chunk types
 it does not know, so a ``tool-approval-request`` would break its chat, and no request
@@ -28,6 +29,7 @@ from typing import Any
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 
+from forge.errors import ApprovalNotFound
 from sessions.ids import is_valid_id
 
 from .chunks import is_awaiting
@@ -96,7 +98,16 @@ def to_send(answers: list[Answer], parts: list[dict[str, Any]]) -> list[Answer]:
     """The answers for calls of the stored message that still await one. A client
     re-sends the responses it sent before (the parts keep their state until the
     stream moves them on), so those are skipped; when none is left the first is
-    sent anyway, for the service's own refusal (404 not waiting, 409 answered)."""
+    sent anyway, for the service's own refusal (409 answered). A call that is not a
+    tool call of this message is refused here (404 ``approval_not_found``), before
+    anything is logged: the service would find it elsewhere in the session, and the
+    stream would follow a message that never goes on."""
+    calls = {part.get("call_id") for part in parts if part.get("type") == "tool"}
+    for answer in answers:
+        if answer.call_id not in calls:
+            raise ApprovalNotFound(
+                f"no tool call {answer.call_id[:80]!r} waits in the message this request names"
+            )
     waiting = {part.get("call_id") for part in parts if is_awaiting(part)}
     pending = [answer for answer in answers if answer.call_id in waiting]
     return pending or answers[:1]

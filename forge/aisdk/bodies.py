@@ -38,22 +38,40 @@ def checked_chat_id(chat_id: Any) -> str:
 
 
 def regenerated_id(body: dict[str, Any]) -> str | None:
-    """The ``messageId`` of a regenerate request (None: the last reply).
-
-    The id of the last user message of the client's ``messages`` means the reply to it:
-    the last reply, whatever id the client gave that message. A live chat's user
-    message has the id the client made (the server logs it under its own and says so
-    nowhere), so ``regenerate({messageId: <the user message>})`` named a message the
-    chat did not have, and was a 409 that left the client without its reply."""
+    """The ``messageId`` of a regenerate request (None: the last reply), checked."""
     message_id = body.get("messageId")
     if message_id is not None and (not isinstance(message_id, str) or not is_valid_id(message_id)):
         raise ValidationError({"messageId": "the id of the message to regenerate, or none"})
-    messages = body.get("messages")
-    if message_id is not None and isinstance(messages, list):
-        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        if users and users[-1].get("id") == message_id:
-            return None
     return message_id
+
+
+def names_last_user_message(body: dict[str, Any], message_id: str) -> bool:
+    """Whether ``message_id`` is the id of the last user message of the client's
+    ``messages`` (``regenerate({messageId})`` cuts them there, after that message).
+
+    When the chat has no message of that id, it is one a live client made for its
+    user message (the server logs it under its own and says so nowhere): the reply
+    to it is the last reply. The view asks the log first: an id the chat has is
+    judged by the runtime, so naming an earlier prompt after a reload is a 409, not
+    the last reply regenerated (QA MEDIUM: the client then showed the newest answer
+    under the first question)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return bool(users) and users[-1].get("id") == message_id
+
+
+def edited_id(body: dict[str, Any]) -> str | None:
+    """The ``messageId`` of a submit that names its own (last) message: the AI SDK's
+    ``sendMessage({text, messageId})``, which replaces that message client-side (an
+    edit), or ``sendMessage()`` sending the last message again. None otherwise."""
+    message_id = body.get("messageId")
+    messages = body.get("messages")
+    if not isinstance(message_id, str) or not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    return message_id if isinstance(last, dict) and last.get("id") == message_id else None
 
 
 def prompt_of(body: dict[str, Any]) -> tuple[str, list[runtime.Attachment]]:
@@ -91,10 +109,14 @@ def attachment(part: dict[str, Any], index: int) -> runtime.Attachment:
         content = base64.b64decode(match.group(3), validate=True)
     except (binascii.Error, ValueError):
         raise ValidationError({"messages": "a file part's data: URL is not base64"}) from None
-    filename = part.get("filename")
-    mime = part.get("mediaType") or match.group(1) or ""
+    filename, media_type = part.get("filename"), part.get("mediaType")
+    # A wrong type is refused, not replaced: a mediaType of 5 was logged as no type.
+    if filename is not None and not isinstance(filename, str):
+        raise ValidationError({"messages": "a file part's filename must be a string"})
+    if media_type is not None and not isinstance(media_type, str):
+        raise ValidationError({"messages": "a file part's mediaType must be a string"})
     return runtime.Attachment(
-        filename=filename if isinstance(filename, str) and filename else f"file-{index + 1}",
+        filename=filename or f"file-{index + 1}",
         content=content,
-        mime=mime if isinstance(mime, str) else "",
+        mime=media_type or match.group(1) or "",
     )

@@ -51,12 +51,13 @@ from forge.api.parsers import PromptJSONParser
 from forge.api.schema import errors
 from forge.context.superseded import is_reply
 from forge.db.routing import session_read
+from forge.errors import EditUnsupported
 from forge.params import parse_limit
 from forge.realtime import hub
 from forge.realtime.auth import recheck_for
 from forge.realtime.responses import SubscribedStream, open_stream
 from forge.realtime.stream import Heartbeat, Recheck, SessionStream, live_frames
-from forge.runtime.approvals.services import answer_sync
+from forge.runtime.approvals.services import answer_all_sync
 from forge.runtime.prompting import clean_files, clean_text
 from forge.telemetry import metrics
 from forge.throttling import PromptRateThrottle
@@ -67,6 +68,7 @@ from sessions.frames import is_delta
 from sessions.models import Session
 
 from . import approvals, bodies, chunks, history
+from .negotiation import STREAM_ROUTE_RENDERERS, StreamNegotiation
 
 HEADERS = {
     "Cache-Control": "no-cache",
@@ -238,10 +240,37 @@ def _chat_stream(
     return session, subscription
 
 
+def _refuse_edit(user: Any, tenant: Tenant, chat_id: str, message_id: str | None) -> None:
+    """Refuse a submit that replaces an earlier prompt of the chat (``EditUnsupported``).
+
+    The log is append-only and later turns answered the old text, so such an edit was
+    logged as a new prompt at the end: the client showed the edited message and its
+    answer alone, and the model saw the old turn too (QA). Naming the chat's last
+    prompt (``sendMessage()`` again, or an edit of it) is a new prompt, as before; so
+    is an id the chat does not have (a live client's own, which cannot be placed)."""
+    if message_id is None:
+        return
+    try:
+        session = chat_of(user, chat_id, tenant=tenant)
+    except NotFound:
+        return
+    info = selectors.message_info(tenant=tenant, session=session, message_id=message_id)
+    if info is None or info.get("role") != "user":
+        return
+    if message_id != selectors.last_prompt_id(tenant=tenant, session=session):
+        raise EditUnsupported(
+            f"message {message_id!r} was sent already and later turns answered it; a chat's "
+            "messages cannot be edited (its log is append-only): send the new text as a "
+            "new message"
+        )
+
+
 class ChatView(APIView):
     """``POST /api/chat``: a user message in, the reply out as a UI message stream."""
 
     parser_classes = [PromptJSONParser]
+    content_negotiation_class = StreamNegotiation
+    renderer_classes = STREAM_ROUTE_RENDERERS
 
     def get_throttles(self) -> list[Any]:
         return [*super().get_throttles(), PromptRateThrottle()]
@@ -263,6 +292,13 @@ class ChatView(APIView):
         if trigger == "regenerate-message":
             message_id = bodies.regenerated_id(body)
             session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
+            if (
+                message_id is not None
+                and bodies.names_last_user_message(body, message_id)
+                and selectors.message_info(tenant=tenant, session=session, message_id=message_id)
+                is None
+            ):
+                message_id = None  # a live client's own id for its last prompt: the last reply
             subscription = _join(session.pk, owner)
 
             def start() -> runtime.PromptResult:
@@ -275,6 +311,7 @@ class ChatView(APIView):
             text, files = bodies.prompt_of(body)
             text = clean_text(text)  # before anything is written (a new chat included)
             clean_files(files)
+            _refuse_edit(request.user, tenant, chat_id, bodies.edited_id(body))
             # The prompt checks the budget too, but a new chat is created before it.
             check_budget(tenant=tenant, user_id=cast(int, request.user.pk))
             session, subscription = _chat_stream(request.user, tenant, chat_id, owner)
@@ -301,8 +338,11 @@ def _answer(
     request: Request, tenant: Tenant, body: dict[str, Any], chat_id: str
 ) -> StreamingHttpResponse:
     """An ``addToolApprovalResponse`` request (:mod:`forge.aisdk.approvals`): the
-    answers go to the runtime, and the rest of the same message streams back from the
-    log's head before the first answer (nothing the client has is sent again)."""
+    answers go to the runtime together (all logged or none; the turn goes on once,
+    after the last), and the rest of the same message streams back from the
+    log's head before the first answer (nothing the client has is sent again). A call
+    that was past its expiry is logged denied as expired and shows so in that stream:
+    the turn goes on, so the request did not fail (a 409 said it had, QA)."""
     message_id, answers = approvals.answers_of(body)
     session = chat_of(request.user, chat_id, tenant=tenant)  # never created here
     subscription = _join(session.pk, _owner(request))
@@ -311,14 +351,15 @@ def _answer(
         stored = selectors.get_message(tenant=tenant, session_id=session.pk, message_id=message_id)
         reply = chunks.ReplyChunks(message_id, approvals=True)
         reply.seen(stored["parts"])
-        for answer in approvals.to_send(answers, stored["parts"]):
-            answer_sync(
-                session=session,
-                user=request.user,
-                call_id=answer.call_id,
-                approve=answer.approve,
-                reason=answer.reason,
-            )
+        answer_all_sync(
+            session=session,
+            user=request.user,
+            answers=[
+                (answer.call_id, answer.approve, answer.reason)
+                for answer in approvals.to_send(answers, stored["parts"])
+            ],
+            message_id=message_id,
+        )
     except BaseException:
         subscription.close_soon()
         raise
@@ -327,6 +368,9 @@ def _answer(
 
 class ChatStreamView(APIView):
     """``GET /api/chat/{id}/stream``: resume the running reply (204 when none runs)."""
+
+    content_negotiation_class = StreamNegotiation
+    renderer_classes = STREAM_ROUTE_RENDERERS
 
     @extend_schema(
         responses={(200, "text/event-stream"): OpenApiTypes.STR, 204: None, **errors(400, 503)}
@@ -420,7 +464,7 @@ def _current(session: Session, items: list[dict[str, Any]]) -> list[dict[str, An
 class ChatStopView(APIView):
     """``POST /api/chat/{id}/stop``: abort the running reply; 204 once it is finalized."""
 
-    @extend_schema(request=None, responses={204: None, **errors(400, 409)})
+    @extend_schema(request=None, responses={204: None, **errors(400, 409, 503)})
     def post(self, request: Request, chat_id: str) -> Response:
         session = chat_of(request.user, bodies.checked_chat_id(chat_id))
         runtime.abort(session=session)

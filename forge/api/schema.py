@@ -61,7 +61,8 @@ MEANINGS = {
     415: "a request body of another media type",
     429: "rate limited (throttled)",
     502: "the model behind the request failed (compaction_failed)",
-    503: "the channel layer (Redis) is away: stream_unavailable, with Retry-After",
+    503: "the channel layer (Redis) is away: stream_unavailable or abort_unavailable, with "
+    "Retry-After",
 }
 
 

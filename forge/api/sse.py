@@ -2,13 +2,15 @@
 
 Durable frames carry ``id: <seq>``, so a browser's ``EventSource`` resumes with
 ``Last-Event-ID`` and misses nothing; ``?after=`` does the same for other
-clients (an id past the log's head is 400 ``invalid_cursor``). Snapshots, deltas
-and status frames have no id. An idle stream gets a comment every
-``FORGE_SSE_HEARTBEAT`` seconds. A stream whose session was deleted ends with an error
-frame (``not_found``): the deletion's own frame, or at the next heartbeat if that was
-lost. The subscription is open before the view answers: a channel layer that is
-away is 503 ``stream_unavailable`` with ``Retry-After``, never a stream that hangs.
-When the client goes, Django cancels the response and the subscription is dropped.
+clients (an id past the log's head is 400 ``invalid_cursor``). After that backlog (and
+the snapshots of what still streams) comes one ``session.status``, ``busy`` or
+``idle``, as on the socket. Snapshots, deltas and status frames have no id. An idle
+stream gets a comment every ``FORGE_SSE_HEARTBEAT`` seconds. A stream whose session was
+deleted ends with an error frame (``not_found``): the deletion's own frame, or at the
+next heartbeat if that was lost. The subscription is open before the view answers: a
+channel layer that is away is 503 ``stream_unavailable`` with ``Retry-After``, never a
+stream that hangs. When the client goes, Django cancels the response and the
+subscription is dropped.
 """
 
 from __future__ import annotations
@@ -113,7 +115,10 @@ async def _frames(
     stream = SessionStream(session=session, after=after, snapshots=runtime.snapshots)
     # Subscribed before the backlog is read (the stream drops what it already covered).
     yield b": forge session stream\n\n"
-    frames = live_frames(stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT, recheck=access)
+    # After the backlog, what the session does now (busy or idle), as on the socket.
+    frames = live_frames(
+        stream, subscriber, heartbeat=settings.FORGE_SSE_HEARTBEAT, status=True, recheck=access
+    )
     async with contextlib.aclosing(frames):
         try:
             async for frame in frames:

@@ -285,7 +285,7 @@ class SessionViewSet(GenericViewSet):
             response["Link"] = f'<{next_url}>; rel="next"'
         return response
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(409)})
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(409, 503)})
     @action(detail=True, methods=["post"])
     def abort(self, request: Request, pk: str) -> Response:
         session = self.get_object()

@@ -53,6 +53,7 @@ DISTRIBUTED: tuple[str, ...] = (
     "forge_sessions_message",
     "forge_sessions_part",
     "forge_sessions_contextsnapshot",
+    "forge_sessions_copiedmessage",
     "forge_sessionlease",
     "memory_memorycore",
     "memory_dialoguemessage",

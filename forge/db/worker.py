@@ -19,8 +19,35 @@ _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-db")
 
 
 def db(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    """``function`` as an awaitable that runs on the runtime's database thread."""
-    return sync_to_async(function, thread_sensitive=False, executor=_executor)
+    """``function`` as an awaitable that runs on the runtime's database thread, after
+    :func:`_drop_broken`."""
+
+    def unit(*args: Any, **kwargs: Any) -> Any:
+        _drop_broken()
+        return function(*args, **kwargs)
+
+    return sync_to_async(unit, thread_sensitive=False, executor=_executor)
+
+
+def _drop_broken() -> None:
+    """Close this thread's connections that an error left unusable, so that the next
+    query opens (or checks out) a new one.
+
+    The runtime's thread keeps its connection for the process's life. Django drops a
+    broken connection only when a request starts or ends (``close_old_connections``),
+    which this thread has none of: after the server closed it (a restart, a failover,
+    ``pg_terminate_backend``), every unit of work of the process failed until daphne
+    was restarted (QA, HIGH). The unit that meets the closed connection still fails;
+    the next one works. Nothing is asked of the server unless an error other than a
+    data or integrity error occurred since the last commit or rollback (Django's
+    ``errors_occurred``, as its own check): the normal path costs a flag read."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or not conn.errors_occurred or conn.in_atomic_block:
+            continue
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
 
 
 def release_connections() -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -135,10 +136,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             for frame in await self.stream.backlog():
                 await self._send(frame)
             # What the session does now: a client learnt it only at the next change.
-            busy = await database_sync_to_async(runtime.is_busy)(
-                session_id=self.session.pk, tenant_id=self.session.tenant_id
-            )
-            await self._send(self.stream.status_now(busy=busy))
+            await self._send(await self.stream.status())
         except Disconnected:  # the client left while its backlog was sent: no error
             await self._unsubscribe()
             return
@@ -261,8 +259,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             content = json.loads(raw)
-        except ValueError:
+        except json.JSONDecodeError:
             await self._error("bad_json", "a frame must be a JSON object")
+            return
+        except ValueError:  # the decoder's cap on an integer's digits, the one other refusal
+            digits = sys.get_int_max_str_digits()
+            await self._error("bad_json", f"a number in the frame has more than {digits} digits")
             return
         except RecursionError:  # as the HTTP parser says it (forge.api.parsers)
             await self._error("bad_json", "the frame's JSON is nested too deeply")
@@ -364,6 +366,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except ForgeError as exc:
             await self._error(exc.code, str(exc), client_id=client_id, **exc.extra)
             return
+        except Exception:
+            await self._failed("prompt", client_id=client_id)
+            return
         await self._send(
             ack_frame(
                 client_id=client_id,
@@ -393,6 +398,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
         except ForgeError as exc:
             await self._error(exc.code, str(exc), **extra)
+        except Exception:
+            await self._failed("answer", **extra)
+
+    async def _failed(self, what: str, **extra: Any) -> None:
+        """A prompt or an answer that failed on the server's side (the database went
+        away meanwhile: the runtime's next unit of work has a new connection): logged,
+        and said in an error frame as HTTP says a 500, the socket left open. It closed
+        the socket (1011) before (QA)."""
+        logger.exception("the %s on the socket of session %s failed", what, self.session.pk)
+        await self._error("server_error", "the server failed; it has been logged", **extra)
 
     async def _admit(self, throttle: PromptRateThrottle | None) -> tuple[Session, Any, bool]:
         """The session as of now, the socket's user as of now (the prompt's speaker), and
@@ -432,8 +447,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             await runtime.abort_turn(session=self.session)
-        except ForgeError as exc:
-            await self._error(exc.code, str(exc), client_id=client_id)
+        except ForgeError as exc:  # abort_unavailable, still_running: with their retry_after
+            await self._error(exc.code, str(exc), client_id=client_id, **exc.extra)
         except Exception:
             logger.exception("abort of session %s failed", self.session.pk)
             await self._error("abort_failed", "the turn could not be aborted", client_id=client_id)

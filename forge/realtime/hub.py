@@ -31,6 +31,7 @@ from typing import Any
 from django.conf import settings
 
 from forge.errors import StreamUnavailable
+from forge.pubsub import RECONNECTED
 from forge.runtime.receiver import Receiver
 from forge.telemetry import metrics
 from sessions import bus
@@ -41,6 +42,11 @@ from . import limits
 logger = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000
+
+# Put in every subscriber's queue when the layer's subscription came back after a
+# failure: what was published meanwhile was lost, the stream reads it from the log
+# (``SessionStream.accept``). Never sent to a client.
+RESYNC: Frame = {"kind": "resync"}
 
 
 class SharedFrame(dict[str, Any]):
@@ -121,6 +127,9 @@ class SessionHub:
         # and snapshots.
         raw = message.get("frame")
         if raw is None:
+            if message.get("type") == RECONNECTED["type"]:
+                for subscriber in list(self.subscribers):
+                    subscriber.put(RESYNC)
             return
         frame = SharedFrame(raw)
         for subscriber in list(self.subscribers):

@@ -25,6 +25,14 @@ a turn the stream saw start has not ended, it checks again after every quiet per
 backing off to ``RESYNC_BACKOFF_MAX``: a channel layer that lost everything from some
 point on (Redis crashed, and this process's subscription did not come back) still
 leaves the client the whole reply, from the log.
+
+A stream that saw no activity has nothing to compare: when the process's subscription
+reconnects after a failure (``forge.pubsub``), the hub puts a ``resync`` marker in
+every subscriber's queue, and the stream reads the log after its last seq and sends
+the session's status as read now (a turn that ran and ended during the outage; QA).
+And a Redis that froze and resumed drops no connection: a stream that is quiet and saw
+no turn open reads the log after its last seq every ``FORGE_STREAM_RECHECK_SECONDS``
+(:meth:`SessionStream.catch_up`), so a turn whose every frame was lost reaches it then.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any, Final, Protocol
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from forge import runtime
 from sessions import selectors
 from sessions.exceptions import InvalidCursor
 from sessions.frames import Frame, event_frame, snapshot_frame, status_frame
@@ -108,9 +117,17 @@ class SessionStream:
         frames += await self._snapshots(only=None)
         return frames
 
+    async def status(self) -> Frame:
+        """The ``session.status`` frame the socket and the SSE stream send after their
+        backlog (:meth:`status_now`), from ``forge.runtime.is_busy`` read now."""
+        busy = await database_sync_to_async(runtime.is_busy)(
+            session_id=self.session.pk, tenant_id=self.session.tenant_id
+        )
+        return self.status_now(busy=busy)
+
     def status_now(self, *, busy: bool) -> Frame:
-        """The ``session.status`` frame a socket sends after its backlog: ``busy`` while a
-        live runner holds the session's lease (``forge.runtime.is_busy``, read after the
+        """The ``session.status`` frame sent after the backlog: ``busy`` while a live
+        runner holds the session's lease (``forge.runtime.is_busy``, read after the
         subscription opened, so a later change follows it live), else ``idle``. A turn
         retrying reads as ``busy`` until its next ``retry`` frame. A busy session opens
         the turn for this stream, whose start the backlog (after ``after``) may not hold."""
@@ -181,7 +198,26 @@ class SessionStream:
             return frames
         if kind == "status":  # busy, retry
             self.turn_open = True
+        if kind == "resync":  # the layer came back: what it lost meanwhile, and the status
+            return [*await self.resync(), await self.status_after_outage()]
         return [frame]
+
+    async def status_after_outage(self) -> Frame:
+        """The session's status read now (:meth:`status`), after the layer lost frames:
+        an ``idle`` status may have been among them, and closes the turn as one would."""
+        frame = await self.status()
+        if frame["status"] == "idle":
+            self.turn_open = self.needs_resync = False
+        return frame
+
+    async def catch_up(self) -> list[Frame]:
+        """For a quiet stream that saw no turn open: the events the log holds after the
+        last seq sent, and then the session's status, or nothing when there are none.
+        A Redis that froze and resumed (or a partition) drops no connection, so no
+        reconnect says to look (``resync`` markers): a whole turn that ran meanwhile
+        reached such a stream only with the next turn's events (QA)."""
+        missing = await self.resync()
+        return [*missing, await self.status_after_outage()] if missing else []
 
     async def resync(self) -> list[Frame]:
         """Events after the last seq sent that never arrived live (read from the log)."""
@@ -267,13 +303,16 @@ async def live_frames(
     *,
     heartbeat: float | None = None,
     replay: bool = True,
+    status: bool = False,
     recheck: Recheck | None = None,
 ) -> AsyncGenerator[Frame | Heartbeat, None]:
     """Everything one client is to be sent, in order: with ``replay``, the backlog
-    (:meth:`SessionStream.backlog`: the log after ``after``, then snapshots), then, for
-    ever, the live frames of ``source`` through :meth:`SessionStream.accept` (dedupe and
-    repair). ``source`` must be subscribed before this starts, so nothing falls between
-    the backlog and the live frames.
+    (:meth:`SessionStream.backlog`: the log after ``after``, then snapshots), and with
+    ``status`` too, one ``session.status`` (:meth:`SessionStream.status`: ``busy`` or
+    ``idle``, what the session does now); then, for ever, the live frames of ``source``
+    through :meth:`SessionStream.accept` (dedupe and repair). ``source`` must be
+    subscribed before this starts, so nothing falls between the backlog and the live
+    frames.
 
     When ``source`` has been quiet for ``FORGE_STREAM_RESYNC_SECONDS`` after some
     activity, the log is checked for a lost tail (:meth:`SessionStream.resync`). With
@@ -289,6 +328,8 @@ async def live_frames(
     if replay:
         for frame in await stream.backlog():
             yield frame
+        if status:
+            yield await stream.status()
     every = settings.FORGE_STREAM_RESYNC_SECONDS
     quiet = every if heartbeat is None else min(every, heartbeat)
     loop = asyncio.get_running_loop()
@@ -298,7 +339,7 @@ async def live_frames(
     # RESYNC_BACKOFF_MAX): a tool may run for minutes with nothing to send.
     backoff, resync_at = every, 0.0
     recheck_every = settings.FORGE_STREAM_RECHECK_SECONDS
-    recheck_at = loop.time() + recheck_every
+    recheck_at = catch_up_at = loop.time() + recheck_every
     while True:
         if recheck is not None and loop.time() >= recheck_at:
             await recheck()
@@ -313,6 +354,11 @@ async def live_frames(
                 repaired = await stream.resync()
                 backoff = every if repaired else min(backoff * 2, RESYNC_BACKOFF_MAX)
                 resync_at = loop.time() + backoff - quiet / 2  # (timeouts fire late)
+            elif not stream.turn_open and loop.time() >= catch_up_at:
+                # Quiet with no turn seen open: as often as the caller's recheck, one
+                # read of the log after the last seq (a turn whose frames were lost).
+                repaired = await stream.catch_up()
+                catch_up_at = loop.time() + recheck_every
             for frame in repaired:  # activity went quiet, and its tail had been lost
                 yield frame
             if repaired:

@@ -3,6 +3,7 @@
 * ``prompting``: validating and logging a prompt (the one validation);
 * ``regenerate``: logging a new reply to the last reply's prompt;
 * ``runner``: the turns this process runs: start (the one entry), abort, settle;
+* ``aborting``: the abort the faces use (an abort the layer cannot deliver: 503);
 * ``steps``: a turn's steps, each from a fresh read of the store;
 * ``processor``: one step's model stream turned into parts, deltas and tool calls;
 * ``recovery``: finalizing what a dead runner left open (start-up, janitor, command);
@@ -24,6 +25,7 @@ from forge.errors import (
     UnknownAgent,
 )
 
+from .aborting import abort_turn
 from .approvals.pending import pending_approvals
 from .approvals.services import answer, answer_sync
 from .inflight import snapshots
@@ -32,7 +34,6 @@ from .prompting import Attachment
 from .recovery import recover_session, recover_sessions, start_janitor
 from .runner import (
     StartedTurn,
-    abort_turn,
     running_turn,
     settle,
     start_compaction,

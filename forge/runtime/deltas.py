@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -77,8 +77,23 @@ async def _finish(work: Awaitable[None]) -> None:
 class DeltaWindow:
     """The deltas of one turn's streaming parts not yet published."""
 
-    def __init__(self, *, session: Session, message_id: str, window: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        message_id: str,
+        window: float | None = None,
+        holds: Callable[[], bool] | None = None,
+        confirm: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self.session = session
+        # Whether the turn still holds its session's lease: once it may not, its text
+        # is dropped, neither mirrored nor published (another process may have
+        # finalized the reply, and clients would get text the log never has).
+        # ``confirm``: the same, waiting for a renewal on its way past the deadline
+        # (``Turn.confirm_lease``), asked before anything is mirrored or published.
+        self.holds = holds or (lambda: True)
+        self.confirm = confirm or _always
         self.message_id = message_id
         self.window = window_seconds() if window is None else window
         self.pending: Batch = {}
@@ -117,6 +132,8 @@ class DeltaWindow:
         return batch
 
     async def _send(self, batch: Batch) -> None:
+        if not await self.confirm():
+            return
         texts = _texts(batch)
         shared = mirror()
         if shared is not None:  # in Redis before it is published: snapshots never miss it
@@ -134,6 +151,10 @@ class DeltaWindow:
                 offset=pending.offset,
                 delta=texts[part_id],
             )
+
+
+async def _always() -> bool:
+    return True
 
 
 def _texts(batch: Batch) -> dict[str, str]:
@@ -174,7 +195,7 @@ class _Ticker:
             if window.lock.locked():
                 continue
             batch = window.take()
-            if batch:
+            if batch and window.holds():
                 batches.append((window, batch))
         if not batches:
             return
@@ -188,6 +209,7 @@ class _Ticker:
         if previous is not None and not previous.done():
             await asyncio.wait({previous})
         try:
+            batches = [(window, batch) for window, batch in batches if await window.confirm()]
             texts = [_texts(batch) for _, batch in batches]
             shared = mirror()
             if shared is not None:
@@ -198,7 +220,8 @@ class _Ticker:
                     starts.update(_starts(batch))
                 await shared.append_many(merged, starts)
             for (window, batch), some in zip(batches, texts, strict=True):
-                await window.publish(batch, some)
+                if window.holds():
+                    await window.publish(batch, some)
         except Exception:
             logger.exception("could not publish a window of deltas")
 

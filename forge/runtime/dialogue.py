@@ -25,10 +25,12 @@ finishing a turn reads it from the reply, as the memory tools do.
   that the core has rolled (``rolled_through``): the context derivation
   (``forge.context.rolled``) hides the session's history up to it, so the
   summaries stand *in place of* the rolled turns and no turn reaches the model
-  both raw and summarized (the trim). When the next turn's speaker is another
-  user, the block, and with it the trim, changes to theirs (or is removed, and
-  nothing is trimmed): one user never sees another's memory, and the turns
-  their memory did not roll are shown verbatim again.
+  both raw and summarized (the trim). In a fork or an import's copy, the copies
+  of the source's messages the core rolled count too, whenever it rolled them
+  (``sessions.models.CopiedMessage`` names each copy's original). When the next
+  turn's speaker is another user, the block, and with it the trim, changes to
+  theirs (or is removed, and nothing is trimmed): one user never sees another's
+  memory, and the turns their memory did not roll are shown verbatim again.
 
 Subtasks (a turn started by another turn's ``task`` tool) are the agent talking
 to itself, not dialogue with the user: they are neither recorded nor given the
@@ -48,7 +50,7 @@ from forge.context import store_snapshot
 from forge.context.blocks import blocks_in_force, set_blocks
 from memory import selectors as memory_selectors
 from memory import services as memory_services
-from memory import sql as memory_sql
+from memory import turn_sql as memory_turn_sql
 from memory.normalize import MESSAGE_TEXT_MAX
 from sessions import selectors, services, turn_sql
 from sessions import sql as session_sql
@@ -205,7 +207,7 @@ def memory_blocks(
     if speaker is None:
         return removed
     with connection.cursor() as cursor:  # the common answer (no rolled unit): one statement
-        _, unit_id = memory_sql.history_unit(
+        _, unit_id = memory_turn_sql.history_unit(
             cursor, tenant_id=session.tenant_id, user_id=speaker.pk, agent=agent
         )
     if unit_id is None:
@@ -217,9 +219,7 @@ def memory_blocks(
     block = memory_selectors.dialog_history_block(tenant=tenant, core=core)
     if block is None:
         return removed
-    through = memory_selectors.last_rolled_message(
-        tenant=tenant, core=core, session_id=session.pk, before=keep_from
-    )
+    through = _rolled_through(session, core, before=keep_from)
     # A fork or an imported copy holds turns the core rolled under their original ids:
     # the copy's block names the copy's own newest one (``sessions.services.transfer``),
     # which the core's rows cannot say; that cut stands while the block is this core's.
@@ -247,9 +247,43 @@ def _between_turns(session: Session, core: Any, through: str | None) -> str | No
         return through
     if parent > through:
         return through
-    return memory_selectors.last_rolled_message(
-        tenant=session.tenant, core=core, session_id=session.pk, before=parent
+    return _rolled_through(session, core, before=parent)
+
+
+def _rolled_through(session: Session, core: Any, *, before: str | None) -> str | None:
+    """The id of the newest message of the session that the core has rolled, below
+    ``before`` when given: its own messages the core rolled, and in a copy (a fork, an
+    import's copy: ``copied_through`` is set), also the copies of its sources' messages
+    the core rolled, whenever it rolled them (before or after the copy was made).
+
+    A session that copied nothing pays one indexed read, as before; a copy pays one
+    more for its sources (``sessions.selectors.copy_sources``) and two per source: the
+    core's newest rolled message of that source, and that message's newest copy here
+    (``copy_through``), which keeps the cut ``< before``. The cut hides every message of
+    the copy up to it: copies are made in their originals' order and before anything the
+    copy logs itself, and the core rolled its window oldest first."""
+    tenant = session.tenant
+    through = memory_selectors.last_rolled_message(
+        tenant=tenant, core=core, session_id=session.pk, before=before
     )
+    if session.copied_through is None:
+        return through
+    for source_id in selectors.copy_sources(tenant=tenant, session=session):
+        rolled = memory_selectors.last_rolled_message(
+            tenant=tenant, core=core, session_id=source_id
+        )
+        if rolled is None:
+            continue
+        cut = selectors.copy_through(
+            tenant=tenant,
+            session=session,
+            source_session_id=source_id,
+            through=rolled,
+            before=before,
+        )
+        if cut is not None and (through is None or cut > through):
+            through = cut
+    return through
 
 
 def _logged_through(

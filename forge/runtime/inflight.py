@@ -125,6 +125,14 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 
 _SIZES_MAX = 10_000  # parts whose mirrored length one process keeps
 
+# A mirror command not answered within this many seconds fails (a frozen or partitioned
+# Redis answers never: the turn waited on it for the whole outage, its session busy).
+TIMEOUT = 1.0
+# After a failure the mirror is not asked for this many seconds: a turn streams on at
+# its own pace, and the parts it appended to meanwhile are restored from this process's
+# buffer once Redis answers again (``RedisMirror.append_many``).
+PAUSE_AFTER_FAILURE = 5.0
+
 
 class RedisMirror:
     """Streaming parts in Redis: a hash of part metadata per session, a string per text.
@@ -141,6 +149,20 @@ class RedisMirror:
         # The length in bytes each part's text key must have once this process's appends
         # are in (:meth:`append_many`): an APPEND answering less found the key gone.
         self._sizes: dict[str, int] = {}
+        # Parts whose appends failed or were skipped: restored whole at their next one.
+        self._stale: set[str] = set()
+        self._paused_until = 0.0  # not asked until then (monotonic), after a failure
+
+    def _paused(self) -> bool:
+        return time.monotonic() < self._paused_until
+
+    def _failed(self, exc: BaseException, doing: str) -> None:
+        self._paused_until = time.monotonic() + PAUSE_AFTER_FAILURE
+        _unreachable(exc, doing)
+
+    def try_again(self) -> None:
+        """Ask Redis at the next call whatever failed before (tests)."""
+        self._paused_until = 0.0
 
     def _parts_key(self, session_id: str) -> str:
         return f"{self.prefix}:inflight:{session_id}"
@@ -154,11 +176,16 @@ class RedisMirror:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._clients[loop] = aioredis.Redis.from_url(self.url)
+            client = self._clients[loop] = aioredis.Redis.from_url(
+                self.url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
+            )
         return client
 
     async def open(self, *, session_id: str, message_id: str, part_id: str, field: str) -> None:
         meta = json.dumps({"message_id": message_id, "field": field})  # as _meta
+        if self._paused():
+            self._stale.add(part_id)  # (its metadata is written with its next append)
+            return
         try:
             async with self._client().pipeline(transaction=True) as pipe:
                 pipe.hset(self._parts_key(session_id), part_id, meta)
@@ -166,13 +193,18 @@ class RedisMirror:
                 pipe.set(self._text_key(part_id), "", ex=TTL_SECONDS)
                 await pipe.execute()
         except _redis_errors() as exc:
-            _unreachable(exc, "opening a part")
+            self._stale.add(part_id)
+            self._failed(exc, "opening a part")
 
     async def append(self, part_id: str, delta: str) -> None:
+        if self._paused():
+            self._stale.add(part_id)
+            return
         try:
             await self._client().append(self._text_key(part_id), delta)
         except _redis_errors() as exc:
-            _unreachable(exc, "appending a delta")
+            self._stale.add(part_id)
+            self._failed(exc, "appending a delta")
 
     async def append_many(
         self, texts: dict[str, str], starts: dict[str, int] | None = None
@@ -189,6 +221,9 @@ class RedisMirror:
         and it would otherwise hold only the text since, which snapshots served as the
         part's text and recovery stored as the reply (a fourth-round finding)."""
         if not texts:
+            return
+        if self._paused():
+            self._stale.update(texts)
             return
         starts = starts or {}
         if len(self._sizes) > _SIZES_MAX:  # parts that ended without a close: forget them
@@ -211,13 +246,15 @@ class RedisMirror:
                     continue
                 expected = self._sizes.get(part_id, 0) + len(texts[part_id].encode())
                 self._sizes[part_id] = expected
-                # metadata gone (the text too), or the text alone
-                if next(results) or length != expected:
+                # metadata gone (the text too), or the text alone, or appends missed
+                if next(results) or length != expected or part_id in self._stale:
                     lost.append((part_id, streaming))
+                self._stale.discard(part_id)
             if lost:
                 await self._restore(lost, texts, starts)
         except _redis_errors() as exc:
-            _unreachable(exc, "appending deltas")
+            self._stale.update(texts)
+            self._failed(exc, "appending deltas")
 
     async def _restore(
         self, lost: list[tuple[str, Streaming]], texts: dict[str, str], starts: dict[str, int]
@@ -238,19 +275,24 @@ class RedisMirror:
 
     async def close(self, *, session_id: str, part_id: str) -> None:
         self._sizes.pop(part_id, None)
+        self._stale.discard(part_id)
+        if self._paused():
+            return  # (its keys expire: ``TTL_SECONDS``)
         try:
             async with self._client().pipeline(transaction=True) as pipe:
                 pipe.hdel(self._parts_key(session_id), part_id)
                 pipe.delete(self._text_key(part_id))
                 await pipe.execute()
         except _redis_errors() as exc:
-            _unreachable(exc, "closing a part")
+            self._failed(exc, "closing a part")
 
     async def snapshot(self, session_id: str) -> list[dict[str, str]]:
+        if self._paused():
+            return []
         try:
             return await self._snapshot(session_id)
         except _redis_errors() as exc:
-            _unreachable(exc, "reading snapshots")
+            self._failed(exc, "reading snapshots")
             return []
 
     async def _snapshot(self, session_id: str) -> list[dict[str, str]]:
@@ -284,7 +326,9 @@ class RedisMirror:
     def _texts_sync(self, session_id: str) -> dict[str, str]:
         import redis
 
-        client = redis.Redis.from_url(self.url)
+        client = redis.Redis.from_url(
+            self.url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
+        )
         try:
             keys = cast(list[bytes], client.hkeys(self._parts_key(session_id)))
             part_ids = [key.decode() for key in keys]

@@ -175,14 +175,21 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
 
 
-def renew(*, session_id: str, tenant_id: int | None = None) -> bool:
-    """Extend our lease; False if it is not ours any more (taken over after expiring).
-    ``tenant_id``: the session's, which a turn always passes (one shard under Citus)."""
+def renew(*, session_id: str, tenant_id: int | None = None) -> datetime | None:
+    """Extend our lease; return the expiry written, or None if it is not ours any more
+    (taken over after expiring). ``tenant_id``: the session's, which a turn always
+    passes (one shard under Citus).
+
+    The expiry, not a yes: the caller counts its lease from when this statement ran,
+    which it cannot tell from when the answer reached it (a loop frozen after the
+    database ran the renewal took the answer for a fresh lease, and wrote to a reply
+    another process had finalized meanwhile: ``runner._renewed``)."""
     now = timezone.now()
+    expires = now + timedelta(seconds=lease_seconds())
     mine = SessionLease.objects.filter(session_id=session_id, owner=OWNER)
     if tenant_id is not None:
         mine = mine.filter(tenant_id=tenant_id)
-    return bool(mine.update(heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds())))
+    return expires if mine.update(heartbeat_at=now, expires_at=expires) else None
 
 
 def release(*, session_id: str, tenant_id: int | None = None) -> None:

@@ -136,7 +136,12 @@ class Processor(ToolCalls):
         self.workspace: Path | None = None  # the session's workspace path, once known
         self.held: list[services.Write] = []  # bookkeeping written with the next write
         self.finished: list[str] = []  # parts whose buffers go once their write is in
-        self.window = DeltaWindow(session=turn.session, message_id=turn.message_id)
+        self.window = DeltaWindow(
+            session=turn.session,
+            message_id=turn.message_id,
+            holds=turn.holds_lease,
+            confirm=turn.confirm_lease,
+        )
         self.mcp_tools: dict[str, tools.Tool] | None = None  # the agent's MCP tools
         # The model's call ids as logged (:meth:`_call_id`): the ids this turn used, and
         # per id the calls opened under it and not yet called, first opened first.
@@ -177,6 +182,8 @@ class Processor(ToolCalls):
         alone. A write that failed is not tried again: what it held of finished
         text stays in the buffers, for finalizing.
         """
+        if not await self.turn.confirm_lease():  # another process may be finalizing it
+            raise asyncio.CancelledError
         batch, self.held = [*self.held, *writes], []
         if not batch and unit is None:  # a unit (the reply's completion) runs regardless
             return None
@@ -305,7 +312,7 @@ class Processor(ToolCalls):
         self.blocks[block_id] = block
         buffer.open(session_id=turn.session.pk, message_id=turn.message_id, part_id=block.part_id)
         shared = mirror()
-        if shared is not None:
+        if shared is not None and await turn.confirm_lease():
             await shared.open(
                 session_id=turn.session.pk,
                 message_id=turn.message_id,
@@ -398,7 +405,16 @@ class Processor(ToolCalls):
         await self.window.flush()
 
     async def forget(self) -> None:
-        """Drop what is buffered of the parts still open (once they are finalized)."""
+        """Drop what is buffered of the parts still open (once they are finalized).
+        A turn that lost its lease drops this process's buffers only: the mirror is
+        what the lease's next holder finalizes the reply from."""
+        if not await self.turn.confirm_lease():
+            self.window.take()
+            for part_id in [*self.finished, *(b.part_id for b in self.blocks.values())]:
+                buffer.close(part_id)
+            self.finished = []
+            self.blocks.clear()
+            return
         await self.window.flush()  # nothing may reach the mirror after its keys are gone
         finished, self.finished = self.finished, []
         for part_id in [*finished, *(block.part_id for block in self.blocks.values())]:

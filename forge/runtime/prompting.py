@@ -68,7 +68,7 @@ def clean_text(text: Any) -> str:
     if not isinstance(text, str):
         raise InvalidPrompt("text must be a string")
     if not text.strip():
-        raise InvalidPrompt("a prompt needs some text")
+        raise InvalidPrompt("a prompt needs some text (files alone are not a prompt)")
     try:
         size = len(text.encode())
     except UnicodeEncodeError:

@@ -63,10 +63,11 @@ class Receiver:
         *,
         name: str,
         confirm: bool = False,
+        attempts: int = JOIN_ATTEMPTS,
     ) -> Receiver:
         """Join ``group`` on a new channel and receive; ``handle`` returning True ends it.
 
-        Joining is tried ``JOIN_ATTEMPTS`` times: after Redis restarts, the first
+        Joining is tried ``attempts`` times (``JOIN_ATTEMPTS``): after Redis restarts, the first
         command on each pooled connection fails ("connection closed by server")
         and the next reconnects. Then the last error is raised. All attempts together
         take at most ``FORGE_LAYER_TIMEOUT`` seconds, then ``TimeoutError``: a Redis
@@ -79,7 +80,7 @@ class Receiver:
         """
         layer = get_channel_layer()
         async with asyncio.timeout(settings.FORGE_LAYER_TIMEOUT):
-            for attempt in range(1, JOIN_ATTEMPTS + 1):
+            for attempt in range(1, attempts + 1):
                 try:
                     channel = await layer.new_channel()
                     await layer.group_add(group, channel)
@@ -87,7 +88,7 @@ class Receiver:
                         await layer.send(channel, WAKE_UP)
                     break
                 except Exception:
-                    if attempt == JOIN_ATTEMPTS or being_cancelled():
+                    if attempt == attempts or being_cancelled():
                         raise
                     logger.warning("joining %s failed (attempt %d); retrying", name, attempt)
                     await asyncio.sleep(RETRY_PAUSE * attempt)

@@ -204,6 +204,22 @@ def recover_sessions(
     return recovered
 
 
+def held_open(*, session_id: str | None = None) -> list[SessionLease]:
+    """The live leases of sessions with an unfinished reply, soonest expiry first: what
+    :func:`recover_sessions` leaves alone (a runner may be alive). A lease whose
+    process died is among them until it expires."""
+    open_sessions = Message.objects.filter(role="assistant", data__completed_at=None).values_list(
+        "session_id", flat=True
+    )
+    if session_id is not None:
+        open_sessions = open_sessions.filter(session_id=session_id)
+    return list(
+        SessionLease.objects.filter(
+            session_id__in=open_sessions, expires_at__gt=timezone.now()
+        ).order_by("expires_at")
+    )
+
+
 class Janitor(threading.Thread):
     """Finalizes dead runners' turns every ``interval`` seconds, in its own thread.
 

@@ -96,7 +96,7 @@ def _error_info(error: Any) -> dict[str, Any]:
     )
 
 
-async def run_turn(turn: Turn, resume: Resume | None = None) -> None:
+async def run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
     """:func:`_run_turn` in the turn's trace span; a fresh turn (not a resumed one) is
     counted in ``forge_turns_started``."""
     if resume is None:
@@ -111,14 +111,14 @@ async def run_turn(turn: Turn, resume: Resume | None = None) -> None:
         await _run_turn(turn, resume)
 
 
-async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
+async def _run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
     """Loop over steps while the model calls tools, up to the agent's step limit.
 
     Ends with the assistant message completed: normally (``finish`` of the last
     step, its tokens, the cost of all steps), with the provider's error, or —
     when cancelled (abort) or broken — finalized so nothing stays open; or
-    suspended, open, while calls await approval. ``resume``: go on from an
-    answered call instead of starting.
+    suspended, open, while calls await approval. ``resume``: go on from the
+    answered calls (logged together) instead of starting.
     """
     session = turn.session
     processor = Processor(turn)
@@ -148,6 +148,8 @@ async def _run_turn(turn: Turn, resume: Resume | None = None) -> None:
         # SystemExit and KeyboardInterrupt too, raised by a plugin (a hook, a provider):
         # past this, they reached the event loop, which stopped serving.
         logger.exception("turn of session %s failed", session.pk)
+        if not await turn.confirm_lease():
+            return  # not this process's reply to finalize any more (``_end_aborted``)
         await processor.flush()
         texts = processor.streamed_texts()
         await db(_finalize)(
@@ -276,12 +278,13 @@ async def _step_failed(turn: Turn, result: StepResult, loop: _Loop) -> Next:
 # --- resuming after an answer ----------------------------------------------------
 
 
-async def _resume(turn: Turn, processor: Processor, resume: Resume, loop: _Loop) -> bool:
-    """Run the approved call (a denied one was logged already), then go on: True when
-    the next step follows, False when calls of the reply still wait (suspended
-    again) or the reply was completed at its step limit."""
-    if resume.approved:
-        await _run_approved(turn, processor, resume)
+async def _resume(turn: Turn, processor: Processor, resume: list[Resume], loop: _Loop) -> bool:
+    """Run the approved calls, one after the other (a denied one was logged already),
+    then go on: True when the next step follows, False when calls of the reply still
+    wait (suspended again) or the reply was completed at its step limit."""
+    for answered in resume:
+        if answered.approved:
+            await _run_approved(turn, processor, answered)
     if await db(_still_waiting)(turn):
         return False
     steps_done, cost = await db(_steps_done)(turn)
@@ -343,6 +346,11 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
     so the reply completes as aborted: left waiting, an answer to one ran it and then
     another model step after the user pressed stop. A turn cancelled otherwise (its
     lease lost, the server shutting down) leaves them waiting, as recovery does."""
+    if not await turn.confirm_lease():
+        # Its lease lost, or not renewed in time: the reply is the lease's next
+        # holder's to finalize (from the mirror); this process sends and writes nothing.
+        tracing.turn_aborted("lease")
+        return
     shutdown = turn.stopped_by_shutdown and not turn.stopped_by_user
     tracing.turn_aborted(
         "user" if turn.stopped_by_user else "shutdown" if shutdown else "cancelled"

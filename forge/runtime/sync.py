@@ -20,8 +20,9 @@ from forge.db.worker import release_connections
 from sessions import bus, selectors
 from sessions.models import Session
 
+from .aborting import abort_turn
 from .prompting import Attachment
-from .runner import StartedTurn, abort_turn, start_compaction, start_regeneration, start_turn
+from .runner import StartedTurn, start_compaction, start_regeneration, start_turn
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _started(
 
 
 def abort(*, session: Session) -> None:
-    """:func:`~forge.runtime.runner.abort_turn` for synchronous callers."""
+    """:func:`~forge.runtime.aborting.abort_turn` for synchronous callers."""
     release_connections()
     async_to_sync(abort_turn)(session=session)
 

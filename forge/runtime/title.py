@@ -38,12 +38,16 @@ class Exchange:
 
 
 def _first_exchange(session: Session) -> Exchange | None:
-    """The first user message's text, and who spoke to which agent, if the session has had
-    exactly one exchange."""
+    """The first user message's text, and who spoke to which agent, once the session has
+    a reply and no title.
+
+    Not only after exactly one reply: a first turn that crashed or was aborted before
+    its title came left the session "Untitled" for good (QA). A titled session costs
+    this one read; an untitled one gets its title at the end of its next turn."""
     session.refresh_from_db(fields=["title"])
     if session.title:
         return None
-    if selectors.count_assistant_messages(tenant=session.tenant, session=session) != 1:
+    if selectors.count_assistant_messages(tenant=session.tenant, session=session) < 1:
         return None
     text: str | None = None
     for item in selectors.iter_history(tenant=session.tenant, session_id=session.pk):

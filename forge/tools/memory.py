@@ -251,20 +251,31 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         except ForgeError as exc:
             raise ToolError(str(exc)) from None
 
+    offset = args.get("offset", 0)
     header = f"Messages [{start}, {end}) of {what} ({unit.message_count} messages in the unit):"
     lines = [header]
     budget = READ_MAX_CHARS - len(header)
     shown_end = start
+    resume: int | None = None  # the offset the next call goes on from, in a cut message
     for message in messages:
-        line = f"[{message['index']}] {message['role']} ({message['at']}): {message['text']}"
-        if len(line) + 1 > budget:
-            if shown_end == start:  # the first message alone is too long: show its start
-                lines.append(_cut(line, max(budget - 1, 200)))
-                lines.append(f"[message {message['index']} is cut: {len(line)} characters]")
-                shown_end = message["index"] + 1
+        skip = offset if message["index"] == start else 0
+        text = message["text"][skip:]
+        after = f" from character {skip}" if skip else ""
+        head = f"[{message['index']}] {message['role']} ({message['at']}){after}: "
+        if len(head) + len(text) + 1 > budget:
+            if shown_end == start:
+                # The first message alone is too long: show what fits, and go on in it.
+                shown = max(budget - 1, 200) - len(head) - 1
+                lines.append(head + text[:shown] + "…")
+                total, until = len(message["text"]), skip + shown
+                lines.append(
+                    f"[message {message['index']} is cut: showed its characters "
+                    f"[{skip}, {until}) of {total}]"
+                )
+                resume = until
             break
-        budget -= len(line) + 1
-        lines.append(line)
+        budget -= len(head) + len(text) + 1
+        lines.append(head + text)
         shown_end = message["index"] + 1
     if start >= end:
         lines.append("(no messages in this range)")
@@ -272,7 +283,8 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if cut:
         lines.append(
             f"[cut: showed messages [{start}, {shown_end}) of [{start}, {end}); continue with "
-            f'memory_read {{"unit_id": "{unit.pk}", "start": {shown_end}, "end": {end}}}]'
+            f'memory_read {{"unit_id": "{unit.pk}", "start": {shown_end}, "end": {end}'
+            + ("}]" if resume is None else f', "offset": {resume}}}]')
         )
     return ToolResult(
         output="\n".join(lines),
@@ -283,6 +295,7 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             "end": shown_end,
             "requested_end": end,
             "truncated": cut,
+            **({} if resume is None else {"offset": resume}),
         },
     )
 
@@ -293,7 +306,8 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         "Read original messages from your long-term memory: the messages behind a slice "
         '(give "slice_id"), or messages [start, end) of a unit (give "unit_id", "start" '
         f'and "end"; end exclusive). At most {READ_MAX_MESSAGES} messages and '
-        f"{READ_MAX_CHARS} characters per call; a longer answer says where to continue."
+        f"{READ_MAX_CHARS} characters per call; a longer answer says where to continue "
+        '(a message longer than that, with "offset").'
     ),
     parameters={
         "type": "object",
@@ -311,6 +325,13 @@ def read_memory(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
                 "minimum": 0,
                 "maximum": INT_ARG_MAX,
                 "description": "Index after the last one.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": INT_ARG_MAX,
+                "description": "Characters of the first message to skip (to go on in a "
+                "message that was cut).",
             },
         },
         "additionalProperties": False,

@@ -12,13 +12,14 @@ from django.contrib import admin
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest
 
-from accounts.admin import ReadOnlyAdmin, TenantScopedAdmin
+from accounts.admin import ReadOnlyAdmin, RelatedOnlyFilter, TenantScopedAdmin
 from accounts.admin_scope import sees_all, tenant_ids
 from accounts.models import Tenant, User
 from forge.models import Budget, Usage
 
 from . import selectors
 from .budgets import plain
+from .services import InvalidBudget, clean_limit
 
 
 @admin.register(Usage)
@@ -38,7 +39,7 @@ class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
         "aborted",
         "tool_calls",
     )
-    list_filter = ("day", "agent", "model", ("tenant", admin.RelatedOnlyFieldListFilter))
+    list_filter = ("day", "agent", "model", ("tenant", RelatedOnlyFilter))
     search_fields = ("user__username", "agent", "model")
     # Not the user: a row keeps a deleted user's id (no foreign key constraint), and the
     # join dropped such rows from the list (QA). Their names come with the page's rows.
@@ -73,6 +74,20 @@ class BudgetForm(forms.ModelForm):
             and not user.memberships.filter(tenant=tenant).exists()
         ):
             self.add_error("user", "this user is not a member of the tenant")
+        # 0 is no limit, as ``set_budget`` reads it (README): stored as a 0, it refused
+        # every prompt ("the budget of 0 tokens is used up") while this form, checking
+        # that some limit is set, took it for none (QA).
+        for name in ("monthly_tokens", "monthly_cost"):
+            if data.get(name) == 0:
+                data[name] = None
+            try:
+                clean_limit(
+                    data.get(name),
+                    name=name.replace("_", " "),
+                    integer=name == "monthly_tokens",
+                )
+            except InvalidBudget as exc:
+                self.add_error(name, str(exc))
         if not data.get("monthly_tokens") and not data.get("monthly_cost"):
             raise forms.ValidationError("set a monthly limit in tokens, in cost, or both")
         return data
@@ -83,7 +98,7 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
     form = BudgetForm
     list_display = ("tenant", "user", "monthly_tokens", "tokens_used", "monthly_cost", "cost_used")
     list_select_related = ("tenant", "user")
-    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter),)
+    list_filter = (("tenant", RelatedOnlyFilter),)
     search_fields = ("tenant__name", "user__username")
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:

@@ -190,6 +190,10 @@ def reserve(
         _refuse_when_used_up(budget, use, held, resets_at=resets_at)
     if user_id not in uses:
         uses[user_id] = selectors.month_totals(tenant=tenant, user_id=user_id, now=now)
+    if None not in uses and not uses[user_id].ended_normally:
+        # A user budget alone, and the speaker has no reply this month: the tenant's
+        # average, as documented (it was never read then: the 1,000-token fallback).
+        uses[None] = selectors.month_totals(tenant=tenant, user_id=None, now=now)
     tokens, cost = _estimate([uses[user_id], *([uses[None]] if None in uses else [])], model)
     services.hold(
         tenant=tenant,

@@ -273,7 +273,9 @@ _COST_PLACES = 10  # Budget.monthly_cost's decimal places
 _MAX_LIMIT = Decimal(10**14)  # what Budget.monthly_cost's 24 digits, 10 of them decimals, hold
 
 
-def _limit(value: Any, *, name: str, integer: bool) -> Any:
+def clean_limit(value: Any, *, name: str, integer: bool) -> Any:
+    """A budget's limit as stored, or ``InvalidBudget`` (``set_budget`` and the admin's
+    form check the same: the form took 9e18 tokens, which the command refused)."""
     if value is None:
         return None
     try:
@@ -317,12 +319,12 @@ def set_budget(
     tokens = (
         (budget.monthly_tokens if budget else None)
         if monthly_tokens is KEEP
-        else _limit(monthly_tokens, name="monthly tokens", integer=True) or None
+        else clean_limit(monthly_tokens, name="monthly tokens", integer=True) or None
     )
     cost = (
         (budget.monthly_cost if budget else None)
         if monthly_cost is KEEP
-        else _limit(monthly_cost, name="monthly cost", integer=False) or None
+        else clean_limit(monthly_cost, name="monthly cost", integer=False) or None
     )
     if tokens is None and cost is None:
         if budget is not None:

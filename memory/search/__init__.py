@@ -34,7 +34,9 @@ bm25, would let another tenant's rows move the order):
    by asking the database (term frequencies read from the window's token lines).
    Of a query's distinct tokens, the :data:`TERMS_MAX` that the fewest searched slices
    hold are searched (:func:`informative`; tokens no slice holds take no place), not
-   the first: the rare name or place often ends a long question.
+   the first: the rare name or place often ends a long question. On the database path
+   a query of over :data:`TERMS_POOL` tokens is first cut to the ones the scope holds
+   in fewest slices, from one statement counting every token (``fulltext._pool``).
 2. *Best message* (:func:`best_message_matches`): the first :data:`PASSAGES` of that
    order (at least ``limit``) by their best
    single message, scored by the sum of the idf of the distinct query tokens it
@@ -85,7 +87,7 @@ from __future__ import annotations
 
 from .dense import dense_minimum, dense_query, embedder_or_none, forget_failures, vectors_enabled
 from .documents import Document, doc_of, document, load_docs, slice_created
-from .fulltext import held_lexical, lexical
+from .fulltext import held_lexical, holding_all, lexical
 from .fusion import Candidate, Found, Lexical, dense_weight, fuse, passage_weight
 from .hybrid import search
 from .index import (
@@ -107,6 +109,7 @@ from .query import (
     expansion_weight,
     informative,
     preferred,
+    required,
     salient,
     terms,
     tokens,
@@ -143,6 +146,7 @@ __all__ = [
     "forget_failures",
     "fuse",
     "held_lexical",
+    "holding_all",
     "index_docs",
     "index_fulltext",
     "index_pending",
@@ -154,6 +158,7 @@ __all__ = [
     "load_docs",
     "passage_weight",
     "preferred",
+    "required",
     "salient",
     "search",
     "slice_created",

@@ -4,6 +4,7 @@ from the postings this process holds (:func:`held_lexical`) or from the database
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ from django.db import connection
 
 from .. import postings
 from .fusion import Candidate, Lexical
-from .query import TERMS_MAX, TERMS_POOL, _single, informative, preferred, salient, weight
+from .query import TERMS_MAX, TERMS_POOL, _single, informative, salient, weight
 from .scope import SCOPE_CORES_MAX, Scope, _candidates, _fts_scope, _slice_scope, with_units
 from .tables import FTS_TABLE, SLICE, _in
 
@@ -50,6 +51,70 @@ def _matching(scope: Scope, words: Sequence[str]) -> tuple[str, list[list[Any]]]
     return sql, [[f'body : "{w}" AND {fts_scope}', *extra] for w in words]
 
 
+def holding_all(words: Sequence[str]) -> tuple[str, list[Any]]:
+    """SQL selecting the ids of the slices whose indexed text (the summary and the raw
+    messages of the range, folded as search folds: case, accents, CJK by pairs) holds
+    every one of ``words``, with its parameters; not scoped (the caller's queryset is,
+    and row-level security on PostgreSQL): the admin's search (``memory.admin``)."""
+    if connection.vendor == "postgresql":
+        sql = f"SELECT s.id FROM {SLICE} s WHERE s.search_document @@ %s::tsquery"
+        return sql, [" & ".join(f"'{w}'" for w in words)]
+    sql = (
+        f"SELECT s.id FROM {SLICE} s WHERE s.search_rowid IN "
+        f"(SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s)"
+    )
+    return sql, [" AND ".join(f'body : "{w}"' for w in words)]
+
+
+COUNT_CAP = 256  # SQLite: a token's slices counted, at most, to choose a long query's pool
+
+
+def _pool(cursor: Any, scope: Scope, words: Sequence[str]) -> list[str]:
+    """The :data:`TERMS_POOL` of ``words`` (over that many) the scope holds in fewest
+    slices, in the query's order: those whose exact counts the ranking then reads.
+
+    One statement counts every token's slices in the scope (tenant-filtered, as every
+    read). PostgreSQL: the scope's slices holding any token (one GIN scan of their OR),
+    their lexemes among the tokens grouped (``GROUP BY``), exact counts. SQLite: the
+    tokens as one ``json_each`` array, each matched by a correlated FTS5 subquery (the
+    statement's text does not grow with the query), each count stopped at
+    :data:`COUNT_CAP` (a token no slice holds costs one index lookup; a common one, at
+    most the cap's rows). Tokens the scope does not hold take no place; ties (on SQLite
+    at the cap too: all held by at least that many slices) go to words and pairs before
+    single CJK characters, then the earlier in the query, as :func:`informative`."""
+    where, params = _slice_scope(scope)
+    place = {w: i for i, w in enumerate(words)}
+    if connection.vendor == "postgresql":
+        # One bitmap scan of the GIN index for any of the tokens (a tsquery of constants,
+        # so the planner sees them), each matching slice's lexemes grouped: exact counts.
+        cursor.execute(
+            f"SELECT l, count(*) FROM {SLICE} s "
+            "CROSS JOIN LATERAL unnest(tsvector_to_array(s.search_document)) l "
+            f"WHERE s.search_document @@ %s::tsquery AND {where} AND l = ANY(%s) GROUP BY l",
+            [" | ".join(f"'{w}'" for w in words), *params, list(words)],
+        )
+        counted = {place[w]: int(n) for w, n in cursor.fetchall() if w in place}
+    else:
+        sql = (
+            f"SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH "
+            "('body : \"' || t.value || '\" AND ' || %s)"
+        )
+        extra: list[Any] = []
+        if not scope.whole_tenant and len(scope.core_ids) > SCOPE_CORES_MAX:
+            sql += f" AND +rowid IN (SELECT s.search_rowid FROM {SLICE} s WHERE {where})"
+            extra = params  # as :func:`_matching`
+        cursor.execute(
+            f"SELECT t.key, (SELECT count(*) FROM ({sql} LIMIT %s)) FROM json_each(%s) t",
+            [_fts_scope(scope), *extra, COUNT_CAP, json.dumps(list(words))],
+        )
+        counted = {int(i): int(n) for i, n in cursor.fetchall()}
+    holding = [counted.get(i, 0) for i in range(len(words))]
+    held = [w for w in words if holding[place[w]]]
+    held.sort(key=lambda w: (holding[place[w]], _single(w), place[w]))
+    kept = set(held[:TERMS_POOL])
+    return [w for w in words if w in kept]
+
+
 def lexical(
     scope: Scope,
     words: Sequence[str],
@@ -64,8 +129,11 @@ def lexical(
     Of the query's tokens, the :data:`TERMS_MAX` the scope holds in fewest slices are
     searched (:func:`informative`), from the counts the ranking reads anyway: every
     token's, from the held postings (a binary search per token); from the database,
-    those of the first :data:`TERMS_POOL` tokens (:func:`preferred`: words and pairs
-    first), so that choosing costs at most one more count of the cap's size.
+    those of at most :data:`TERMS_POOL` tokens, so that choosing costs at most one more
+    count of the cap's size. A query of more tokens than that is first cut to the
+    :data:`TERMS_POOL` the scope holds in fewest slices (:func:`_pool`: one statement
+    over every token, each count stopped at :data:`COUNT_CAP`); before (QA), to its first
+    ones, so "w0 ... w199 coffee" found nothing on this path and "coffee" on the other.
 
     The scope's size and each word's count, and the ``window`` slices with the largest
     sum of idf (ties: the newest): two statements on SQLite (FTS5 walks postings
@@ -80,8 +148,12 @@ def lexical(
         return held_lexical(scope, words, window=window, boosts=boosts)
     scope = with_units(scope)
     asked = [w for w in words if w not in boosts]
-    pool = [*preferred(asked, TERMS_POOL), *(w for w in words if w in boosts)]
     with connection.cursor() as cursor:
+        if len(asked) > TERMS_POOL:
+            asked = _pool(cursor, scope, asked)
+        pool = [*asked, *(w for w in words if w in boosts)]
+        if not pool:
+            return out
         if connection.vendor == "postgresql":
             stats = _head_postgres(cursor, scope, pool, window, boosts)
         else:

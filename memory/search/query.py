@@ -17,7 +17,7 @@ from ..exceptions import InvalidQuery
 
 QUERY_MAX = 1000
 TERMS_MAX = 32  # query terms searched by full text (bounds the work of one search)
-TERMS_POOL = 2 * TERMS_MAX  # terms whose counts a search of the database reads, to choose
+TERMS_POOL = 2 * TERMS_MAX  # terms whose exact counts a search of the database reads
 LIMIT_MAX = 100
 
 
@@ -59,6 +59,15 @@ def terms(query: Any) -> list[str]:
     Raises ``InvalidQuery`` for a non-string or a query over ``QUERY_MAX`` characters.
     """
     return preferred(tokens(query), TERMS_MAX)
+
+
+def required(query: Any) -> list[str]:
+    """The tokens a slice must all hold to match ``query`` word for word (the admin's
+    search: :func:`memory.search.fulltext.holding_all`): its words and CJK pairs, its
+    single CJK characters only when it has nothing else (a pair already holds them), at
+    most :data:`TERMS_MAX`. Raises ``InvalidQuery`` as :func:`tokens`."""
+    words = tokens(query)
+    return ([t for t in words if not _single(t)] or words)[:TERMS_MAX]
 
 
 def informative(

@@ -32,8 +32,10 @@ from .context import (  # noqa: F401 - re-exported
     context_updates,
     last_compaction,
     last_step_tokens,
+    placed_context_updates,
     progress_since_compaction,
 )
+from .copies import copy_sources, copy_through  # noqa: F401 - re-exported
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200
@@ -440,6 +442,16 @@ def newest_messages(
         .values_list("id", "data")[:limit]
     )
     return with_parts(tenant, session, rows)
+
+
+def last_prompt_id(*, tenant: Tenant, session: Session) -> str | None:
+    """The id of the session's newest user message (None: it has none)."""
+    return (
+        Message.objects.filter(tenant=tenant, session=session, role="user")
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
 
 
 def message_after(*, tenant: Tenant, session: Session, message_id: str) -> dict[str, Any] | None:

@@ -41,6 +41,48 @@ def context_updates(
     return list(events.order_by("seq").values_list("data", flat=True))
 
 
+def placed_context_updates(
+    *, tenant: Tenant, session: Session
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each ``context.updated`` event's data, oldest first, with the id of the newest
+    message created before it (None: none was), for a copy that writes them where they
+    were among the messages it copies (``services.transfer``).
+
+    Message ids sort by creation, so every message created before the event sorts at
+    or before that id, and every later one after it. The messages' creations are read
+    in one pass over their ``message.updated`` events up to the last update (three
+    rows a turn, index only on PostgreSQL), and only when an update follows one."""
+    updates = list(
+        _indexed_context_events(tenant=tenant, session=session)
+        .filter(type__in=CONTEXT_TYPES)
+        .order_by("seq")
+        .values_list("seq", "data")
+    )
+    if not updates:
+        return []
+    created = (
+        SessionEvent.objects.filter(
+            tenant=tenant, session=session, type="message.updated", seq__lt=updates[-1][0]
+        )
+        .order_by("seq")
+        .values_list("seq", "data__id")
+        .iterator(chunk_size=2000)
+    )
+    placed: list[tuple[str | None, dict[str, Any]]] = []
+    newest: str | None = None
+    pending = iter(updates)
+    seq, data = next(pending)
+    for message_seq, message_id in created:
+        while message_seq > seq:
+            placed.append((newest, data))
+            seq, data = next(pending)
+        if isinstance(message_id, str) and (newest is None or message_id > newest):
+            newest = message_id
+    placed.append((newest, data))
+    placed.extend((newest, rest) for _, rest in pending)
+    return placed
+
+
 def _newest_compaction(
     *, tenant: Tenant, session: Session, upto_seq: int | None = None
 ) -> tuple[int, Any] | None:

@@ -17,7 +17,7 @@ from ..free_shapes import check_free_event
 from ..ids import is_valid_id, new_message_id, new_part_id
 from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
 from ..models import Message, Part, Session, SessionEvent
-from ..projector import rolled_through_moved
+from ..projector import with_rolled_through_moved
 from ..shapes import (
     ShapeError,
     normalize_message,
@@ -32,6 +32,7 @@ from .transfer import (
     carried,
     mark_copied,
     rebuild_projection,
+    record_copies,
     remap_ids,
     undone_on_failure,
 )
@@ -398,6 +399,7 @@ def _import_copy(*, user: AbstractBaseUser, events: list[dict[str, Any]]) -> Ses
 
     with undone_on_failure(session):
         _copy_events(session, events, user=user, new_ids=new_ids, message_new_ids=message_new_ids)
+        record_copies(copy=session, source_id=events[0]["session_id"], new_ids=message_new_ids)
         history_copied.send(
             sender=Session,
             source_id=events[0]["session_id"],
@@ -435,12 +437,6 @@ def _copy_events(
         else:  # session.compacted, context.updated
             data.pop("session_id")
             if kind == "context.updated":
-                moved = {
-                    (b.get("kind"), b.get("key")): b
-                    for b in rolled_through_moved(data["blocks"], message_new_ids)
-                }
-                data["blocks"] = [
-                    moved.get((b.get("kind"), b.get("key")), b) for b in data["blocks"]
-                ]
+                data["blocks"] = with_rolled_through_moved(data["blocks"], message_new_ids)
             writes.add(AppendEvent(type=kind, data=data))
     writes.flush()

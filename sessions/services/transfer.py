@@ -3,6 +3,7 @@ renaming and batched writes, which an import's copy (``imports``) shares."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -13,15 +14,12 @@ from django.db import transaction
 from .. import selectors, snapshots, sql
 from ..exceptions import NotFound
 from ..ids import new_message_id, new_part_id
-from ..models import Message, Part, Session, SessionEvent
-from ..projector import Projection, fold, fold_context, rolled_through_moved
+from ..models import CopiedMessage, Message, Part, Session, SessionEvent
+from ..projector import Projection, fold, with_rolled_through_moved
 from ..signals import history_copied, part_copying, session_deleted
 from .batch import append_batch
-from .messages import (
-    append_event,
-)
 from .session import TITLE_MAX, create_session
-from .writes import UpdateMessage, UpdatePart, Write
+from .writes import AppendEvent, UpdateMessage, UpdatePart, Write
 
 
 @transaction.atomic
@@ -156,16 +154,35 @@ def mark_copied(*, session: Session) -> int:
 
 
 def _copy_history(session: Session, fork: Session, *, before_message_id: str) -> None:
+    """Copy the messages before ``before_message_id``, and the source's context
+    updates where they were among them.
+
+    Each ``context.updated`` goes before the first copied message created after it
+    (:func:`selectors.placed_context_updates`), with its cut moved into the copy's ids,
+    so replaying a copied step derives the request that step was sent: the blocks of
+    that time, not today's. Before, the fold of every update was logged once, first,
+    and every copied step replayed with the newest memory block (QA). The updates
+    made after the fork point follow the copied history, so the fork's next turn
+    starts from the source's blocks as they are now, as it did."""
     tenant = session.tenant
-    blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
-    if blocks:
-        append_event(session=fork, type="context.updated", data={"blocks": list(blocks.values())})
+    updates = deque(selectors.placed_context_updates(tenant=tenant, session=session))
     new_ids: dict[str, str] = {}  # message ids only: ``rolled_through_moved`` reads it
     writes = CopyWriter(fork)
+
+    def updates_before(message_id: str | None) -> None:
+        """Write the updates logged before message ``message_id`` was made (all: None)."""
+        while updates and (
+            message_id is None or updates[0][0] is None or updates[0][0] < message_id
+        ):
+            blocks = updates.popleft()[1].get("blocks") or []
+            moved = with_rolled_through_moved(blocks, new_ids)
+            writes.add(AppendEvent(type="context.updated", data={"blocks": moved}))
+
     for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
         info = item["info"]
         if info["id"] >= before_message_id:
             break
+        updates_before(info["id"])
         new_ids[info["id"]] = new_message_id()
         copy = {**remap_ids(info, new_ids), "session_id": fork.pk}
         if copy.get("parent_id") and info["parent_id"] not in new_ids:
@@ -175,11 +192,48 @@ def _copy_history(session: Session, fork: Session, *, before_message_id: str) ->
         for part in item["parts"]:
             renamed = remap_ids(part, {**new_ids, **parts})
             writes.add(UpdatePart(part=carried({**renamed, "session_id": fork.pk}, fork)))
+    updates_before(None)
     writes.flush()
-    moved = rolled_through_moved(blocks.values(), new_ids)
-    if moved:
-        append_event(session=fork, type="context.updated", data={"blocks": moved})
+    record_copies(copy=fork, source_id=session.pk, new_ids=new_ids)
     history_copied.send(sender=Session, source_id=session.pk, copy=fork, new_ids=new_ids)
+
+
+def record_copies(*, copy: Session, source_id: str, new_ids: Mapping[str, str]) -> None:
+    """Record what each message of ``copy`` was copied from (:class:`CopiedMessage`), in
+    the copy's transaction: ``new_ids`` (original -> copy's, messages only) from session
+    ``source_id``, and, when the source is itself a copy in the same tenant (a fork of a
+    fork, a copy imported from a copy's export here), what those originals were copied
+    from in turn, so that the copy maps back to every source up the chain. One read of
+    the source's rows (on the index's leading column), inserted with the copy's in
+    batches."""
+    if not new_ids:
+        return
+    tenant_id, copy_id = copy.tenant_id, copy.pk
+    rows = [
+        CopiedMessage(
+            tenant_id=tenant_id,
+            session_id=copy_id,
+            message_id=new,
+            source_session_id=source_id,
+            source_message_id=old,
+        )
+        for old, new in new_ids.items()
+    ]
+    upstream = CopiedMessage.objects.filter(tenant_id=tenant_id, session_id=source_id)
+    for message_id, first_session_id, first_message_id in upstream.values_list(
+        "message_id", "source_session_id", "source_message_id"
+    ).iterator(chunk_size=2000):
+        if message_id in new_ids:
+            rows.append(
+                CopiedMessage(
+                    tenant_id=tenant_id,
+                    session_id=copy_id,
+                    message_id=new_ids[message_id],
+                    source_session_id=first_session_id,
+                    source_message_id=first_message_id,
+                )
+            )
+    CopiedMessage.objects.bulk_create(rows, batch_size=COPY_BATCH)
 
 
 ID_FIELDS = ("id", "message_id", "parent_id", "tail_start_id", "part_id")

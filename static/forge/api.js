@@ -33,6 +33,7 @@ export class Api {
   }
 
   toLogin() {
+    this.beforeLogin?.(); // the page keeps what would be lost (chat.js: the draft)
     // The route (#/s/<id>) too: signing in again opens the conversation the user was in.
     const next = location.pathname + location.search + location.hash;
     location.assign(`${this.loginUrl}?next=${encodeURIComponent(next)}`);

@@ -11,26 +11,35 @@ export function isAwaiting(part) {
 }
 
 // What the card shows about its approval:
-//   {asking, sending, error, expiresAt, outcome: null | "approved" | "denied", reason, label}
+//   {asking, sending, expired, error, expiresAt, outcome: null | "approved" | "denied", reason, label}
 // `answer`: the user's answer in flight for this call ({approve, error?}) or undefined.
+// `now`: the time (ms) to judge the expiry by. A call past its expiry asks no more:
+// the server denies it at its next sweep, and an answer meanwhile is refused (QA: the
+// card offered Allow and Deny until then, and a click got a 409 the page did not show).
 // The part's own state wins: once the log moves the call on, the card follows it.
-export function approvalState(part, answer) {
+export function approvalState(part, answer, now = Date.now()) {
   const state = part?.state || {};
   const metadata = state.metadata || {};
   const approval = metadata.approval || {};
   if (state.status === AWAITING) {
     const sending = Boolean(answer && !answer.error);
+    const expiresAt = approval.expires_at || null;
+    const expired = !sending && expiresAt !== null && Date.parse(expiresAt) <= now;
+    let label = "Waiting for your approval";
+    if (sending) label = answer.approve ? "Allowing…" : "Denying…";
+    else if (expired) label = "Expired: the call will be denied";
     return {
-      asking: !sending,
+      asking: !sending && !expired,
       sending,
+      expired,
       error: answer?.error || null,
-      expiresAt: approval.expires_at || null,
+      expiresAt,
       outcome: null,
       reason: "",
-      label: sending ? (answer.approve ? "Allowing…" : "Denying…") : "Waiting for your approval",
+      label,
     };
   }
-  const base = { asking: false, sending: false, error: null, expiresAt: null };
+  const base = { asking: false, sending: false, expired: false, error: null, expiresAt: null };
   if (metadata.denied) {
     const reason = approval.reason || (typeof state.error === "string" ? state.error : "");
     return { ...base, outcome: "denied", reason, label: reason ? `Denied: ${reason}` : "Denied" };

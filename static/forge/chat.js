@@ -30,6 +30,7 @@ const CONNECTION_LABELS = {
 };
 
 const GONE = "This conversation was deleted.";
+const DRAFT_KEY = "forge.draft";
 
 class Chat {
   constructor() {
@@ -50,9 +51,12 @@ class Chat {
     this.refreshTimer = null;
     this.errorTimer = null;
     this.starting = false; // the first screen's first message is creating its session
+    this.discarded = new Set(); // sessions deleted for a refused first message
   }
 
   start() {
+    this.api.beforeLogin = () => this.keepDraft();
+    this.restoreDraft();
     $("new-session").addEventListener("click", () => this.createSession());
     $("sidebar-toggle").addEventListener("click", () => this.toggleSidebar());
     NARROW.addEventListener("change", () => this.showSidebar(!NARROW.matches));
@@ -138,6 +142,9 @@ class Chat {
       a.updated_at === b.updated_at ? (a.id < b.id ? 1 : -1) : a.updated_at < b.updated_at ? 1 : -1,
     );
     const current = this.view?.id;
+    // The list is drawn anew on every message event of a streaming reply: the session
+    // the keyboard was on gets the focus back (QA: it fell to the page's body).
+    const focused = list.contains(document.activeElement) ? document.activeElement.dataset?.sessionId : null;
     list.replaceChildren(
       ...sessions.map((session) =>
         el(
@@ -152,7 +159,7 @@ class Chat {
               "aria-current": session.id === current ? "page" : null,
               onclick: (event) => this.clickSession(event, session.id),
             },
-            el("span", { className: "session-title", text: session.title || "Untitled" }),
+            el("span", { className: "session-title", dir: "auto", text: session.title || "Untitled" }),
             el("span", { className: "session-meta" }, session.status === "busy" ? el("span", { className: "busy-dot", title: "working", text: "●" }) : null, formatTime(session.updated_at)),
           ),
         ),
@@ -160,6 +167,36 @@ class Chat {
     );
     $("sessions-empty").hidden = sessions.length > 0;
     $("more-sessions").hidden = !this.sessionsNext;
+    if (focused) {
+      for (const item of list.querySelectorAll(".session-item")) {
+        if (item.dataset.sessionId === focused) item.focus();
+      }
+    }
+  }
+
+  // Leaving for the login page (a 401: signed out in another tab, the login expired):
+  // the prompt box's text, or the prompt just sent and refused, is kept for the page
+  // that signing in again opens (QA: the box had been cleared, and the text was lost).
+  keepDraft() {
+    const view = this.view;
+    const pending = view ? [...view.pending.values(), ...view.unconfirmed].map((prompt) => prompt.text) : [];
+    const draft = this.composer.prompt.value || pending[0] || this.composer.lastSent || "";
+    try {
+      if (draft) sessionStorage.setItem(DRAFT_KEY, draft);
+    } catch {
+      // storage refused (private mode, quota): nothing more to do
+    }
+  }
+
+  restoreDraft() {
+    let draft = null;
+    try {
+      draft = sessionStorage.getItem(DRAFT_KEY);
+      sessionStorage.removeItem(DRAFT_KEY);
+    } catch {
+      return;
+    }
+    if (draft && this.composer.prompt.value === "") this.composer.prompt.value = draft;
   }
 
   // A plain click opens the session at once (the hashchange it also causes then
@@ -232,11 +269,32 @@ class Chat {
       // The route follows without a hashchange: this call opens it, and only this one.
       history.pushState(null, "", `#/s/${encodeURIComponent(session.id)}`);
       await this.open(session.id);
-      if (this.view?.id !== session.id) return false;
-      return await this.view.sendPrompt(text, files);
+      const view = this.view;
+      if (view?.id !== session.id) return false;
+      view.startedHere = true; // until its first prompt is taken (view.js: the ack)
+      const sent = await view.sendPrompt(text, files);
+      if (!sent) await this.discardUnused(view);
+      else if (view.pending.size === 0) view.startedHere = false; // taken over HTTP
+      return sent;
     } finally {
       this.starting = false;
     }
+  }
+
+  // The first screen's first message was refused (a budget, a rate limit): the session
+  // made for it holds nothing, so it goes, and the page is the first screen again with
+  // the text in the box (QA: an empty "Untitled" session stayed, the page on it).
+  async discardUnused(view) {
+    if (!view.startedHere || view.log.messages.size > 0) return;
+    view.startedHere = false;
+    this.discarded.add(view.id); // its socket is closed as deleted: not "deleted elsewhere"
+    try {
+      await this.api.deleteSession(view.id);
+    } catch {
+      this.discarded.delete(view.id);
+      return; // it stays, empty: nothing lost
+    }
+    this.sessionGone(view.id);
   }
 
   followHash() {
@@ -339,6 +397,7 @@ class Chat {
   }
 
   goneElsewhere(id) {
+    if (this.discarded.has(id)) return; // deleted here, for a refused first message
     this.sessionGone(id, GONE);
   }
 

@@ -16,6 +16,7 @@ export class Composer {
     startChat,
     { maxBytes = 0, maxFiles = 0, maxFileBytes = 0, showError = () => {}, hideError = () => {} } = {},
   ) {
+    this.lastSent = ""; // the text of the send in progress
     this.current = current;
     this.startChat = startChat;
     this.maxBytes = maxBytes;
@@ -42,7 +43,12 @@ export class Composer {
         this.submit();
       }
     });
-    this.abortButton.addEventListener("click", () => this.current()?.abort());
+    // The button is disabled once the reply ends: the keyboard goes back to the prompt
+    // box, as after Send (QA: it fell to the page's body).
+    this.abortButton.addEventListener("click", () => {
+      this.current()?.abort();
+      this.prompt.focus();
+    });
   }
 
   async submit() {
@@ -72,8 +78,10 @@ export class Composer {
       return;
     }
     this.prompt.value = "";
+    this.lastSent = text; // kept when a 401 sends the page to sign in (chat.keepDraft)
     const sent = view ? await view.sendPrompt(text, files) : await this.startChat(text, files);
     if (sent) {
+      this.lastSent = "";
       this.files.value = "";
       this.hideError(); // an earlier refusal's line is no longer the news
     } else if (this.prompt.value === "") {
@@ -97,6 +105,12 @@ export class Composer {
   // A prompt the server refused: back into the box, unless something new is there.
   giveBack(text) {
     if (this.prompt.value.trim() === "") this.prompt.value = text;
+  }
+
+  // Take back a text given back (it had been sent after all), unless the user has
+  // changed the box meanwhile.
+  takeBack(text) {
+    if (this.prompt.value === text) this.prompt.value = "";
   }
 
   // busy: a turn runs; waiting: a prompt is not acknowledged yet; retry: the

@@ -63,6 +63,17 @@ export function formatTime(iso) {
     : date.toLocaleDateString([], { month: "short", day: "numeric" });
 }
 
+// A moment to come (an approval's expiry): its time, and its day too when not today
+// ("Expires Dec 8" said no time).
+export function formatMoment(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return "";
+  const time = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  if (date.toDateString() === new Date().toDateString()) return time;
+  return `${date.toLocaleDateString([], { month: "short", day: "numeric" })}, ${time}`;
+}
+
 export function pretty(value) {
   if (value === undefined || value === null) return "";
   if (typeof value === "string") return value;

@@ -303,6 +303,9 @@ function inline(text) {
   // The URL may hold balanced parentheses (Wikipedia's ".../Foo_(bar)").
   text = text.replace(/\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)(?:[ \t]+&quot;[^\n]*?&quot;)?\)/g, (whole, label, url) => {
     if (!SAFE_URL.test(url)) return whole;
+    // A code span binds first (CommonMark): a URL holding one is no link (it was one,
+    // with the span's <code> restored inside its href).
+    if ([...url.matchAll(/\u0000(\d+)\u0000/g)].some((m) => tokens[m[1]].startsWith("<code>"))) return whole;
     return stash(link(url, emphasis(label)));
   });
   // Bare http(s) URLs. "&" only as "&amp;", so an escaped quote or bracket ends the URL.

@@ -4,7 +4,7 @@
 // markdown.js, which escapes everything first; everything else uses textContent.
 
 import { answerBody, approvalState } from "./approval.js";
-import { el, formatCost, formatTime, formatTokens, pretty, safeHref } from "./dom.js";
+import { el, formatCost, formatMoment, formatTime, formatTokens, pretty, safeHref } from "./dom.js";
 import { MarkdownStream } from "./mdstream.js";
 import { isStreaming } from "./sessionlog.js";
 
@@ -216,10 +216,18 @@ function renderTool(view, part, actions) {
     ),
   ];
   const approval = approvalState(part, view.answer);
+  clearTimeout(view.expiryTimer);
+  if (approval.asking && approval.expiresAt) {
+    // Drawn again when the call expires (a timer holds at most 2^31 - 1 ms).
+    const wait = Date.parse(approval.expiresAt) - Date.now() + 100;
+    if (wait > 0 && wait < 2 ** 31 - 1) view.expiryTimer = setTimeout(() => renderTool(view, view.part, actions), wait);
+  }
   if (approval.asking || approval.sending) view.open.input = true; // what is being allowed
   if (state.input !== undefined && status !== "pending") children.push(section("input", "Input", state.input));
   if (approval.asking || approval.sending) children.push(approvalForm(view, part, approval, actions));
-  else if (approval.outcome) {
+  else if (approval.expired) {
+    children.push(el("div", { className: "approval-outcome approval-expired", role: "status", text: approval.label }));
+  } else if (approval.outcome) {
     children.push(el("div", { className: `approval-outcome approval-${approval.outcome}`, text: approval.label }));
   }
   if (status === "completed") children.push(section("output", "Output", state.output));
@@ -260,7 +268,7 @@ function approvalForm(view, part, approval, actions) {
     "div",
     { className: "approval", role: "group", "aria-label": `Approve the call to ${part.tool}` },
     el("div", { className: "approval-label", role: "status", text: approval.label }),
-    approval.expiresAt ? el("div", { className: "muted", text: `Expires ${formatTime(approval.expiresAt)}` }) : null,
+    approval.expiresAt ? el("div", { className: "muted", text: `Expires ${formatMoment(approval.expiresAt)}` }) : null,
     approval.error ? el("div", { className: "tool-error", role: "alert", text: `Not sent: ${approval.error}` }) : null,
     el(
       "div",

@@ -267,6 +267,25 @@ export class SessionLog {
     return [...latest.parts.values()].some((rec) => isAwaiting(rec.part));
   }
 
+  // The id of the newest message held (message ids sort by creation), or "".
+  get newestMessageId() {
+    let newest = "";
+    for (const id of this.messages.keys()) if (id > newest) newest = id;
+    return newest;
+  }
+
+  // Whether a user message newer than `afterId` holds the text `text`: a prompt sent
+  // when `afterId` was the newest message reached the log, though its ack was lost.
+  hasPromptAfter(afterId, text) {
+    for (const message of this.messages.values()) {
+      if (message.info.role !== "user" || !(message.info.id > afterId)) continue;
+      for (const rec of message.parts.values()) {
+        if (rec.part.type === "text" && rec.part.text === text) return true;
+      }
+    }
+    return false;
+  }
+
   latestReply() {
     let latest = null;
     for (const message of this.messages.values()) {

@@ -32,7 +32,10 @@ export class SessionView {
     this.retry = null;
     this.log = new SessionLog();
     this.nextUrl = null;
-    this.pending = new Map(); // client_id -> prompt text, until acked
+    this.pending = new Map(); // client_id -> {text, after}, until acked
+    // Prompts whose socket closed before their ack: given back, and looked for in the
+    // log once the socket is back ({text, after: the newest message id when sent}).
+    this.unconfirmed = [];
     this.queue = Promise.resolve();
     this.lastSnapshotRequest = 0;
     this.counters = { gapsFilled: 0, snapshotRequests: 0 };
@@ -167,9 +170,11 @@ export class SessionView {
       case "snapshot":
         return this.draw(this.log.applySnapshot(frame).changes);
       case "status":
+        this.confirmPrompts(); // a connection's backlog ends with its status frame
         return this.applyStatus(frame);
       case "ack":
         this.pending.delete(frame.client_id);
+        this.startedHere = false; // its first prompt is taken: the session is the user's
         return this.updateBusy();
       case "error":
         return this.applyError(frame);
@@ -227,25 +232,55 @@ export class SessionView {
     if (wasBusy && frame.status === "idle") this.chat.refreshSessionsSoon();
   }
 
-  // The socket closed with prompts not yet acknowledged (a frame over the server's
-  // limit closes it with 1009 before any answer): they were not started; give the
-  // text back rather than wait for the ack timeout with the box empty.
+  // The socket closed with prompts not yet acknowledged: a frame over the server's
+  // limit closes it with 1009 before any answer, but a connection that dropped may
+  // have lost only the ack, the prompt being logged and answered. The text goes back
+  // into the box at once, and once the socket is back (its backlog applied) the log
+  // says which it was: a prompt found there is taken back out of the box, so that
+  // the user does not send it twice (QA: the page said it was not sent, and a second
+  // Send ran it again).
   promptsLost() {
     if (this.pending.size > 0) {
-      for (const text of this.pending.values()) this.chat.composer.giveBack(text);
+      for (const prompt of this.pending.values()) {
+        this.chat.composer.giveBack(prompt.text);
+        this.unconfirmed.push(prompt);
+      }
       this.pending.clear();
-      this.chat.showError("The connection closed before the prompt was acknowledged; it is back in the box.");
+      this.chat.showError(
+        "The connection closed before the prompt was acknowledged; it is back in the box " +
+          "until the page is connected again and knows whether it arrived.",
+      );
     }
     this.updateBusy();
   }
 
+  confirmPrompts() {
+    if (this.unconfirmed.length === 0) return;
+    const prompts = this.unconfirmed;
+    this.unconfirmed = [];
+    const arrived = prompts.filter((p) => this.log.hasPromptAfter(p.after, p.text));
+    for (const prompt of arrived) this.chat.composer.takeBack(prompt.text);
+    this.chat.showError(
+      arrived.length === prompts.length
+        ? "The prompt had arrived before the connection closed; it was not sent twice."
+        : "The prompt did not arrive before the connection closed; it is back in the box.",
+    );
+  }
+
   applyError(frame) {
-    const text = this.pending.get(frame.client_id);
+    if (this.chat.discarded.has(this.id)) return; // being deleted here: its news is none
+    const text = this.pending.get(frame.client_id)?.text;
     if (text !== undefined) {
       this.pending.delete(frame.client_id);
       this.chat.composer.giveBack(text);
     }
-    this.chat.showError(`${frame.message || "Something went wrong"} (${frame.code || "error"})`);
+    const message = `${frame.message || "Something went wrong"} (${frame.code || "error"})`;
+    if (text !== undefined && this.startedHere) {
+      // The first message of a session made for it was refused: the session goes too.
+      this.chat.discardUnused(this).then(() => this.chat.showError(message));
+      return;
+    }
+    this.chat.showError(message);
     this.updateBusy();
   }
 
@@ -317,7 +352,7 @@ export class SessionView {
     if (this.busy) return false;
     if (files.length === 0 && this.connected) {
       const clientId = randomId();
-      this.pending.set(clientId, text);
+      this.pending.set(clientId, { text, after: this.log.newestMessageId });
       this.socket.send({ type: "prompt", text, client_id: clientId });
       setTimeout(() => {
         if (this.pending.delete(clientId)) this.updateBusy();

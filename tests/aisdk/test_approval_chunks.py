@@ -12,6 +12,7 @@ from rest_framework.exceptions import ValidationError
 
 from forge.aisdk import approvals, chunks, history
 from forge.aisdk.chunks import ReplyChunks
+from forge.errors import ApprovalNotFound
 
 MID = "msg_1"
 CALL = "call_1"
@@ -199,8 +200,16 @@ def test_an_approval_body_is_read_and_its_bad_shapes_refused():
 
 def test_only_calls_still_waiting_are_answered_again():
     one, two = approvals.Answer(CALL, True, ""), approvals.Answer("call_2", False, "")
-    assert approvals.to_send([one, two], [AWAITING]) == [one]
-    assert approvals.to_send([two, one], [DONE]) == [two]  # the service refuses it
+    answered = {**DONE, "id": "prt_2", "call_id": "call_2"}
+    assert approvals.to_send([one, two], [AWAITING, answered]) == [one]
+    assert approvals.to_send([two, one], [DONE, answered]) == [two]  # the service refuses it
+
+
+def test_a_call_not_of_the_named_message_is_refused_before_anything_is_sent():
+    one, other = approvals.Answer(CALL, True, ""), approvals.Answer("call_x", True, "")
+    for answers, parts in (([one], []), ([one, other], [AWAITING])):
+        with pytest.raises(ApprovalNotFound):
+            approvals.to_send(answers, parts)
 
 
 def test_chunk_shapes_are_the_ones_ai6_and_ai7_declare():

@@ -160,3 +160,37 @@ def test_a_chat_takes_attachments_past_djangos_body_limit_as_multipart_would(
         "f0.bin",
         "f1.bin",
     ]
+
+
+@pytest.mark.parametrize(("field", "value"), [("mediaType", 5), ("filename", ["a.txt"])])
+def test_a_file_part_field_of_the_wrong_type_is_refused(field: str, value: Any):
+    """QA: ``mediaType: 5`` was logged as no type, ``filename: 5`` as ``file-1``."""
+    from rest_framework.exceptions import ValidationError
+
+    from forge.aisdk.bodies import prompt_of
+
+    body = chat_body("typed")
+    body["messages"][-1]["parts"].append({**_file_part(b"hello"), field: value})
+    with pytest.raises(ValidationError, match=f"{field} must be a string"):
+        prompt_of(body)
+    body["messages"][-1]["parts"][-1].pop(field)  # absent: the data URL's type, file-1
+    _text, (attachment,) = prompt_of(body)
+    named = "file-1" if field == "filename" else "notes.txt"
+    assert (attachment.filename, attachment.mime) == (named, "text/plain")
+
+
+def test_files_without_text_are_refused_for_the_missing_text():
+    """``sendMessage({files})`` with no text is refused; the message says that files
+    alone are no prompt (QA LOW: "a prompt needs some text" left a user who had sent
+    a file wondering whether the file was taken)."""
+    from forge.aisdk.bodies import prompt_of
+    from forge.errors import InvalidPrompt
+    from forge.runtime.prompting import clean_text
+
+    body = chat_body("filesOnly")
+    body["messages"][-1]["parts"] = [_file_part(b"hello")]
+
+    text, files = prompt_of(body)
+    assert len(files) == 1
+    with pytest.raises(InvalidPrompt, match="files alone are not a prompt"):
+        clean_text(text)

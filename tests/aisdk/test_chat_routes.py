@@ -457,3 +457,54 @@ def test_a_stream_ends_once_its_caller_may_no_longer_watch(
     assert "w50" not in "".join(
         c.get("delta", "") for c in reader.chunks if c["type"] == "text-delta"
     )
+
+
+def test_a_client_that_asks_for_an_event_stream_gets_one(echo_server: LiveServer, user, token):
+    """``Accept: text/event-stream`` (fetch-event-source, SSE proxies) was a 406 on the
+    stream routes, as no DRF renderer writes it (QA MEDIUM); their refusals stay JSON,
+    and an ``Accept`` they cannot answer is still a 406."""
+    url = f"{echo_server.url}/api/chat"
+    asks = {**headers(token), "Accept": "text/event-stream"}
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", url, json=chat_body("sse1"), headers=asks) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        reader = Chunks(response)
+        reader.rest()
+    assert reader.chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert httpx.get(f"{url}/sse1/stream", headers=asks).status_code == 204
+    refused = httpx.post(url, json={"id": "sse1"}, headers={**asks, "Accept": "text/*"})
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/json"
+    assert refused.json()["error"]["code"] == "invalid"
+    xml = httpx.post(url, json=chat_body("sse1"), headers={**asks, "Accept": "application/xml"})
+    assert xml.status_code == 406
+    assert len(chat_history("sse1")) == 2  # the one turn
+
+
+def test_an_edit_of_an_earlier_prompt_is_refused_and_writes_nothing(
+    echo_server: LiveServer, user, token
+):
+    """``sendMessage({text, messageId})`` replaces that message client-side; the server
+    logged the edit as a new prompt at the end, so the client and the model saw two
+    different chats (QA). An earlier prompt is refused; the last one may be sent again."""
+    url = f"{echo_server.url}/api/chat"
+    for text in ("first", "second"):
+        sent = httpx.post(url, json=chat_body("edit1", text), headers=headers(token), timeout=30)
+        assert sent.status_code == 200, sent.text
+    first, _, second, _ = chat_history("edit1")
+    before = SessionEvent.objects.filter(session=chat_session("edit1")).count()
+
+    def edit(message_id: str) -> httpx.Response:
+        message = {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "edited"}]}
+        body = {**chat_body("edit1"), "messageId": message_id, "messages": [message]}
+        return httpx.post(url, json=body, headers=headers(token), timeout=30)
+
+    refused = edit(first["info"]["id"])
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "edit_unsupported"
+    assert SessionEvent.objects.filter(session=chat_session("edit1")).count() == before
+    assert edit(second["info"]["id"]).status_code == 200  # the last prompt: a new one
+    assert [m["info"]["role"] for m in chat_history("edit1")] == ["user", "assistant"] * 3

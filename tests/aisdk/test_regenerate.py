@@ -125,6 +125,20 @@ def test_a_regenerated_reply_is_a_new_message_with_the_same_parent(
     client_side = post_stream(scripted, token, regenerate_body("regen1", messageId="u1"))
     assert {"type": "text", "text": "second answer"} in client_side.ui.parts
     assert len(history("regen1")) == 7
+    # An earlier prompt named by the id the chat has (a client that reloaded the history)
+    # is not the last reply's, though the client's messages end with it: a 409 (QA
+    # MEDIUM: the last reply was regenerated, and the client showed it under the first
+    # question).
+    before = SessionEvent.objects.filter(session=regen1).count()
+    first = {"id": prompt["info"]["id"], "role": "user", "parts": [{"type": "text", "text": "x"}]}
+    earlier = httpx.post(
+        f"{scripted.url}/api/chat",
+        json={**regenerate_body("regen1", messageId=prompt["info"]["id"]), "messages": [first]},
+        headers=headers(token),
+    )
+    assert earlier.status_code == 409, earlier.text
+    assert earlier.json()["error"]["code"] == "not_last_reply"
+    assert SessionEvent.objects.filter(session=regen1).count() == before
 
 
 @pytest.fixture

@@ -202,7 +202,7 @@ def test_a_fork_that_fails_leaves_no_copied_file(
     def fails(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the disk filled up")
 
-    monkeypatch.setattr(transfer, "rolled_through_moved", fails)
+    monkeypatch.setattr(transfer, "record_copies", fails)  # after the files are copied
     api.raise_request_exception = False
     forked = api.post(
         f"/api/sessions/{session.pk}/fork/", {"message_id": history[2]["info"]["id"]}, format="json"

@@ -313,6 +313,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         (json.dumps({"type": "prompt", "text": "hi", "agent": "nobody"}), "unknown_agent"),
         (json.dumps({"type": "abort"}), "not_running"),
         ('{"type": "prompt", "client_id": ' + "[" * 100_000 + "]" * 100_000 + "}", "bad_json"),
+        ('{"type": "prompt", "text": "hi", "n": ' + "7" * 5000 + "}", "bad_json"),
         # QA: any JSON was echoed back in the ack and error frames
         (json.dumps({"type": "prompt", "text": "hi", "client_id": {"a": 1}}), "bad_frame"),
         (json.dumps({"type": "prompt", "text": "hi", "client_id": 3.5}), "bad_frame"),
@@ -330,6 +331,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "unknown agent",
         "abort idle",
         "nested too deeply",
+        "an integer of 5000 digits",
         "client_id an object",
         "client_id a number",
         "client_id too long",
@@ -348,6 +350,8 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
     assert reply["message"]
     if "[[[" in frame:  # QA (LOW): it said "a frame must be a JSON object"
         assert reply["message"] == "the frame's JSON is nested too deeply"
+    if "7777" in frame:  # QA (LOW): it said "a frame must be a JSON object" too
+        assert reply["message"] == "a number in the frame has more than 4300 digits"
     if "client_id" in frame and code == "bad_frame":
         assert reply["client_id"] is None
     await ws.send_to(text_data=json.dumps({"type": "ping"}))

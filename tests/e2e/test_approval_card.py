@@ -110,7 +110,12 @@ def test_abort_ends_a_reply_that_waits_for_an_approval(
     waiting_card(chat)
     abort = chat.page.locator("#abort-button")
     chat.wait_until(abort.is_enabled)
-    assert "approval" in chat.page.locator("#turn-status").inner_text()
+    # The card is drawn from the part's event; the line under the prompt says "Working…"
+    # until the server's session.status (idle: the turn waits) follows it. On a loaded
+    # CI pass that came after the first read (stop 44), so wait for it.
+    status = chat.page.locator("#turn-status")
+    chat.wait_until(lambda: "approval" in status.inner_text())
+    assert abort.is_enabled()
     abort.click()
     message = chat.wait_reply_done()
     assert message.locator(".part-tool").get_attribute("data-status") == "error"
@@ -151,3 +156,20 @@ def test_axe_finds_no_violation_on_a_waiting_card(
     chat.send("/tool list_files {}")
     waiting_card(chat)
     assert axe_violations(chat, axe_script) == []
+
+
+def test_a_card_past_its_expiry_asks_no_more(chat_page: OpenPage, alice: Any, agents: Any) -> None:
+    """QA (LOW): past ``expires_at`` the card still offered Allow and Deny until the
+    server's sweep denied the call, and a click then got a 409 the page did not show.
+    The card is drawn again when the call expires (the janitor here sweeps only once a
+    minute, so the page alone says it)."""
+    chat = chat_page(FORGE_TOOL_APPROVAL=ASK, FORGE_APPROVAL_TIMEOUT="4", FORGE_LEASE_SECONDS="60")
+    chat.login()
+    chat.new_session()
+    chat.send("/tool list_files {}")
+    card = waiting_card(chat)
+    assert card.locator(".approval-allow").is_enabled()
+    card.locator(".approval-expired").wait_for(timeout=15_000)
+    assert card.locator(".approval-expired").inner_text() == "Expired: the call will be denied"
+    assert card.locator(".approval-allow").count() == 0
+    chat.assert_clean()

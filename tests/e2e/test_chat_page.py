@@ -289,6 +289,11 @@ def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> 
     abort = page.locator("#abort-button")
     assert abort.is_enabled()
     assert page.locator("#send-button").is_disabled()
+    # The sessions list is drawn anew as a reply's message events come: the keyboard
+    # stays on the session it was on (QA: it fell to the page's body within a second).
+    page.locator(".session-item").first.focus()
+    page.evaluate("window.forgeChat.chat.renderSessions()")
+    assert page.evaluate("document.activeElement.className") == "session-item"
     abort.click()
 
     message = chat.wait_reply_done()
@@ -298,6 +303,8 @@ def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> 
     assert "aborted" in error
     page.locator("#abort-button:disabled").wait_for()
     assert page.locator("#send-button").is_enabled()
+    # The keyboard is back in the prompt box (QA: the disabled button left it nowhere).
+    assert page.evaluate("document.activeElement.id") == "prompt"
     text = message.locator(".part-text .markdown").inner_text()
     assert prompt.startswith(text)
     assert len(text) < len(prompt)
@@ -551,6 +558,21 @@ def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
     chat.assert_clean()
 
 
+def prompt_through_the_api(chat: ChatPage, user: Any, session_id: str, text: str) -> None:
+    """A prompt sent through the server's API, as another tab or client would send it."""
+    import httpx
+    from rest_framework.authtoken.models import Token
+
+    key = Token.objects.get_or_create(user=user)[0].key
+    sent = httpx.post(
+        f"{chat.server.url}/api/sessions/{session_id}/messages/",
+        json={"text": text},
+        headers={"Authorization": f"Token {key}"},
+        timeout=30,
+    )
+    assert sent.status_code == 202, sent.text
+
+
 def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
@@ -558,6 +580,7 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     server could refuse it, and the page cleared the box and said nothing. The page knows
     the limit and says it before sending; and a socket that closes with a prompt not yet
     acknowledged gives its text back."""
+
     from sessions.models import Message
 
     chat = chat_page(FORGE_MAX_PROMPT_BYTES="2000")
@@ -613,16 +636,37 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     page.set_input_files("#files", files=[])
     page.locator("#prompt").fill("")
 
-    # The socket closes before the prompt is acknowledged: its text comes back.
+    # The socket closes before the prompt is acknowledged: its text comes back, and once
+    # the socket is back and the log does not hold it, the page says it did not arrive.
     page.evaluate(
         """() => {
             const view = window.forgeChat.view;
-            view.pending.set("c_lost", "the lost prompt");
+            view.pending.set("c_lost", {text: "the lost prompt", after: view.log.newestMessageId});
             view.ws.close(4000, "test");
         }"""
     )
     chat.wait_until(lambda: page.locator("#prompt").input_value() == "the lost prompt")
-    assert "acknowledged" in banner.inner_text()
+    chat.wait_until(lambda: "did not arrive" in banner.inner_text())
+    assert page.locator("#prompt").input_value() == "the lost prompt"
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+    # Only the ack was lost (the server had taken the prompt): once the socket is back the
+    # log holds it, and the text leaves the box again, so a second Send does not run it
+    # twice (QA: the page said it was not sent).
+    page.locator("#prompt").fill("")
+    page.evaluate("window.__newest = window.forgeChat.view.log.newestMessageId")
+    prompt_through_the_api(chat, alice, session_id, "it did arrive")
+    page.locator(".message-user .plain-text", has_text="it did arrive").wait_for()
+    chat.wait_reply_done()
+    page.evaluate(
+        """() => {
+            const view = window.forgeChat.view;
+            view.pending.set("c_took", {text: "it did arrive", after: window.__newest});
+            view.ws.close(4000, "test");
+        }"""
+    )
+    chat.wait_until(lambda: "had arrived" in banner.inner_text())
+    assert page.locator("#prompt").input_value() == ""
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 2
     chat.assert_clean()
 
 
@@ -632,8 +676,6 @@ def test_scrolled_up_a_latest_button_goes_back_to_the_newest_message(
     """Reading back up a long chat, a new message does not pull the view down (the
     list sticks to the bottom only when it was there), and nothing said there was more
     below. A "Latest" button shows while the view is above the end and goes back."""
-    import httpx
-    from rest_framework.authtoken.models import Token
 
     from sessions.services import create_session, update_message, update_part
 
@@ -658,14 +700,7 @@ def test_scrolled_up_a_latest_button_goes_back_to_the_newest_message(
     latest.wait_for(state="visible")
     # A prompt through the server, as another tab would send it: its events reach the
     # page live (the test process's own writes reach no daphne on the in-memory layer).
-    key = Token.objects.get_or_create(user=alice)[0].key
-    sent = httpx.post(
-        f"{chat.server.url}/api/sessions/{session.pk}/messages/",
-        json={"text": "something new"},
-        headers={"Authorization": f"Token {key}"},
-        timeout=30,
-    )
-    assert sent.status_code in (200, 201, 202), sent.text
+    prompt_through_the_api(chat, alice, session.pk, "something new")
     page.locator(".message-user .plain-text", has_text="something new").wait_for(state="attached")
     assert page.evaluate("document.getElementById('messages').scrollTop") < 200  # not pulled
     latest.click()
@@ -712,3 +747,25 @@ def test_right_to_left_text_reads_right_to_left(
     page.locator("#prompt").fill("مرحبا")  # the prompt box follows what is typed
     assert page.evaluate("getComputedStyle(document.querySelector('#prompt')).direction") == "rtl"
     chat.assert_clean()
+
+
+def test_a_prompt_sent_as_the_login_ended_is_in_the_box_after_signing_in_again(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): signed out in another tab, a prompt sent here was refused and the page
+    went to the login page, but the box had been cleared: the text was lost."""
+    from django.contrib.sessions.models import Session as LoginSession
+
+    chat = chat_page()
+    chat.login()
+    chat.send("first")
+    chat.wait_reply_done()
+    session_id = chat.view_id()
+    LoginSession.objects.all().delete()  # signed out in another tab
+    chat.send("typed while signed out")
+    chat.page.wait_for_url(re.compile(r"/login/"))
+    chat.page.get_by_label("Username").fill("alice")
+    chat.page.get_by_label("Password").fill(PASSWORD)
+    chat.page.get_by_role("button", name="Sign in").click()
+    chat.page.wait_for_url(f"{chat.server.url}/#/s/{session_id}")
+    chat.wait_until(lambda: chat.page.locator("#prompt").input_value() == "typed while signed out")

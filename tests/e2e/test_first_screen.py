@@ -57,6 +57,37 @@ def test_the_first_screen_takes_a_prompt_without_a_click(
     chat.assert_clean()
 
 
+def test_a_refused_first_message_leaves_no_session_behind(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): a first message refused (here: the month's budget is used up) left an
+    empty "Untitled" session in the list, the page on it. The session made for it goes,
+    and the page is the first screen again, the text in the box and the reason shown."""
+    from forge.usage.services import set_budget
+
+    set_budget(tenant=alice.tenants.get(), monthly_tokens=1)
+    from forge.usage.services import record_reply
+    from sessions.services import create_session
+    from tests.usage.helpers import reply
+
+    spent = create_session(user=alice, title="spent")
+    _opened, done = reply(spent, steps=[{"tokens": {"input": 5, "output": 0}, "cost": 0}])
+    record_reply(session=spent, info=done)
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.keyboard.type("over budget")
+    page.keyboard.press("Enter")
+    banner = page.locator("#error-text")
+    chat.wait_until(lambda: "monthly budget" in banner.inner_text())
+    chat.wait_until(lambda: Session.objects.count() == 1)  # the spent one alone
+    chat.wait_until(lambda: chat.view_id() is None)
+    assert page.locator("#prompt").input_value() == "over budget"
+    assert "#/s/" not in page.url
+    assert page.locator(".session-item").count() == 1
+    assert page.locator("#session-title").inner_text() == "New chat"
+
+
 def in_viewport(chat: ChatPage, selector: str) -> bool:
     box = chat.page.locator(selector).bounding_box()
     assert box is not None, f"{selector} is not rendered"

@@ -21,6 +21,11 @@ from tests.live import daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
+# The lease of the tests that need the janitor soon (it passes once a lease period). Not
+# 1 s: a turn stops once it has not renewed for 0.9 s of it (``runner._heartbeat``). A
+# loaded CI pass ended the janitor's continuation as interrupted so; a daphne stalled
+# that long explains it (not reproduced on demand). Its log is in the failure message.
+LEASE = "2"
 WRITE = '{"path": "notes.txt", "content": "hi"}'
 SCRIPT = [
     [
@@ -122,30 +127,30 @@ def test_asked_in_one_process_approved_through_another(tmp_path, session, token,
 
 def test_kill_9_while_waiting_then_restart_and_approve(tmp_path, session, token, agents):
     env = _env(
-        tmp_path, FORGE_RECOVER_ON_START="1", FORGE_LEASE_JANITOR="1", FORGE_LEASE_SECONDS="1"
+        tmp_path, FORGE_RECOVER_ON_START="1", FORGE_LEASE_JANITOR="1", FORGE_LEASE_SECONDS=LEASE
     )
     with daphne(tmp_path, "first", **env) as first:
         reply_id = _prompt(first.url, session, token)
         os.killpg(first.process.pid, signal.SIGKILL)
         first.process.wait(10)
     with daphne(tmp_path, "restarted", **env) as restarted:
-        time.sleep(2.5)  # let the janitor pass at least once: it must leave the reply open
+        time.sleep(float(LEASE) + 0.5)  # the janitor passes at least once: it leaves the reply open
         assert Message.objects.get(pk=reply_id).data["completed_at"] is None
         response = _answer(restarted.url, session, token, True)
         assert response.status_code == 202, response.text
         info = _finished(reply_id)
-        assert info["error"] is None
+        assert info["error"] is None, restarted.output()
         assert _texts(reply_id) == ["written"]
 
 
 def test_the_janitor_denies_an_overdue_call_and_the_turn_goes_on(tmp_path, session, token, agents):
     env = _env(
-        tmp_path, FORGE_APPROVAL_TIMEOUT="1", FORGE_LEASE_JANITOR="1", FORGE_LEASE_SECONDS="1"
+        tmp_path, FORGE_APPROVAL_TIMEOUT="1", FORGE_LEASE_JANITOR="1", FORGE_LEASE_SECONDS=LEASE
     )
     with daphne(tmp_path, "first", **env) as first:
         reply_id = _prompt(first.url, session, token, status="")
         info = _finished(reply_id)  # nobody answers
-        assert info["error"] is None
+        assert info["error"] is None, first.output()
         state = _tool(reply_id)["state"]
         assert state["status"] == "error"
         assert state["metadata"]["approval"]["expired"] is True

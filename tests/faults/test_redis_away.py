@@ -129,3 +129,41 @@ def test_throttles_answer_at_once_while_redis_is_frozen_and_ask_it_again_later(
     ask_the_cache_again()
     assert api.get(f"/api/sessions/{session.pk}/").status_code == 200
     assert history.keys("*throttle_user_*")
+
+
+async def test_a_process_that_never_joined_its_abort_inbox_runs_prompts_while_redis_is_down(
+    settings, own_redis, session, agents
+):
+    """A process that had not joined its abort inbox yet failed every prompt while Redis
+    was away ("could not reach its channel layer"), while one that had joined ran them
+    (QA, LOW). Now the turn runs, and the inbox is joined once Redis is back: then an
+    abort sent through the layer, as another process sends it, stops the turn."""
+    from channels.layers import get_channel_layer
+
+    from forge.runtime import lease
+    from forge.runtime.runner import runner_group
+
+    use_redis(settings, own_redis.url)
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_ECHO_DELAY = 0.02  # 600 words: 12 s, the time to come back and abort
+    settings.FORGE_LEASE_SECONDS = 1.5  # the inbox is tried again every renewal (0.5 s)
+    own_redis.stop()
+    short = await start_turn(session=session, text="anyone there?")
+    await asyncio.wait_for(short.task, 30)
+    reply = await _reply(session, short.assistant_message_id)
+    assert reply["info"]["error"] is None
+    assert "".join(p["text"] for p in reply["parts"] if p["type"] == "text") == "anyone there?"
+
+    started = await start_turn(session=session, text=" ".join(["word"] * 600))
+    await asyncio.sleep(0.5)
+    own_redis.start()  # same port: Redis is back
+    await asyncio.sleep(2)  # a renewal interval or more: the inbox is joined meanwhile
+    assert not started.task.done()
+    await get_channel_layer().group_send(
+        runner_group(lease.OWNER), {"type": "forge.abort", "session_id": session.pk}
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(started.task, 10)
+    aborted = await _reply(session, started.assistant_message_id)
+    assert aborted["info"]["error"]["name"] == "MessageAbortedError"
+    assert aborted["info"]["error"]["message"] == "aborted"

@@ -8,6 +8,7 @@ import { answerBody, approvalState, awaitingCalls, isAwaiting, MAX_REASON } from
 import { SessionLog } from "../../static/forge/sessionlog.js";
 
 const AT = "2025-01-01T00:00:00.000Z";
+const BEFORE = Date.parse(AT) - 1000; // a moment before the calls' expiry
 
 function tool(status, state = {}, callId = "call_1") {
   return {
@@ -26,7 +27,7 @@ const approved = { approved: true, reason: "", at: AT, by: 1 };
 
 describe("approvalState", () => {
   test("a waiting call asks, with its expiry", () => {
-    const state = approvalState(awaiting);
+    const state = approvalState(awaiting, undefined, BEFORE);
     assert.equal(state.asking, true);
     assert.equal(state.sending, false);
     assert.equal(state.expiresAt, AT);
@@ -34,10 +35,19 @@ describe("approvalState", () => {
     assert.equal(isAwaiting(awaiting), true);
   });
 
+  test("a call past its expiry asks no more, and says it will be denied", () => {
+    // QA: the card offered Allow and Deny until the server's sweep, and a click got a 409.
+    const expired = approvalState(awaiting, undefined, Date.parse(AT));
+    assert.deepEqual([expired.asking, expired.expired, expired.label], [false, true, "Expired: the call will be denied"]);
+    // An answer already on its way is not taken back: the server says how it went.
+    const sending = approvalState(awaiting, { approve: true }, Date.parse(AT) + 1);
+    assert.deepEqual([sending.sending, sending.expired], [true, false]);
+  });
+
   test("an answer in flight stops asking; a failed one asks again with the error", () => {
-    const sending = approvalState(awaiting, { approve: false });
+    const sending = approvalState(awaiting, { approve: false }, BEFORE);
     assert.deepEqual([sending.asking, sending.sending, sending.label], [false, true, "Denying…"]);
-    const failed = approvalState(awaiting, { approve: true, error: "already answered" });
+    const failed = approvalState(awaiting, { approve: true, error: "already answered" }, BEFORE);
     assert.deepEqual([failed.asking, failed.sending, failed.error], [true, false, "already answered"]);
   });
 

@@ -22,6 +22,13 @@ test("a bare URL keeps the parenthesis it opened, and not one around it", () => 
   assert.match(plain, /href="https:\/\/example\.com\/a"/);
 });
 
+test("a URL holding a code span is no link, and no href holds markup", () => {
+  // QA: [b](https://e.com/`x`) gave <a href="https://e.com/<code>x</code>">.
+  const html = renderMarkdown("[b](https://e.com/`x`)");
+  assert.doesNotMatch(html, /href="[^"]*</);
+  assert.match(html, /<code>x<\/code>/);
+});
+
 test("a link to an unsafe scheme stays text", () => {
   assert.doesNotMatch(renderMarkdown("[x](javascript:alert(1))"), /<a /);
 });

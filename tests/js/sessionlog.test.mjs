@@ -425,3 +425,22 @@ describe("deltas", () => {
     assert.equal(textOf(log), "𝒳𝒴𝒵𝒲");
   });
 });
+
+describe("a prompt whose ack was lost", () => {
+  test("is found in the log when a newer user message holds its text", () => {
+    const log = new SessionLog();
+    log.offerEvent(event(1, "message.updated", message("msg_1", "user")));
+    log.offerEvent(event(2, "part.updated", textPart("prt_1", "hello", { messageId: "msg_1" })));
+    const after = log.newestMessageId;
+    assert.equal(after, "msg_1");
+    assert.equal(log.hasPromptAfter(after, "hello"), false); // older than the send
+    log.offerEvent(event(3, "message.updated", message("msg_3", "user")));
+    assert.equal(log.hasPromptAfter(after, "again"), false);
+    log.offerEvent(event(4, "part.updated", textPart("prt_3", "again", { messageId: "msg_3" })));
+    assert.equal(log.hasPromptAfter(after, "again"), true);
+    assert.equal(log.hasPromptAfter("", "hello"), true); // sent into an empty session
+    log.offerEvent(event(5, "message.updated", message("msg_5")));
+    log.offerEvent(event(6, "part.updated", textPart("prt_5", "echo", { messageId: "msg_5" })));
+    assert.equal(log.hasPromptAfter(after, "echo"), false); // the assistant's, not a prompt
+  });
+});

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import Membership, Tenant, User
+from memory import services
 from memory.models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
 
 from .conftest import roll_committed, talk
@@ -155,3 +156,63 @@ def test_a_core_is_deleted_as_a_whole(admin_client, rolled):
     assert response.status_code == 302
     for model in (MemoryCore, MemoryUnit, MemorySlice, MemoryMessage, DialogueMessage):
         assert not model.objects.exists()
+
+
+def test_slice_search_folds_accents_and_finds_words_inside_chinese_and_raw_messages(
+    admin_client, tenant, user, other_tenant, other_user
+):
+    """The admin's slice search reads what memory search reads: "cafe zurich" finds a
+    slice that says "Café" and "Zürich", 咖啡 one whose messages say 我昨天喝了咖啡,
+    and another tenant's slices stay out (an ``icontains`` on the summary found none)."""
+    said = [
+        ("user", "We met at the Café Odéon in Zürich last spring."),
+        ("assistant", "Noted: the Café Odéon, Zürich."),
+        ("user", "\u6211\u6628\u5929\u559d\u4e86\u5496\u5561\u3002"),  # I had coffee yesterday
+        ("assistant", "\u597d\u7684\u3002"),
+        ("user", "Something else entirely."),
+        ("assistant", "Fine."),
+        ("user", "One more."),
+        ("assistant", "Sure."),
+    ]
+    core = None
+    for owner, owner_tenant in ((user, tenant), (other_user, other_tenant)):
+        core = services.append_dialogue(
+            tenant=owner_tenant,
+            user=owner,
+            agent="build",
+            messages=[{"role": role, "text": text} for role, text in said],
+        )
+        roll_committed(core)
+    mine = MemorySlice.objects.filter(tenant=tenant).get()
+    theirs = MemorySlice.objects.filter(tenant=other_tenant).get()
+
+    def found(q: str) -> set[str]:
+        page = admin_client.get(url("memoryslice_changelist"), {"q": q})
+        assert page.status_code == 200
+        return {pk for pk in (mine.pk, theirs.pk) if pk in page.text}
+
+    # The superuser sees both tenants; a staff member of one tenant sees its own only.
+    assert found("cafe zurich") == {mine.pk, theirs.pk}
+    assert found("\u5496\u5561") == {mine.pk, theirs.pk}  # coffee, inside a sentence
+    assert found("cafe tokyo") == set()  # every word, not any
+    assert found("tokyo") == set()
+    assert found(mine.pk) == {mine.pk}  # ids still match exactly
+    staff = staff_client(tenant, "memory-staff")
+    page = staff.get(url("memoryslice_changelist"), {"q": "odeon"})
+    assert page.status_code == 200
+    assert mine.pk in page.text
+    assert theirs.pk not in page.text
+
+
+def test_a_search_of_a_thousand_words_reads_the_first_words_not_a_500(admin_client, rolled):
+    """QA: Django's admin search ANDs every word, so 1,000 words made an expression SQLite
+    refuses ("Expression tree is too large"): a 500 on every searchable list."""
+    pasted = "topic4 " + "cafe " * 1000
+    for name in ("memoryslice_changelist", "memorymessage_changelist", "memorycore_changelist"):
+        page = admin_client.get(url(name), {"q": pasted})
+        assert page.status_code == 200, name
+    found = admin_client.get(url("memoryslice_changelist"), {"q": "topic4 " + "topic4 " * 1000})
+    assert MemorySlice.objects.order_by("created_at")[1].pk in found.text
+    for name in ("accounts_user", "accounts_tenant", "forge_agent", "forge_sessions_session"):
+        page = admin_client.get(reverse(f"admin:{name}_changelist"), {"q": pasted})
+        assert page.status_code == 200, name

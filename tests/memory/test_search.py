@@ -152,15 +152,41 @@ def test_an_overlong_query_is_a_clear_error(tenant, corpus):
         selectors.search_slices(tenant=tenant, query=None)  # type: ignore[arg-type]
 
 
-def test_many_words_the_memory_does_not_hold_take_no_place(tenant, corpus):
+@pytest.mark.parametrize("path", ["held postings", "database"])
+def test_many_words_the_memory_does_not_hold_take_no_place(tenant, corpus, monkeypatch, path):
     """Once "coffee", past the first ``TERMS_MAX`` words, was cut; words no searched
-    slice holds cannot match, and no longer take the places of those that can."""
+    slice holds cannot match, and no longer take the places of those that can. On the
+    database path (a scope of over ``TERMS_CORES_MAX`` cores) only the first
+    ``TERMS_POOL`` tokens were counted, so "coffee" was still cut there (QA)."""
+    if path == "database":
+        monkeypatch.setattr(search.fulltext, "TERMS_CORES_MAX", 0)
     query = " ".join(f"w{i}" for i in range(200)) + " coffee"
     assert len(query) <= 1000
     assert len(search.terms(query)) == search.TERMS_MAX  # the cut without the memory
     found = ids(selectors.search_slices(tenant=tenant, query=query))
     assert found
     assert found == ids(selectors.search_slices(tenant=tenant, query="coffee"))
+
+
+@pytest.mark.parametrize("cores", ["named", "over SCOPE_CORES_MAX"])
+def test_a_wide_search_counts_every_pair_of_a_long_chinese_query(
+    tenant, user, other_tenant, other_user, monkeypatch, cores
+):
+    """The database path chose among the first ``TERMS_POOL`` tokens only: a Chinese
+    query of more pairs than that lost the place that ends it (QA). Another tenant's
+    slices holding the filler's pairs count for nothing."""
+    monkeypatch.setattr(search.fulltext, "TERMS_CORES_MAX", 0)
+    if cores != "named":  # a user of hundreds of agents: the tenant's postings, narrowed
+        monkeypatch.setattr(search.fulltext, "SCOPE_CORES_MAX", 0)
+        monkeypatch.setattr(search.scope, "SCOPE_CORES_MAX", 0)
+    target = write_slice(tenant, user, "build", "\u4e0b\u5468\u51fa\u5dee\u53bb\u6566\u714c")
+    write_slice(tenant, user, "build", "\u4e0b\u5468\u51fa\u5dee\u53bb\u897f\u5b89")
+    filler = "".join(chr(0x4E00 + 7 * i) for i in range(80))  # pairs this tenant holds not
+    query = filler + "\u6566\u714c"
+    write_slice(other_tenant, other_user, "build", filler)  # another tenant's: not counted
+    assert len(search.tokens(query)) > search.TERMS_POOL
+    assert search.tokens(query).index("\u6566\u714c") >= search.TERMS_POOL
+    assert ids(selectors.search_slices(tenant=tenant, query=query, user=user))[:1] == [target.pk]
 
 
 def test_the_cap_keeps_the_rarest_terms():

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -345,6 +346,14 @@ async def test_a_live_lease_is_left_alone_by_recovery(session, agents):
     items = await ahistory(session)
     assert items[-1]["info"]["id"] == reply_id
     assert items[-1]["info"]["completed_at"] is None
+    # The command says what it left and until when (QA: it said only "recovered 0").
+    said = StringIO()
+    await database_sync_to_async(call_command)("recover_sessions", "--quiet", stdout=said)
+    assert "recovered 0 session(s)" in said.getvalue()
+    assert (
+        f"1 session(s) with an open reply left alone: a live lease holds them ({session.pk})"
+        in (said.getvalue())
+    )
 
 
 async def test_an_expired_lease_is_taken_over_and_its_turn_finalized(session, agents, settings):

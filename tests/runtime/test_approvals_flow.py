@@ -314,3 +314,69 @@ async def test_the_context_preview_says_a_waiting_call_waits(session, agents, se
     _, request = await database_sync_to_async(request_for)(session)
     [result] = [m for m in request.messages if m["role"] == "tool"]
     assert result["content"] == "Error: the tool call is waiting for the user's approval"
+
+
+def _two_calls() -> list[dict]:
+    step = tool_reply("write_file", '{"path": "e.txt", "content": "e"}', call_id="c1")[:4]
+    return step + tool_reply("write_file", '{"path": "f.txt", "content": "f"}', call_id="c2")
+
+
+async def test_answers_to_every_call_of_a_step_are_logged_together_and_go_on_once(
+    session, agents, settings, script, user
+):
+    """What the AI SDK client sends: both calls of the step answered in one request.
+    Answered one by one, the first answer's continuation held the lease, and the
+    second was refused as busy; together, both are logged and the turn goes on once."""
+    from forge.runtime.approvals.services import answer_all
+
+    reply = await _suspended(session, settings, script, [_two_calls(), text_reply("both")])
+    message_id = reply["info"]["id"]
+    await answer_all(
+        session=session,
+        user=user,
+        answers=[("c1", True, ""), ("c2", False, "not f")],
+        message_id=message_id,
+    )
+    reply = await _finished(session)
+    tools = [p for p in reply["parts"] if p["type"] == "tool"]
+    assert [(t["call_id"], t["state"]["status"]) for t in tools] == [
+        ("c1", "completed"),
+        ("c2", "error"),
+    ]
+    assert "not f" in tools[1]["state"]["error"]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["both"]
+    assert len([p for p in reply["parts"] if p["type"] == "step-finish"]) == 2
+
+
+async def test_answers_given_together_are_all_refused_when_one_is(
+    session, agents, settings, script, user
+):
+    from forge.errors import InvalidAnswer
+    from forge.runtime.approvals.services import answer_all
+
+    reply = await _suspended(session, settings, script, [_two_calls(), text_reply("both")])
+    message_id = reply["info"]["id"]
+    user_message_id = reply["info"]["parent_id"]
+    refusals: list[tuple[Any, list, str | None]] = [
+        (ApprovalNotFound, [("c1", True, ""), ("nope", True, "")], message_id),
+        (ApprovalNotFound, [("c1", True, "")], user_message_id),  # not the call's message
+        (InvalidAnswer, [("c1", True, ""), ("c1", False, "")], message_id),
+        (InvalidAnswer, [], message_id),
+    ]
+    for error, answers, named in refusals:
+        with pytest.raises(error):
+            await answer_all(session=session, user=user, answers=answers, message_id=named)
+    tools = [p for p in assistant(await ahistory(session))["parts"] if p["type"] == "tool"]
+    assert {t["state"]["status"] for t in tools} == {"awaiting-approval"}  # nothing logged
+    assert await database_sync_to_async(current)(session_id=session.pk) is None
+    await answer(session=session, user=user, call_id="c2", approve=False)  # one by one still
+    with pytest.raises(ApprovalAnswered):  # a batch with an answered call logs nothing
+        await answer_all(session=session, user=user, answers=[("c1", True, ""), ("c2", True, "")])
+    tools = [p for p in assistant(await ahistory(session))["parts"] if p["type"] == "tool"]
+    assert [t["state"]["status"] for t in tools] == ["awaiting-approval", "error"]
+    await answer(session=session, user=user, call_id="c1", approve=True)
+    reply = await _finished(session)
+    assert [t["state"]["status"] for t in reply["parts"] if t["type"] == "tool"] == [
+        "completed",
+        "error",
+    ]

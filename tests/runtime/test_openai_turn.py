@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from accounts.times import parse_time
 from forge.runtime import start_turn
 from tests.providers.fake_openai import (
     FakeOpenAI,
@@ -117,7 +119,10 @@ async def test_retries_show_as_status_frames_then_the_reply_streams(
     frames = await recorder.settle()
     retries = [f for f in frames if f["kind"] == "status" and f["status"] == "retry"]
     assert [f["attempt"] for f in retries] == [2, 3]
-    assert all(f["next_at"] for f in retries)
+    # An ISO-8601 time, as every time on the wire (QA: a UNIX number, which the chat
+    # page read as milliseconds: "retrying at Jan 21").
+    for frame in retries:
+        assert parse_time(frame["next_at"]) > datetime.now(UTC) - timedelta(minutes=1)
     assert next(p for p in answer["parts"] if p["type"] == "text")["text"] == "finally"
     assert answer["info"]["error"] is None
 

@@ -271,3 +271,46 @@ def test_a_new_memory_block_makes_the_last_steps_usage_stale(session):
     assert (tokens["input"], tokens["output"]) == (1, 1)
     turn(session, 1)  # a step after the block: its usage counts
     assert _last_usage(session) is not None
+
+
+def step_starts(session: Any) -> list[int]:
+    from sessions.models import SessionEvent
+
+    return list(
+        SessionEvent.objects.filter(
+            session=session, type="part.updated", data__type="step-start"
+        ).values_list("seq", flat=True)
+    )
+
+
+def seen_at(session: Any, at: int) -> tuple[list[str], list[str]]:
+    request = request_for(session, at=at)[1]
+    return [str(m.get("content")) for m in request.messages], list(request.system)
+
+
+@pytest.mark.django_db
+def test_a_forks_copied_steps_replay_the_blocks_of_their_time(session, user):
+    """QA (MEDIUM): a fork logged the fold of all the source's context updates once,
+    before the copied history, so replaying a copied step (``at=`` its step-start, as
+    ``replay_session`` does) showed today's memory block and cut: a request no model
+    was sent. The fork writes each update where it was among the messages it copies."""
+    from sessions import services
+
+    prompts = [turn(session, 0), turn(session, 1)]
+    roll(session, reply_id(session, prompts[0]), text="SUMMARY A")
+    prompts += [turn(session, 2), turn(session, 3)]
+    roll(session, reply_id(session, prompts[2]), text="SUMMARY B")
+    prompts.append(turn(session, 4))
+    fork = services.fork_session(
+        session=session, user=user, before_message_id=reply_id(session, prompts[4])
+    )
+    source, copied = step_starts(session), step_starts(fork)
+    assert len(copied) == 4  # turns 0-3; turn 4's prompt is copied without its reply
+    for at_source, at_fork in zip(source, copied, strict=False):
+        assert seen_at(fork, at_fork) == seen_at(session, at_source)
+    assert seen_at(fork, copied[1]) == (["ask 0", "answer 0", "ask 1"], [])
+    assert seen_at(fork, copied[2])[1] == ["SUMMARY A"]
+    # the fork's next turn sees the source's blocks as they are now, cut in its own ids
+    assert contents(fork) == ["ask 3", "answer 3", "ask 4"]
+    assert request_for(fork)[1].system == ["SUMMARY B"]
+    assert_every_derivation_agrees(fork)

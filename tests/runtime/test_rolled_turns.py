@@ -280,3 +280,91 @@ def test_a_regenerated_answer_replaces_the_one_it_regenerates_in_memory(chat, se
     )
     assert again in remembered
     assert replaced["id"] not in remembered
+
+
+@pytest.mark.parametrize("how", ["fork", "copy"])
+def test_a_rolling_after_the_copy_hides_the_copied_turns_it_rolled(
+    chat, session, user, how, tmp_path
+):
+    """Known (MEDIUM) since the copies' cut: a fork or a copy made *before* the source's
+    turns were rolled showed them raw and in the block's summaries at once, since the
+    core's rows name the source's messages, not the copies. The copy's messages keep
+    their originals (``sessions.models.CopiedMessage``), and the copy's turn maps the
+    source's cut onto them."""
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    copy = copied(session, user, how, before=history[-1]["info"]["id"], tmp_path=tmp_path)
+    roll(session, user, force=False)  # rolls the source's turns 0-1, after the copy
+    say(copy, "alice in the copy", user)
+    seen = last_step_request(copy)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    system = request_for(copy)[1].system  # the block, in place of the rolled turns
+    assert any("Summaries of the earlier dialogue" in text for text in system)
+    assert said(seen, "alice turn 2") == (1 if how == "fork" else 2)
+    assert seen[-1] == "alice in the copy"
+    block = block_in_force(copy)
+    assert block is not None
+    held = list(selectors.iter_history(tenant=copy.tenant, session_id=copy.pk))
+    assert block["rolled_through"] == held[3]["info"]["id"]  # the copy of turn 1's reply
+
+
+def test_a_fork_owned_by_another_member_is_cut_by_the_speakers_core(chat, session, user, carol):
+    """The fork is carol's; alice, whose core rolled the source's turns after the fork,
+    prompts in it: her block stands in place of the copies of the turns she rolled."""
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    fork = services_fork(session, carol, before=history[-1]["info"]["id"])
+    roll(session, user, force=False)
+    say(fork, "alice in carol's fork", user)
+    seen = last_step_request(fork)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    assert said(seen, "alice turn 2") == 1
+    # carol has no memory: her turn shows every copied turn verbatim again
+    say(fork, "carol asks", carol)
+    assert said(last_step_request(fork), "alice turn 0") == 2
+
+
+def test_a_fork_of_a_fork_maps_back_to_the_first_source(chat, session, user):
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    first = services_fork(session, user, before=history[-1]["info"]["id"])
+    held = list(selectors.iter_history(tenant=first.tenant, session_id=first.pk))
+    second = services_fork(first, user, before=held[-1]["info"]["id"])  # turns 0-1
+    roll(session, user, force=False)  # rolls the first source's turns 0-1
+    say(second, "alice in the fork's fork", user)
+    seen = last_step_request(second)
+    assert said(seen, "alice turn 0") == said(seen, "alice turn 1") == 0
+    assert seen == ["alice in the fork's fork"]
+
+
+def services_fork(session: Any, user: Any, *, before: str) -> Any:
+    from sessions import services
+
+    return services.fork_session(session=session, user=user, before_message_id=before)
+
+
+def test_only_a_copys_turn_reads_the_copies_origins(chat, session, user):
+    """A session that copied nothing pays no statement for the copies' cut (its turn's
+    count is pinned by ``test_turn_statements``); a fork pays one for its sources and
+    two per source."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for n in range(3):
+        say(session, f"alice turn {n}", user)
+    history = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    fork = services_fork(session, user, before=history[-1]["info"]["id"])
+    roll(session, user, force=False)
+    with CaptureQueriesContext(connection) as plain:
+        [block] = memory_blocks(session, "build", user, current={})
+    assert block["rolled_through"] == history[3]["info"]["id"]
+    with CaptureQueriesContext(connection) as copied_:
+        [block] = memory_blocks(fork, "build", user, current={})
+    held = list(selectors.iter_history(tenant=fork.tenant, session_id=fork.pk))
+    assert block["rolled_through"] == held[3]["info"]["id"]
+    assert not any("copiedmessage" in q["sql"] for q in plain.captured_queries)
+    assert sum("copiedmessage" in q["sql"] for q in copied_.captured_queries) == 2
+    assert len(copied_.captured_queries) == len(plain.captured_queries) + 3

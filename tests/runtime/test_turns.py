@@ -530,14 +530,43 @@ async def test_the_first_exchange_gets_a_title_from_the_small_model(session, age
     await database_sync_to_async(type(session).objects.filter(pk=session.pk).update)(title="")
     session.title = ""
     await run(session, "Plan a trip to Lisbon in spring with friends please, two weeks maybe")
-    for _ in range(50):
-        await database_sync_to_async(session.refresh_from_db)()
-        if session.title:
-            break
-        await asyncio.sleep(0.05)
+    await _titled(session)
     assert session.title == "Plan a trip to Lisbon in spring with friends please"
     log = await alog(session)
     assert log[-1]["type"] == "session.updated"
+
+
+async def test_a_session_whose_first_turn_left_no_title_gets_one_from_its_first_exchange(
+    session, agents, settings, monkeypatch
+):
+    """QA (LOW): a title was made only while the session had exactly one reply, so a
+    first turn that crashed or was aborted before its title came left the session
+    "Untitled" for good. The next turn titles it, from the first exchange."""
+    from forge.runtime import runner
+
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    await database_sync_to_async(type(session).objects.filter(pk=session.pk).update)(title="")
+    session.title = ""
+    with monkeypatch.context() as first_turn_untitled:  # as a crash before the title
+        first_turn_untitled.setattr(runner, "title_later", _no_title)
+        await run(session, "Plan a trip to Lisbon in spring")
+    await run(session, "and what about the food there")
+    await _titled(session)
+    assert session.title == "Plan a trip to Lisbon in spring"
+
+
+async def _no_title(session: Any) -> None:
+    return None
+
+
+async def _titled(session: Any) -> None:
+    """Wait (up to 2.5 s) for the session's title, which a task sets after the turn."""
+    for _ in range(50):
+        await database_sync_to_async(session.refresh_from_db)()
+        if session.title:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def test_a_subtask_runs_in_a_child_session_and_returns_its_answer(session, agents, settings):

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from forge.runtime import lease
 from sessions import services
 from tests.frames import Text
 from tests.live import LiveServer, daphne
@@ -39,6 +40,15 @@ class SSE:
             elif line.startswith("data: "):
                 data.append(line[6:])
         raise EOFError
+
+
+def backlog(sse: SSE) -> list[tuple[int | None, dict[str, Any]]]:
+    """What a stream sends on connect: the log after the cursor, snapshots of streaming
+    parts, and last the session's status (``session.status``)."""
+    frames = [sse.next()]
+    while frames[-1][1]["kind"] != "status":
+        frames.append(sse.next())
+    return frames
 
 
 def headers(token: str, **extra: str) -> dict[str, str]:
@@ -113,6 +123,41 @@ def test_last_event_id_and_after_resume_with_no_gap(
             assert sse.next()[0] == 6
 
 
+def test_the_sessions_status_follows_the_backlog(server: LiveServer, session, token, user_message):
+    """As on the socket (3441011): a client that connects, or reconnects with
+    Last-Event-ID, mid-reply learnt that the session was busy only at the next change.
+    After the log and the snapshots comes one ``session.status``, with no ``id:`` (it is
+    not in the log: Last-Event-ID stays the last event's seq)."""
+    url = f"{server.url}/api/sessions/{session.pk}/stream/"
+    with httpx.Client(timeout=30) as client:
+        with client.stream("GET", url, headers=headers(token)) as response:
+            sse = SSE(response)
+            assert [sse.next()[0] for _ in range(2)] == [1, 2]  # the log
+            assert sse.next() == (
+                None,
+                {
+                    "kind": "status",
+                    "type": "session.status",
+                    "session_id": session.pk,
+                    "status": "idle",
+                    "attempt": None,
+                    "next_at": None,
+                },
+            )
+        # A turn holds the session's lease (in any process): busy, after the backlog.
+        lease.acquire(session=session, message_id="msg_running")
+        with client.stream(
+            "GET", url, headers=headers(token, **{"Last-Event-ID": "1"})
+        ) as response:
+            sse = SSE(response)
+            assert sse.next()[0] == 2
+            event_id, frame = sse.next()
+            assert (event_id, frame["kind"], frame["status"]) == (None, "status", "busy")
+        with client.stream("GET", url + "?after=2", headers=headers(token)) as response:
+            event_id, frame = SSE(response).next()  # an empty backlog: the status first
+            assert (event_id, frame["kind"], frame["status"]) == (None, "status", "busy")
+
+
 def test_an_idle_stream_gets_heartbeat_comments(server: LiveServer, session, token):
     url = f"{server.url}/api/sessions/{session.pk}/stream/"
     with (
@@ -120,7 +165,7 @@ def test_an_idle_stream_gets_heartbeat_comments(server: LiveServer, session, tok
         client.stream("GET", url, headers=headers(token)) as response,
     ):
         sse = SSE(response)
-        sse.next()
+        backlog(sse)
         started = time.monotonic()
         heartbeats = 0
         for line in sse.lines:
@@ -139,7 +184,7 @@ def test_a_stream_whose_session_is_deleted_ends_with_an_error(server: LiveServer
         client.stream("GET", url, headers=headers(token)) as response,
     ):
         sse = SSE(response)
-        sse.next()  # session.created
+        backlog(sse)  # session.created, then the status
         services.delete_session(session=session)
         started = time.monotonic()
         event_id, frame = sse.next()
@@ -229,7 +274,7 @@ def test_a_stream_ends_once_its_caller_may_no_longer_watch(
         with browser.stream("GET", url, headers=credentials) as response:
             assert response.status_code == 200
             sse = SSE(response)
-            sse.next()  # session.created
+            backlog(sse)  # session.created, then the status
             time.sleep(1)  # still allowed: heartbeats only
             if by == "cookie":
                 with httpx.Client(timeout=10, cookies=browser.cookies) as other_tab:

@@ -178,3 +178,25 @@ def test_an_imported_copy_appended_in_batches_projects_as_its_source(scripted, u
 
     assert shape(copy) == shape(scripted)
     assert len(list(selectors.export_lines(session=copy))) == len(lines)
+
+
+def test_an_interrupted_rebuild_says_how_many_sessions_it_finished(user, monkeypatch):
+    """With stderr no terminal (cron, a pipe) the progress bar is off and counts nothing:
+    an interrupted run said "after 0 of N" whatever it had done (QA)."""
+    from sessions import services
+    from sessions.services import create_session
+
+    for n in range(4):
+        create_session(user=user, title=f"chat {n}")
+    rebuild, calls = services.rebuild_projection, []
+
+    def interrupted_at_the_third(**kwargs):
+        calls.append(kwargs["session"].pk)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return rebuild(**kwargs)
+
+    monkeypatch.setattr(services, "rebuild_projection", interrupted_at_the_third)
+    with pytest.raises(CommandError, match="interrupted after 2 of 4 session") as refused:
+        call_command("rebuild_projections")
+    assert refused.value.returncode == 130

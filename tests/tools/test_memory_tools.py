@@ -311,17 +311,37 @@ async def test_a_long_read_is_cut_with_a_note_telling_where_to_continue(ctx, ten
     assert seen == list(range(10))  # every message once, in order
 
 
-async def test_one_huge_message_is_shown_cut_and_the_read_moves_on(ctx, tenant, user):
+async def test_one_huge_message_is_read_on_from_an_offset(ctx, tenant, user):
+    """QA (LOW): a message over the read's characters showed its start, and the
+    continuation moved on to the next message: its tail (memory keeps 100,000
+    characters a message) could not be read. The read goes on in it with ``offset``."""
+    said = "Log dump " + "".join(f"{i:06d}" for i in range(9_000)) + " ZEBRA9931"
+
     def huge() -> MemoryUnit:
-        core = remember(tenant, user, "build", "Log dump " + "y" * 50_000)
-        return MemoryUnit.objects.get(core=core)
+        return MemoryUnit.objects.get(core=remember(tenant, user, "build", said))
 
     unit = await database_sync_to_async(huge)()
-    result = await call("memory_read", {"unit_id": unit.pk}, ctx)
-    assert len(result.output) < memory_tools.READ_MAX_CHARS + 300
+    args: dict[str, Any] = {"unit_id": unit.pk}
+    pieces = []
+    for _ in range(5):
+        result = await call("memory_read", args, ctx)
+        assert len(result.output) < memory_tools.READ_MAX_CHARS + 300
+        line = next(x for x in result.output.splitlines() if x.startswith("[0] "))
+        pieces.append(line.split(": ", 1)[1].removesuffix("…"))
+        if "offset" not in result.metadata:
+            break
+        assert "[message 0 is cut: showed its characters" in result.output
+        assert result.metadata["end"] == 0
+        hint, end = result.output.splitlines()[-1], result.metadata["requested_end"]
+        assert f'"start": 0, "end": {end}, "offset": {result.metadata["offset"]}}}]' in hint
+        args = {"unit_id": unit.pk, "start": 0, "end": end, "offset": result.metadata["offset"]}
+    assert len(pieces) == 3
+    assert "".join(pieces) == said + "."  # (remember's message ends with a full stop)
+    assert "[0] user (" in result.output
+    assert "from character" in result.output
+    # the reply, as long, is where the next read starts
     assert result.metadata["end"] == 1
-    assert "[message 0 is cut:" in result.output
-    assert '"start": 1, "end": 2' in result.output
+    assert '"start": 1, "end": 2}]' in result.output.splitlines()[-1]
 
 
 # --- through a whole turn -------------------------------------------------------------------

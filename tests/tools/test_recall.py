@@ -97,7 +97,14 @@ def test_search_finds_hidden_turns_ranked_with_message_ids(session, history):
 
 def test_search_refuses_an_empty_query(session, history):
     with pytest.raises(InvalidCursor):
-        search_history(tenant=session.tenant, session=session, query=" ?! ")
+        search_history(tenant=session.tenant, session=session, query="  ")
+
+
+@pytest.mark.parametrize("query", [" ?! ", "\U0001f600", "\u3002\uff0c", "%"])
+def test_a_query_of_no_word_finds_nothing(session, history, query):
+    """QA (LOW): emoji or punctuation alone was a tool error here, an empty result in
+    memory search; nothing to find is an empty result on both."""
+    assert search_history(tenant=session.tenant, session=session, query=query) == []
 
 
 async def test_the_tools(session, history):
@@ -156,6 +163,17 @@ def test_search_folds_accents_on_both_engines(session, history, said, query):
     hits = search_history(tenant=session.tenant, session=session, query=query)
     assert [hit.message_id for hit in hits] == [said_in]
     assert search_history(tenant=session.tenant, session=session, query="cafeteria") == []
+
+
+@pytest.mark.parametrize("query", ["cafe", "CAF\u00c9"])
+def test_accented_and_plain_matches_are_found_together(session, history, query):
+    """QA (LOW): on PostgreSQL the folded search ran only when the index found nothing,
+    so one message saying "cafe" hid every "Caf\u00e9" (and the reverse)."""
+    accented = _exchange(session, "We met at the Caf\u00e9 Zo\u00eb in Porto.", "nice")
+    plain = _exchange(session, "Was that cafe nice?", "yes")
+    hits = search_history(tenant=session.tenant, session=session, query=query)
+    assert {hit.message_id for hit in hits} == {accented, plain}
+    assert len(search_history(tenant=session.tenant, session=session, query=query, limit=1)) == 1
 
 
 async def test_the_search_leaves_out_the_reply_that_calls_it(session, history):

@@ -18,6 +18,9 @@ def test_a_budget_is_added_validated_and_shown_with_its_use(admin_client, sessio
     for bad, field in (
         ({"monthly_cost": "-1"}, "monthly_cost"),
         ({"monthly_tokens": "many"}, "monthly_tokens"),
+        # As set_budget refuses them (QA: the form took 9e18 tokens).
+        ({"monthly_tokens": "9000000000000000000"}, "monthly_tokens"),
+        ({"monthly_cost": "100000000000000"}, "monthly_cost"),
     ):
         page = admin_client.post(url, {"tenant": tenant.pk, **bad})
         assert page.status_code == 200
@@ -47,3 +50,20 @@ def test_a_user_budget_needs_a_member_of_the_tenant(admin_client, tenant, other_
     )
     assert "not a member of the tenant" in page.text
     assert not Budget.objects.exists()
+
+
+def test_a_zero_limit_is_no_limit_as_set_budget_reads_it(admin_client, tenant):
+    """QA: a 0 in the form was stored as a limit of 0 tokens, which refused every prompt,
+    while ``set_budget`` reads 0 as "no limit" (README) and the form's own check ("set a
+    monthly limit") took it for none."""
+    url = reverse("admin:forge_budget_add")
+    page = admin_client.post(url, {"tenant": tenant.pk, "monthly_tokens": "0", "monthly_cost": "0"})
+    assert "set a monthly limit" in page.text
+    assert not Budget.objects.exists()
+    added = admin_client.post(
+        url, {"tenant": tenant.pk, "monthly_tokens": "0", "monthly_cost": "5"}
+    )
+    assert added.status_code == 302
+    budget = Budget.objects.get()
+    assert budget.monthly_tokens is None
+    assert budget.monthly_cost == 5

@@ -106,6 +106,22 @@ def test_a_users_own_budget_counts_only_their_running_replies(offline, user, ten
         begin(mine[1], "hi", None, [], speaker=user)
 
 
+def test_a_user_budget_alone_holds_the_tenants_average_when_the_speaker_has_none(
+    offline, user, tenant
+):
+    """As docs/operations.md says: the speaker's average, else the tenant's. With a user
+    budget and no tenant budget, the tenant's average was never read, and the turn held
+    the 1,000-token fallback (QA)."""
+    from accounts.models import Membership, User
+
+    bob = User.objects.create_user(username="bob", password="pw-bob-1234")
+    Membership.objects.create(tenant=tenant, user=bob)
+    used(create_session(user=bob, title="bob's"), 80)  # the tenant's replies: 80 each
+    set_budget(tenant=tenant, user=user, monthly_tokens=150)
+    begin(create_session(user=user, title="mine"), "hi", None, [], speaker=user)
+    assert SessionLease.objects.get().reserved_tokens == 80
+
+
 def test_a_dead_turns_reservation_is_freed_with_its_lease(offline, user):
     """A process that died mid-turn holds nothing once its lease expires, and the turn that
     takes the session over holds only its own estimate."""

@@ -23,11 +23,17 @@ def run(*args):
 
 
 def test_set_budget_sets_changes_and_clears(tenant, user):
-    assert "1000 tokens" in run("set_budget", "--tenant", "acme", "--monthly-tokens", "1000")
+    set_tokens = run("set_budget", "--tenant", "acme", "--monthly-tokens", "1000")
+    assert "budget of tenant acme: 1000 tokens, no cost limit a month" in set_tokens
     out = run("set_budget", "--tenant", "acme", "--monthly-cost", "2.5")
     assert "1000 tokens, 2.5 cost" in out
     run("set_budget", "--tenant", "acme", "--user", "alice", "--monthly-tokens", "10")
+    only_cost = run("set_budget", "--tenant", "acme", "--user", "alice", "--monthly-cost", "1")
+    assert "10 tokens, 1 cost a month" in only_cost
     assert Budget.objects.get(user=user).monthly_tokens == 10
+    assert "no token limit, 1 cost" in run(
+        "set_budget", "--tenant", "acme", "--user", "alice", "--monthly-tokens", "0"
+    )
     assert Budget.objects.get(user=None).monthly_cost == Decimal("2.5")
     assert "removed" in run("set_budget", "--tenant", "acme", "--user", "alice", "--clear")
     assert "removed" in run(

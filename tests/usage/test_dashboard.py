@@ -54,12 +54,12 @@ def test_the_index_is_the_dashboard(admin_client, busy):
     assert page.status_code == 200
     text = page.text
     assert "Forge administration" in text
-    assert "<strong>2</strong> turns · cost <strong>1.0000</strong>" in text
+    assert "<strong>2</strong> turns · cost <strong>1.000000</strong>" in text
     assert "failure rate <strong>50 %</strong>" in text
     assert "<svg" in text
-    assert "turns, cost 1.0000</title>" in text  # today's bar
-    assert "<td>alice</td><td>2</td><td>1.0000</td>" in text
-    assert "<td>build</td><td>2</td><td>1.0000</td>" in text
+    assert "turns, cost 1.000000</title>" in text  # today's bar
+    assert "<td>alice</td><td>2</td><td>1.000000</td>" in text
+    assert "<td>build</td><td>2</td><td>1.000000</td>" in text
     assert "<code>ProviderError</code> upstream &lt;b&gt;503&lt;/b&gt;" in text  # escaped
     assert len(page.context["dashboard"].recent_failures) == 1  # the finished reply is none
     assert "daphne-2:4242" in text
@@ -115,6 +115,26 @@ def test_latency_samples_replies_not_fork_copies_or_summaries(busy, user):
     assert _latency(None, start)["replies"] == 1
 
 
+def test_a_reply_completed_before_it_began_is_no_latency_sample(busy):
+    """Times written through the store by a plugin, not a turn's: such a reply put a
+    negative p50 on the page (QA)."""
+    from forge.dashboard import _latency
+    from sessions import services
+
+    start = timezone.now() - dt.timedelta(days=1)
+    before = _latency(None, start)
+    opened = services.update_message(
+        session=busy, info={"role": "assistant", "agent": "build"}
+    ).data
+    services.update_message(
+        session=busy, info={"id": opened["id"], "completed_at": "2026-01-01T00:00:00.000Z"}
+    )
+    after = _latency(None, start)
+    assert after == before
+    assert after["reply_p50"] is not None
+    assert after["reply_p50"] >= 0
+
+
 def test_an_imported_logs_replies_are_no_latency_and_no_failure(busy, user):
     """An import's replies ran elsewhere, and a hand-made log says what it likes: a kept
     log keeps its session's time, so its replies were sampled and listed as this
@@ -148,7 +168,7 @@ def test_a_deleted_users_usage_still_shows(admin_client, tenant, busy):
     dave_id = dave.pk
     dave.delete()
     page = admin_client.get(reverse("admin:index"))
-    assert f"<td>user {dave_id}</td><td>1</td><td>5.0000</td>" in page.text
+    assert f"<td>user {dave_id}</td><td>1</td><td>5.000000</td>" in page.text
     listed = admin_client.get(reverse("admin:forge_usage_changelist"))
     assert listed.status_code == 200
     rows = listed.context["cl"].result_list

@@ -39,7 +39,8 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             raise CommandError(
                 "interrupted; each tenant's usage is rebuilt in a transaction of its own, "
-                "so none is half-done: run it again"
+                "so none is half-done: run it again",
+                returncode=130,  # as a shell reports Ctrl-C, and as reindex_memory does
             ) from None
         scope = f"tenant {tenant.name}" if tenant else "every tenant"
         days = f"from {since}" if since else "all days"

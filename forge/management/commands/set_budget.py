@@ -60,7 +60,9 @@ class Command(BaseCommand):
         if budget is None:
             self.stdout.write(f"budget of {whose} removed" if had else f"{whose} had no budget")
             return
-        cost = "no" if budget.monthly_cost is None else plain(budget.monthly_cost)
-        self.stdout.write(
-            f"budget of {whose}: {budget.monthly_tokens or 'no'} tokens, {cost} cost a month"
+        # "no tokens" read as a limit of none allowed (QA): say which limit there is not.
+        tokens = f"{budget.monthly_tokens} tokens" if budget.monthly_tokens else "no token limit"
+        cost = (
+            "no cost limit" if budget.monthly_cost is None else f"{plain(budget.monthly_cost)} cost"
         )
+        self.stdout.write(f"budget of {whose}: {tokens}, {cost} a month")

@@ -4,8 +4,9 @@
   ``FORGE_TOOL_APPROVAL``;
 * ``pending``: reading and closing waiting calls inside a transaction (the prompt
   path and the answer path share it);
-* ``services``: answering a waiting call (``answer``) and expiring the overdue ones,
-  then going on with the turn in this process.
+* ``services``: answering a waiting call (``answer``; several of one reply at once:
+  ``answer_all``) and expiring the overdue ones, then going on with the turn in this
+  process.
 
 Nothing is imported here: ``services`` imports the runner, which imports the
 prompt path, which imports ``pending``.

@@ -10,14 +10,14 @@ its reply stays open (no ``completed_at``) until no call of it waits any more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 
 from accounts.models import Tenant
-from forge.errors import ApprovalAnswered, ApprovalExpired, ApprovalNotFound
+from forge.errors import ApprovalAnswered, ApprovalExpired, ApprovalNotFound, InvalidAnswer
 from sessions import services, sql
 from sessions.log import format_time, now_ms
 from sessions.models import Part, Session
@@ -145,63 +145,100 @@ class Answered:
     state: dict[str, Any]  # the state logged
 
 
-def log_answer(*, session: Session, call_id: str, approve: bool, reason: str, by: Any) -> Answered:
-    """Log the answer to ``call_id`` (one transaction, under the session's lock).
+def log_answers(
+    *,
+    session: Session,
+    answers: Sequence[tuple[str, bool, str]],
+    by: Any,
+    message_id: str | None = None,
+) -> list[Answered]:
+    """Log the answers ``(call_id, approve, reason)`` (one transaction, under the
+    session's lock): all of them, or none when one is refused.
 
+    ``message_id``: the reply the calls must wait in (a call of another message is
+    ``ApprovalNotFound``); the calls of one request are calls of one reply anyway.
     A call past its expiry is denied as expired, whatever the answer (the caller
-    tells the client ``ApprovalExpired`` after going on). When the answer leaves
-    work to do (the approved tool, or the next step once no call of the reply
-    waits) the session's lease is taken in the same transaction (``SessionBusy``
-    while a runner holds it: nothing is logged then). Raises ``ApprovalNotFound``,
-    ``ApprovalAnswered``, ``ApprovalExpired`` (already denied as expired).
+    tells the client ``ApprovalExpired`` after going on). When the answers leave
+    work to do (an approved tool, or the next step once no call of the reply waits)
+    the session's lease is taken once, in the same transaction (``SessionBusy``
+    while a runner holds it: nothing is logged then), and the caller goes on from
+    all of them at once. Raises ``InvalidAnswer`` (no answer, a call twice, calls
+    of two replies), ``ApprovalNotFound``, ``ApprovalAnswered``, ``ApprovalExpired``
+    (already denied as expired).
     """
+    call_ids = [call_id for call_id, _, _ in answers]
+    if not call_ids or len(set(call_ids)) != len(call_ids):
+        raise InvalidAnswer("answer each waiting call once")
     with transaction.atomic():
         lock(session)
-        row = (
-            Part.objects.filter(
-                tenant_id=session.tenant_id, session=session, type="tool", data__call_id=call_id
-            )
-            .order_by("-id")
-            .first()
-        )
-        if row is None:
-            raise ApprovalNotFound(f"no tool call {call_id[:80]!r} waits in this session")
-        part = row.data
-        state = part["state"]
-        if state.get("status") != AWAITING:
-            approval = state.get("metadata", {}).get("approval", {})
-            if approval.get("expired"):
-                raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
-            if "approved" in approval:
-                raise ApprovalAnswered(f"tool call {call_id!r} was answered already")
-            raise ApprovalNotFound(f"tool call {call_id!r} is not waiting for an answer")
+        found = [(_waiting_part(session, call_id, message_id), a, r) for call_id, a, r in answers]
+        replies = {part["message_id"] for part, _, _ in found}
+        if len(replies) > 1:
+            raise InvalidAnswer("the answers of one request are answers to calls of one reply")
+        reply = replies.pop()
         now = format_time(now_ms())
-        expired = is_expired(part, now)
-        if expired:
-            approve, reason, by = False, EXPIRED, SYSTEM
+        logged: list[tuple[dict[str, Any], bool, str, Any, bool]] = []
+        for part, approve, reason in found:
+            expired = is_expired(part, now)
+            if expired:
+                logged.append((part, False, EXPIRED, SYSTEM, True))
+            else:
+                logged.append((part, approve, reason, by, False))
+        answered_ids = {part["id"] for part, _, _ in found}
         others = [
             p
-            for p in waiting(tenant=session.tenant, session=session, message_id=part["message_id"])
-            if p["id"] != part["id"]
+            for p in waiting(tenant=session.tenant, session=session, message_id=reply)
+            if p["id"] not in answered_ids
         ]
-        go_on = approve or not others
+        go_on = any(approve for _, approve, _, _, _ in logged) or not others
         if go_on:
-            dead = lease.acquire(session=session, message_id=part["message_id"])
+            dead = lease.acquire(session=session, message_id=reply)
             if dead is not None:
                 from ..recovery import finalize_dead_turn
 
                 finalize_dead_turn(session)
-        state = (approved_state if approve else denied_state)(part, reason=reason, at=now, by=by)
-        services.update_part(session=session, part={"id": part["id"], "state": state})
-        return Answered(
-            message_id=part["message_id"],
-            part=part,
-            approved=approve,
-            expired=expired,
-            others_waiting=bool(others),
-            lease_taken=go_on,
-            state=state,
+        out = []
+        for part, approve, reason, who, expired in logged:
+            make = approved_state if approve else denied_state
+            state = make(part, reason=reason, at=now, by=who)
+            services.update_part(session=session, part={"id": part["id"], "state": state})
+            out.append(
+                Answered(
+                    message_id=reply,
+                    part=part,
+                    approved=approve,
+                    expired=expired,
+                    others_waiting=bool(others),
+                    lease_taken=go_on,
+                    state=state,
+                )
+            )
+        return out
+
+
+def _waiting_part(session: Session, call_id: str, message_id: str | None) -> dict[str, Any]:
+    """The tool part of ``call_id`` (of reply ``message_id``, when given), waiting;
+    else the refusal. Under the session's lock."""
+    row = (
+        Part.objects.filter(
+            tenant_id=session.tenant_id, session=session, type="tool", data__call_id=call_id
         )
+        .order_by("-id")
+        .first()
+    )
+    if row is None or (message_id is not None and row.data.get("message_id") != message_id):
+        where = "this session" if message_id is None else f"message {message_id[:80]!r}"
+        raise ApprovalNotFound(f"no tool call {call_id[:80]!r} waits in {where}")
+    part = row.data
+    state = part["state"]
+    if state.get("status") != AWAITING:
+        approval = state.get("metadata", {}).get("approval", {})
+        if approval.get("expired"):
+            raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+        if "approved" in approval:
+            raise ApprovalAnswered(f"tool call {call_id!r} was answered already")
+        raise ApprovalNotFound(f"tool call {call_id!r} is not waiting for an answer")
+    return part
 
 
 def deny_all(

@@ -1,8 +1,9 @@
 """Answering a call that awaits approval, and expiring the overdue ones.
 
-:func:`answer` is the one entry of every face (the REST route, the socket frame,
-the AI SDK route): it checks the caller, logs the answer exactly once
-(``pending.log_answer``: the session row's lock and the call's state, in one
+:func:`answer` is the one entry of every face (the REST route, the socket frame;
+the AI SDK route answers several calls at once through :func:`answer_all`, the
+same path): it checks the caller, logs the answer exactly once
+(``pending.log_answers``: the session row's lock and the call's state, in one
 transaction, before anything runs), and, when there is work to do, goes on with
 the turn in *this* process: the approved tool runs, then, once no call of the
 reply waits, the next step, under the session's lease like any turn.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,47 +84,92 @@ async def answer(
     ``SessionBusy`` (409: the session's runner is busy with another answer; try
     again).
     """
-    outcome = await start_answer(
-        session=session, user=user, call_id=call_id, approve=approve, reason=reason
+    if await answer_all(session=session, user=user, answers=[(call_id, approve, reason)]):
+        raise ApprovalExpired(_expired([(call_id, approve, reason)]))
+
+
+async def answer_all(
+    *,
+    session: Session,
+    user: Any,
+    answers: Sequence[tuple[Any, Any, Any]],
+    message_id: str | None = None,
+) -> bool:
+    """Answer several calls of one reply at once, ``(call_id, approve, reason)`` each
+    (the AI SDK client answers every call of a step in one request): all are logged
+    in one transaction, or none (any refusal of :func:`answer` refuses them all), and
+    the turn goes on once, from all of them. ``message_id``: the reply the calls
+    must wait in (``ApprovalNotFound`` for a call of another message).
+
+    Returns whether one of them was past its expiry, and so was logged denied as
+    expired instead (the others are logged as answered, and the turn goes on): not an
+    error here. :func:`answer`, the single answer of the REST route and the socket,
+    says it as ``ApprovalExpired`` (409); the AI SDK route streams the rest of the
+    reply, in which that call shows denied (a 409 there told the client the request
+    failed while the turn went on with the other answers, QA)."""
+    outcome = await start_answers(
+        session=session, user=user, answers=answers, message_id=message_id
     )
-    if outcome.expired:
-        raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+    return outcome.expired
+
+
+def _expired(answers: Sequence[tuple[Any, Any, Any]]) -> str:
+    return f"tool call {answers[0][0]!r} expired and was denied"
 
 
 async def start_answer(
     *, session: Session, user: Any, call_id: Any, approve: Any, reason: Any = ""
 ) -> Outcome:
-    reason = check_answer(call_id, approve, reason)
+    return await start_answers(session=session, user=user, answers=[(call_id, approve, reason)])
+
+
+async def start_answers(
+    *,
+    session: Session,
+    user: Any,
+    answers: Sequence[tuple[Any, Any, Any]],
+    message_id: str | None = None,
+) -> Outcome:
+    checked = [
+        (call_id, approve, check_answer(call_id, approve, reason))
+        for call_id, approve, reason in answers
+    ]
     if user is None or getattr(user, "pk", None) != session.user_id:
-        raise ApprovalNotFound(f"no tool call {str(call_id)[:80]!r} waits for you in this session")
-    return await _log_and_go_on(
-        session=session, call_id=call_id, approve=approve, reason=reason, by=user.pk
-    )
+        call_id = str(checked[0][0]) if checked else ""
+        raise ApprovalNotFound(f"no tool call {call_id[:80]!r} waits for you in this session")
+    return await _log_and_go_on(session=session, answers=checked, by=user.pk, message_id=message_id)
 
 
 async def _log_and_go_on(
-    *, session: Session, call_id: str, approve: bool, reason: str, by: Any
+    *,
+    session: Session,
+    answers: Sequence[tuple[str, bool, str]],
+    by: Any,
+    message_id: str | None = None,
 ) -> Outcome:
-    answered = await db(pending.log_answer)(
-        session=session, call_id=call_id, approve=approve, reason=reason, by=by
+    logged = await db(pending.log_answers)(
+        session=session, answers=answers, by=by, message_id=message_id
     )
     task = None
-    if answered.lease_taken:
+    if logged[0].lease_taken:
         try:
-            turn = await db(turn_of)(session, answered.message_id)
-            resume = Resume(
-                call_id=call_id,
-                part=answered.part,
-                approved=answered.approved,
-                approval=answered.state["metadata"]["approval"],
-            )
-            task = start_resumed(turn, resume)
+            turn = await db(turn_of)(session, logged[0].message_id)
+            resumes = [
+                Resume(
+                    call_id=answered.part["call_id"],
+                    part=answered.part,
+                    approved=answered.approved,
+                    approval=answered.state["metadata"]["approval"],
+                )
+                for answered in logged
+            ]
+            task = start_resumed(turn, resumes)
         except BaseException:
             await asyncio.shield(
                 db(lease.release)(session_id=session.pk, tenant_id=session.tenant_id)
             )
             raise
-    return Outcome(task=task, expired=answered.expired)
+    return Outcome(task=task, expired=any(answered.expired for answered in logged))
 
 
 def turn_of(session: Session, message_id: str) -> Turn:
@@ -156,24 +203,37 @@ def answer_sync(
 ) -> None:
     """:func:`answer` for synchronous callers (DRF views). Under a server loop the turn
     goes on as its task; where none runs, it runs to its end before this returns."""
+    if answer_all_sync(session=session, user=user, answers=[(call_id, approve, reason)]):
+        raise ApprovalExpired(_expired([(call_id, approve, reason)]))
+
+
+def answer_all_sync(
+    *,
+    session: Session,
+    user: Any,
+    answers: Sequence[tuple[Any, Any, Any]],
+    message_id: str | None = None,
+) -> bool:
+    """:func:`answer_all` for synchronous callers, as :func:`answer_sync`; returns whether
+    a call was past its expiry (logged denied as expired)."""
     if bus.server_loop() is not None:
         release_connections()
-        async_to_sync(answer)(
-            session=session, user=user, call_id=call_id, approve=approve, reason=reason
+        return bool(
+            async_to_sync(answer_all)(
+                session=session, user=user, answers=answers, message_id=message_id
+            )
         )
-        return
 
     async def whole() -> Outcome:
-        outcome = await start_answer(
-            session=session, user=user, call_id=call_id, approve=approve, reason=reason
+        outcome = await start_answers(
+            session=session, user=user, answers=answers, message_id=message_id
         )
         if outcome.task is not None:
             await asyncio.wait({outcome.task})
         await bus.flush()
         return outcome
 
-    if asyncio.run(whole()).expired:
-        raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
+    return asyncio.run(whole()).expired
 
 
 # --- expiry -----------------------------------------------------------------------
@@ -184,11 +244,7 @@ async def expire(*, session: Session, call_id: str) -> asyncio.Task[None] | None
     answered it first, or the session's runner is busy: the next sweep retries)."""
     try:
         outcome = await _log_and_go_on(
-            session=session,
-            call_id=call_id,
-            approve=False,
-            reason=pending.EXPIRED,
-            by=pending.SYSTEM,
+            session=session, answers=[(call_id, False, pending.EXPIRED)], by=pending.SYSTEM
         )
     except (ApprovalAnswered, ApprovalExpired, ApprovalNotFound, SessionBusy):
         return None

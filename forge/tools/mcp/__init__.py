@@ -2,6 +2,7 @@
 
 * :mod:`.spec`: the ``mcpServers`` shape (stdio ``command``/``args``/``env``,
   streamable HTTP ``url``/``headers``), checked, and its redaction;
+* :mod:`.masking`: the secrets of an argument list, a URL or any text, masked;
 * :mod:`.connection`: one connection per server and process, on a private loop;
 * :mod:`.adapter`: an MCP tool as a :class:`~forge.tools.base.Tool` named
   ``<server>_<tool>``, and a call's result as a ``ToolResult``.

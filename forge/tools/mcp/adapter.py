@@ -26,7 +26,7 @@ from mcp.shared.exceptions import McpError
 from ..base import Tool, ToolContext, ToolError, ToolFile, ToolResult
 from ..registry import check_name, check_parameters, get_tool
 from . import connection as conn
-from .spec import McpSpecError, ServerSpec, parse_server
+from .spec import McpSpecError, ServerSpec, masked_text, parse_server
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,8 @@ def _function(spec: ServerSpec, tool: str) -> Any:
             raise ToolError(f"MCP server {spec.name!r}: {exc}", metadata={"mcp": True}) from None
         except McpError as exc:
             raise ToolError(
-                f"MCP server {spec.name!r}: {exc.error.message}", metadata={"mcp": True}
+                f"MCP server {spec.name!r}: {masked_text(exc.error.message, spec)}",
+                metadata={"mcp": True},
             ) from None
         return convert(f"{spec.name}_{tool}", result)
 
@@ -175,7 +176,9 @@ def list_tools(servers: Mapping[str, Any] | None) -> Listing:
     results = conn.submit(_list_all(specs, timeout, retry_seconds())).result(timeout + 10)
     for spec, result in zip(specs, results, strict=True):
         if isinstance(result, BaseException):
-            reason = str(result) if isinstance(result, conn.ServerDown) else conn._reason(result)
+            reason = (
+                str(result) if isinstance(result, conn.ServerDown) else conn._reason(result, spec)
+            )
             logger.warning("MCP server %r left out: %s", spec.name, reason)
             listing.failures[spec.name] = f"failed to start: {reason}"
             continue

@@ -37,7 +37,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
-from .spec import ServerSpec, masked_urls
+from .spec import ServerSpec, masked_text
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class Connection:
                     relays.cancel_scope.cancel()  # the relay would wait for the server
         except BaseException as exc:  # anyio wraps failures in exception groups
             if not ready.done():
-                ready.set_exception(ServerDown(_reason(exc)))
+                ready.set_exception(ServerDown(_reason(exc, self.spec)))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
@@ -300,12 +300,13 @@ async def _relay(
     closed.set()
 
 
-def _reason(exc: BaseException) -> str:
-    """The first leaf of an exception (group), in a few words, for a notice."""
+def _reason(exc: BaseException, spec: ServerSpec | None = None) -> str:
+    """The first leaf of an exception (group), in a few words, for a notice; the secrets
+    of ``spec`` (its env, headers, those in its args) and of URLs masked."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = masked_urls(text)[:300]  # httpx quotes the URL, with its ?api_key=…
+    text = masked_text(text, spec)[:300]  # httpx quotes the URL, with its ?api_key=…
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

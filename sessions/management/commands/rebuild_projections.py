@@ -60,6 +60,9 @@ class Command(BaseCommand):
             unit="session",
             disable=not sys.stderr.isatty() or total < 2,
         )
+        # Counted here, not read from the bar: a bar that is off (stderr no terminal, as
+        # under cron or a pipe) counts nothing, and an interrupted run said "after 0".
+        self.done = 0
         try:
             if options["check"]:
                 self._check(progress, total)
@@ -67,8 +70,9 @@ class Command(BaseCommand):
                 self._rebuild(progress, total)
         except KeyboardInterrupt:
             raise CommandError(
-                f"interrupted after {progress.n} of {total} session(s); each session is "
-                "rebuilt in a transaction of its own, so none is half-done: run it again"
+                f"interrupted after {self.done} of {total} session(s); each session is "
+                "rebuilt in a transaction of its own, so none is half-done: run it again",
+                returncode=130,  # as a shell reports Ctrl-C, and as reindex_memory does
             ) from None
 
     def _check(self, sessions: Any, total: int) -> None:
@@ -86,6 +90,7 @@ class Command(BaseCommand):
                 differing += 1
                 for problem in problems:
                     self.stdout.write(f"{session.pk}: {problem}")
+            self.done += 1
         if differing:
             raise CommandError(f"{differing} of {total} session(s) differ from their log")
         self.stdout.write(f"{total} session(s) checked: projections match the log")
@@ -96,4 +101,5 @@ class Command(BaseCommand):
             state = services.rebuild_projection(session=session)
             messages += len(state.messages)
             parts += len(state.parts)
+            self.done += 1
         self.stdout.write(f"rebuilt {total} session(s): {messages} message(s), {parts} part(s)")

@@ -69,6 +69,10 @@ async def test_env_and_header_values_never_reach_the_log(session, agents, script
         {
             "bad": {**misbehaving(), "env": {"SECRET_TOKEN": SECRET}},
             "gone": {"command": sys.executable, "args": ["-c", "0"], "env": {"K": SECRET}},
+            "argy": {
+                "command": sys.executable,
+                "args": ["-c", "0", "--header", f"Authorization: Bearer {SECRET}", f"K={SECRET}"],
+            },
             "web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": SECRET}},
         }
     )
@@ -79,6 +83,7 @@ async def test_env_and_header_values_never_reach_the_log(session, agents, script
     assert "bad_echo" in text  # the servers were there
     assert "gone" in text
     assert "web" in text
+    assert "argy" in text
     assert SECRET not in text
 
 
@@ -208,3 +213,434 @@ def test_a_secret_on_the_command_line_is_masked_where_it_is_shown() -> None:
     assert with_secrets_kept(shown, stored) == stored  # saved as shown: kept
     edited = {"s1": {**shown["s1"], "args": ["serve", "--token", "new"]}}
     assert with_secrets_kept(edited, stored)["s1"]["args"] == ["serve", "--token", "new"]
+
+
+# A fifth-round finding (MEDIUM): secrets in ``args`` other than ``--token X`` were shown
+# in clear: a connection string, a header, docker's ``-e NAME=value``, a short ``-k``,
+# and a URL's fragment.
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (
+            ["-y", "@modelcontextprotocol/server-postgres", f"postgresql://app:{SECRET}@db/p"],
+            ["-y", "@modelcontextprotocol/server-postgres", f"postgresql://{MASK}@db/p"],
+        ),
+        (["--db=mysql://u:" + SECRET + "@h/d"], [f"--db=mysql://{MASK}@h/d"]),
+        (["https://h.example/mcp?key=" + SECRET], [f"https://h.example/mcp?{MASK}"]),
+        (["https://h.example/mcp#token=" + SECRET], [f"https://h.example/mcp#{MASK}"]),
+        (
+            ["mcp-remote", "https://x/mcp", "--header", f"Authorization: Bearer {SECRET}"],
+            ["mcp-remote", "https://x/mcp", "--header", f"Authorization: {MASK}"],
+        ),
+        (["-H", f"X-Trace:{SECRET}"], ["-H", f"X-Trace: {MASK}"]),
+        ([f"--header=Cookie: s={SECRET}"], [f"--header=Cookie: {MASK}"]),
+        ([f"Authorization: Bearer {SECRET}"], [f"Authorization: {MASK}"]),
+        ([f"X-My-Api-Key: {SECRET}"], [f"X-My-Api-Key: {MASK}"]),
+        (["Accept: text/plain"], ["Accept: text/plain"]),
+        (["token-server:latest", "keycloak:8080"], ["token-server:latest", "keycloak:8080"]),
+        (
+            ["serve", "ghp_abcdefgh123", f"sk-live-{SECRET}", "sk-learn"],
+            ["serve", MASK, MASK, "sk-learn"],
+        ),
+        (
+            ["run", "-e", f"GITHUB_PERSONAL_ACCESS_TOKEN={SECRET}", "ghcr.io/github/x"],
+            ["run", "-e", f"GITHUB_PERSONAL_ACCESS_TOKEN={MASK}", "ghcr.io/github/x"],
+        ),
+        ([f"--env=DB_PASS={SECRET}", "-e", "TZ=UTC"], [f"--env=DB_PASS={MASK}", "-e", "TZ=UTC"]),
+        ([f"aws_credentials={SECRET}", "LOG=debug"], [f"aws_credentials={MASK}", "LOG=debug"]),
+        (["--api-key", "--verbose", "-k", SECRET], ["--api-key", "--verbose", "-k", MASK]),
+        (
+            ["--password", SECRET, f"--client-secret={SECRET}"],
+            ["--password", MASK, f"--client-secret={MASK}"],
+        ),
+        (["-token", SECRET], ["-token", MASK]),
+        (["-p", "8080", "-t", "5", "-v", "x"], ["-p", "8080", "-t", "5", "-v", "x"]),
+        (["--port", "8080", "--mode=fast"], ["--port", "8080", "--mode=fast"]),
+    ],
+)
+def test_secrets_anywhere_in_args_are_masked(args: list[str], shown: list[str]) -> None:
+    stored = {"s": {"command": "npx", "args": args}}
+    out = redacted(stored)
+    assert out["s"]["args"] == shown
+    assert with_secrets_kept(json.loads(json.dumps(out)), stored) == stored
+
+
+def test_a_url_s_fragment_is_masked() -> None:
+    stored = {"h": {"url": f"https://u:{SECRET}@h.example/mcp#token={SECRET}"}}
+    shown = redacted(stored)
+    assert shown["h"]["url"] == f"https://{MASK}@h.example/mcp#{MASK}"
+    assert with_secrets_kept(shown, stored) == stored
+
+
+def test_changing_one_arg_keeps_the_other_args_secrets() -> None:
+    args = [
+        "run",
+        "-e",
+        f"GITHUB_TOKEN={SECRET}",
+        "--header",
+        f"Authorization: Bearer {SECRET}2",
+        "postgresql://u:" + SECRET + "3@db/p",
+        "image:1",
+    ]
+    stored = {"s": {"command": "docker", "args": args}}
+    shown = redacted(stored)
+    assert SECRET not in json.dumps(shown)
+    edited = json.loads(json.dumps(shown))
+    edited["s"]["args"][-1] = "image:2"  # one arg changed
+    edited["s"]["args"].insert(1, "--rm")  # one added: the others move
+    kept = with_secrets_kept(edited, stored)["s"]["args"]
+    assert kept == ["run", "--rm", *args[1:-1], "image:2"]
+    edited["s"]["args"][3] = "GITHUB_TOKEN=new"  # a secret retyped
+    assert with_secrets_kept(edited, stored)["s"]["args"][3] == "GITHUB_TOKEN=new"
+
+
+@pytest.mark.django_db
+def test_a_mask_that_matches_no_stored_secret_is_refused() -> None:
+    """A masked value moved or renamed beyond recognition would be saved as the mask
+    itself: the admin says so instead."""
+    from forge.admin import AgentForm
+    from forge.models import Agent
+
+    agent = Agent(name="a", pk=1, mcp_servers={"s": {"command": "x", "args": ["-k", SECRET]}})
+    form = AgentForm(
+        data={
+            "name": "a",
+            "step_limit": 10,
+            "mcp_servers": json.dumps({"s": {"command": "x", "args": [f"K={MASK}"]}}),
+        },
+        instance=agent,
+    )
+    assert not form.is_valid()
+    assert "masked" in str(form.errors["mcp_servers"])
+
+
+@pytest.mark.django_db
+def test_the_admin_keeps_args_secrets_when_saved_unchanged_or_one_arg_changed(admin_client):
+    from forge.models import Agent
+
+    servers: dict[str, Any] = {
+        "pg": {
+            "command": "npx",
+            "args": [
+                "-y",
+                "@modelcontextprotocol/server-postgres",
+                f"postgresql://a:{SECRET}@db/p",
+            ],
+        },
+        "remote": {
+            "command": "npx",
+            "args": ["mcp-remote", "https://x/mcp", "--header", f"Authorization: Bearer {SECRET}"],
+        },
+        "gh": {"command": "docker", "args": ["run", "-e", f"GH_TOKEN={SECRET}", "gh:1"]},
+        "h": {"url": f"https://h.example/mcp#token={SECRET}"},
+    }
+    agent = Agent.objects.create(name="argy", mcp_servers=servers)
+    url = reverse("admin:forge_agent_change", args=[agent.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert SECRET not in page.text
+    form = page.context["adminform"].form
+    shown = json.loads(form["mcp_servers"].value())
+    response = admin_client.post(
+        url, {"name": "argy", "step_limit": 10, "mcp_servers": json.dumps(shown)}
+    )
+    assert response.status_code == 302, response.content[:2000]
+    agent.refresh_from_db()
+    assert agent.mcp_servers == servers  # saved unchanged: every secret kept
+    shown["gh"]["args"][-1] = "gh:2"
+    response = admin_client.post(
+        url, {"name": "argy", "step_limit": 10, "mcp_servers": json.dumps(shown)}
+    )
+    assert response.status_code == 302, response.content[:2000]
+    agent.refresh_from_db()
+    assert agent.mcp_servers == {
+        **servers,
+        "gh": {**servers["gh"], "args": [*servers["gh"]["args"][:-1], "gh:2"]},
+    }
+
+
+def test_a_failure_reason_that_quotes_a_secret_of_the_spec_masks_it() -> None:
+    """An error may quote the command line, a header or an env value: the reason shown in
+    notices, the model's input and the log masks what the admin masks."""
+    from forge.tools.mcp.connection import _reason
+    from forge.tools.mcp.spec import parse_server
+
+    spec = parse_server(
+        "s",
+        {
+            "command": "npx",
+            "args": ["mcp-remote", "--header", f"Authorization: Bearer {SECRET}1", "-k", "kk"],
+            "env": {"DB": f"{SECRET}2"},
+        },
+    )
+    error = RuntimeError(
+        f"spawn failed: npx mcp-remote --header 'Authorization: Bearer {SECRET}1' (env "
+        f"DB={SECRET}2) token {SECRET}1"
+    )
+    reason = _reason(ExceptionGroup("failed", [error]), spec)
+    assert SECRET not in reason
+    assert reason.startswith("RuntimeError: spawn failed: npx mcp-remote --header")
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "secrets"),
+    [
+        (
+            {"command": "npx", "args": ["-H", "X-Api-Key:abc123def"]},
+            "server said: bad key abc123def",
+            ["abc123def"],
+        ),
+        (
+            {"command": "npx", "args": ["--header=X-Api-Key:abc123def"]},
+            "server said: bad key abc123def",
+            ["abc123def"],
+        ),
+        (
+            {"command": "npx", "args": ["https://u:pw12345@h/x?key=SECRET999"]},
+            "auth failed for pw12345 / SECRET999",
+            ["pw12345", "SECRET999"],
+        ),
+        (
+            {"command": "npx", "args": ["--url", "https://h/x?key=SECRET999&b=1"]},
+            "bad key=SECRET999",
+            ["SECRET999"],
+        ),
+        (
+            {"command": "npx", "args": ["--db=postgresql://app:pw12345@db/p#tok=FRAG9999"]},
+            "password pw12345 refused, fragment FRAG9999",
+            ["pw12345", "FRAG9999"],
+        ),
+        (
+            {"command": "npx", "args": ["--header", "Authorization:Bearer zzzz9999"]},
+            "invalid bearer zzzz9999",
+            ["zzzz9999"],
+        ),
+        (
+            {"url": "https://user:pw12345@h/mcp?api_key=SECRET999"},
+            "401: invalid api_key SECRET999 for user pw12345",
+            ["pw12345", "SECRET999"],
+        ),
+    ],
+)
+def test_a_failure_reason_masks_every_part_of_a_spec_s_secrets(
+    raw: dict[str, Any], text: str, secrets: list[str]
+) -> None:
+    """A header without a space, a URL's password or one query value quoted alone, the
+    spec's own URL: each is a secret of the spec, masked where an error quotes it."""
+    from forge.tools.mcp.spec import masked_text, parse_server
+
+    shown = masked_text(text, parse_server("s", raw))
+    for secret in secrets:
+        assert secret not in shown, shown
+    assert MASK in shown
+
+
+def test_a_failure_reason_leaves_short_common_strings() -> None:
+    from forge.tools.mcp.spec import masked_text, parse_server
+
+    spec = parse_server("s", {"url": "https://h/mcp?a=1&key=SECRET999"})
+    assert masked_text("a 1 b", spec) == "a 1 b"
+
+
+def test_an_ambiguous_mask_of_a_repeated_option_is_not_restored() -> None:
+    """Two ``--api-key`` options, the first pair deleted: which secret the mask left
+    stands for is not known, so it stays a mask (the admin refuses it)."""
+    from forge.tools.mcp.spec import has_mask
+
+    stored = {"s": {"command": "x", "args": ["--api-key", "K1", "--api-key", "K2"]}}
+    edited = {"s": {"command": "x", "args": ["--api-key", MASK]}}
+    kept = with_secrets_kept(edited, stored)
+    assert kept["s"]["args"] != ["--api-key", "K1"]
+    assert has_mask(kept)
+    # unedited, every secret is restored
+    assert with_secrets_kept(redacted(stored), stored) == stored
+
+
+def test_a_mask_whose_option_was_removed_is_not_restored() -> None:
+    """``--api-key`` removed, its masked value left: put back, the secret would be a
+    positional argument, shown in clear from then on."""
+    from forge.tools.mcp.spec import has_mask, masked_args
+
+    stored = {"s": {"command": "x", "args": ["--api-key", "K1secret"]}}
+    kept = with_secrets_kept({"s": {"command": "x", "args": [MASK]}}, stored)
+    assert "K1secret" not in json.dumps(kept)
+    assert has_mask(kept)
+    stored = {"s": {"command": "x", "args": ["run", "--api-key", "K1secret", "img"]}}
+    edited = {"s": {"command": "x", "args": ["run", MASK, "img"]}}
+    kept = with_secrets_kept(edited, stored)
+    assert "K1secret" not in json.dumps(kept)
+    assert masked_args(kept["s"]["args"]) == edited["s"]["args"]
+
+
+@pytest.mark.django_db
+def test_the_admin_asks_to_retype_an_ambiguous_masked_secret() -> None:
+    from forge.admin import AgentForm
+    from forge.models import Agent
+
+    args = ["--api-key", "K1", "--api-key", "K2"]
+    agent = Agent(name="a", pk=1, mcp_servers={"s": {"command": "x", "args": args}})
+    form = AgentForm(
+        data={
+            "name": "a",
+            "step_limit": 10,
+            "mcp_servers": json.dumps({"s": {"command": "x", "args": ["--api-key", MASK]}}),
+        },
+        instance=agent,
+    )
+    assert not form.is_valid()
+    message = str(form.errors["mcp_servers"])
+    assert "masked" in message
+    assert "secret, typed again" in message
+
+
+# A sixth-round finding: a secret word *inside* an option's or a variable's name masked a
+# harmless value (``--max-tokens 4096``, ``--author alice``, ``--passthrough x``), in the
+# masked view every tenant's staff see. A name names a secret by its parts now.
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-tokens", "4096"],
+        ["--max-tokens=4096"],
+        ["--author", "alice"],
+        ["--passthrough", "x"],
+        ["--token-limit", "100"],
+        ["--api-key-file", "/run/secrets/key"],
+        ["--password-stdin", "serve"],
+        ["--secret-name", "prod-db"],
+        ["--bypass", "proxy"],
+        ["MAX_TOKENS=4096", "KEYBOARD=us", "AUTHOR=alice", "TOKEN_LIMIT=100"],
+        ["-e", "MAX_TOKENS=4096", "--env=PASSTHROUGH=1"],
+        ["X-Token-Limit: 100", "Author: alice"],
+    ],
+)
+def test_a_name_that_merely_contains_a_secret_word_is_not_masked(args: list[str]) -> None:
+    from forge.tools.mcp.spec import masked_args
+
+    assert masked_args(args) == args
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["--pw", SECRET, "--jwt", SECRET], ["--pw", MASK, "--jwt", MASK]),
+        (["--passwd", SECRET, f"--pass={SECRET}"], ["--passwd", MASK, f"--pass={MASK}"]),
+        (["--auth", SECRET, "--bearer", SECRET], ["--auth", MASK, "--bearer", MASK]),
+        (["--apikey", SECRET, "--apiKey", SECRET], ["--apikey", MASK, "--apiKey", MASK]),
+        (
+            ["--access-token", SECRET, "--auth-token", SECRET, "--private-key", SECRET],
+            ["--access-token", MASK, "--auth-token", MASK, "--private-key", MASK],
+        ),
+        (
+            ["--credentials", SECRET, "--credential", SECRET],
+            ["--credentials", MASK, "--credential", MASK],
+        ),
+        (
+            ["--auth-header", SECRET, "--passphrase", SECRET],
+            ["--auth-header", MASK, "--passphrase", MASK],
+        ),
+        (["--aws-secret-access-key", SECRET], ["--aws-secret-access-key", MASK]),
+        (
+            [f"API_TOKEN={SECRET}", f"PGPASSWORD={SECRET}", f"MYSQL_PWD={SECRET}"],
+            [f"API_TOKEN={MASK}", f"PGPASSWORD={MASK}", f"MYSQL_PWD={MASK}"],
+        ),
+        (
+            ["-e", f"GITHUB_PERSONAL_ACCESS_TOKEN={SECRET}", f"--env=OPENAI_API_KEY={SECRET}"],
+            ["-e", f"GITHUB_PERSONAL_ACCESS_TOKEN={MASK}", f"--env=OPENAI_API_KEY={MASK}"],
+        ),
+        (
+            [f"X-Auth-Token: {SECRET}", f"Proxy-Authorization: {SECRET}"],
+            [f"X-Auth-Token: {MASK}", f"Proxy-Authorization: {MASK}"],
+        ),
+    ],
+)
+def test_a_name_whose_part_is_a_secret_word_is_masked(args: list[str], shown: list[str]) -> None:
+    stored = {"s": {"command": "npx", "args": args}}
+    out = redacted(stored)
+    assert out["s"]["args"] == shown
+    assert with_secrets_kept(json.loads(json.dumps(out)), stored) == stored
+
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXZhbHVl"
+
+
+# The same round: secrets a name does not announce were shown in clear.
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (
+            ["Server=db;User Id=app;Password=hunter2-x;Database=d"],
+            [f"Server=db;User Id=app;Password={MASK};Database=d"],
+        ),
+        (["Server=db;Password=my secret pw;"], [f"Server=db;Password={MASK};"]),
+        (
+            ["--dsn", "host=db user=app password=hunter2-x dbname=d"],
+            ["--dsn", f"host=db user=app password={MASK} dbname=d"],
+        ),
+        (
+            ["--dsn=host=db password='two words' sslmode=require"],
+            [f"--dsn=host=db password='{MASK}' sslmode=require"],
+        ),
+        (["serve", JWT], ["serve", MASK]),
+        ([f"--claims=x;{JWT}"], [f"--claims=x;{MASK}"]),
+        (["--key-id", "AKIAIOSFODNN7EXAMPLE"], ["--key-id", MASK]),
+        (["ASIAIOSFODNN7EXAMPLE"], [MASK]),
+        (
+            ["--aws-secret-access-key", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"],
+            ["--aws-secret-access-key", MASK],
+        ),
+        (
+            ["admin:hunter2@db.example.com:5432", "--db=app:pw-9x@10.0.0.5/prod"],
+            [f"admin:{MASK}@db.example.com:5432", f"--db=app:{MASK}@10.0.0.5/prod"],
+        ),
+        (["u:pw-9x@db:5432"], [f"u:{MASK}@db:5432"]),
+        (["-c", "main(token='abc123', port=8080)"], ["-c", f"main(token='{MASK}', port=8080)"]),
+    ],
+)
+def test_secrets_no_name_announces_are_masked(args: list[str], shown: list[str]) -> None:
+    from forge.tools.mcp.spec import masked_args
+
+    stored = {"s": {"command": "npx", "args": args}}
+    out = redacted(stored)
+    assert out["s"]["args"] == shown
+    assert masked_args(shown) == shown  # a shown form masks to itself
+    assert with_secrets_kept(json.loads(json.dumps(out)), stored) == stored
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["alpine:3.19@sha256:0123456789abcdef0123456789abcdef"],
+        ["npm:lodash@4.17.21", "npm:pkg@latest"],
+        ["git@github.com:org/repo.git"],
+        ["Server=db;Database=d;Trusted_Connection=yes"],
+        ["host=db user=app dbname=d"],
+        ["AKIA-not-a-key", "eyJhbGciOi-only-one-part"],
+    ],
+)
+def test_look_alikes_of_those_secrets_are_not_masked(args: list[str]) -> None:
+    from forge.tools.mcp.spec import masked_args
+
+    assert masked_args(args) == args
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "secrets"),
+    [
+        (["Server=db;Password=hunter2-x;"], "login failed: password hunter2-x", ["hunter2-x"]),
+        (["host=db password='two words'"], "bad password 'two words'", ["two words"]),
+        (["host=db password='two words'"], "bad password two words", ["two words"]),
+        (["Driver=x;PWD={se;cret};"], "PWD se;cret refused", ["se;cret"]),
+        (["admin:hunter2@db.example.com"], "auth hunter2 refused", ["hunter2"]),
+        (["--pw", "pw-12345"], "bad pw pw-12345", ["pw-12345"]),
+        ([], f"bad token {JWT} for AKIAIOSFODNN7EXAMPLE", [JWT, "AKIAIOSFODNN7EXAMPLE"]),
+    ],
+)
+def test_a_failure_reason_masks_those_secrets_too(
+    args: list[str], text: str, secrets: list[str]
+) -> None:
+    from forge.tools.mcp.spec import masked_text, parse_server
+
+    shown = masked_text(text, parse_server("s", {"command": "npx", "args": args}))
+    for secret in secrets:
+        assert secret not in shown, shown
+    assert MASK in shown
