@@ -141,7 +141,14 @@ class DeltaWindow:
         await self.publish(batch, texts)
 
     async def publish(self, batch: Batch, texts: dict[str, str]) -> None:
+        """Publish ``batch``, each frame only once the lease is confirmed at that moment:
+        the loop may freeze at any await before it (the mirror's append, an earlier
+        frame), and a lease confirmed before the freeze proves nothing after it (a
+        loaded CI pass: a window confirmed, then frozen past its lease during the
+        mirror's append, published its text of a reply another process had finalized)."""
         for part_id, pending in batch.items():
+            if not await self.confirm():
+                return
             self.frames += 1
             await services.apublish_delta(
                 session=self.session,
@@ -220,8 +227,7 @@ class _Ticker:
                     starts.update(_starts(batch))
                 await shared.append_many(merged, starts)
             for (window, batch), some in zip(batches, texts, strict=True):
-                if window.holds():
-                    await window.publish(batch, some)
+                await window.publish(batch, some)  # confirms each frame's lease
         except Exception:
             logger.exception("could not publish a window of deltas")
 

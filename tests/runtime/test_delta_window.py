@@ -165,3 +165,31 @@ async def test_an_aborted_reply_stores_exactly_the_text_clients_were_sent(
     for part_id, text in stored.items():
         assert text == sent[part_id].rstrip()
         assert text.startswith("w0 w1")
+
+
+@pytest.mark.parametrize("window", [0.0, 0.01], ids=["every-delta", "ticker"])
+async def test_text_confirmed_before_an_await_is_not_published_once_the_lease_is_lost(
+    session, monkeypatch, window
+):
+    """A window confirms its turn's lease, then awaits (the mirror's append, an earlier
+    frame): a loop frozen there past the lease resumes with the lease lost, and another
+    process may have finalized the reply. The frame is confirmed again as it goes out
+    (a loaded CI pass published text of a finalized reply so)."""
+    from forge.runtime import deltas
+    from sessions import services
+
+    published: list[str] = []
+    answers = iter([True])  # confirmed once; lost from then on
+
+    async def confirm() -> bool:
+        return next(answers, False)
+
+    async def apublish_delta(**kwargs: Any) -> None:
+        published.append(kwargs["delta"])
+
+    monkeypatch.setattr(services, "apublish_delta", apublish_delta)
+    sent = deltas.DeltaWindow(session=session, message_id="msg_x", window=window, confirm=confirm)
+    await sent.add("prt_x", 0, "word ")
+    await asyncio.sleep(0.1)  # the ticker's tick
+    await sent.flush()
+    assert published == []
