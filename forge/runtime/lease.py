@@ -183,7 +183,7 @@ def renew(*, session_id: str, tenant_id: int | None = None) -> datetime | None:
     The expiry, not a yes: the caller counts its lease from when this statement ran,
     which it cannot tell from when the answer reached it (a loop frozen after the
     database ran the renewal took the answer for a fresh lease, and wrote to a reply
-    another process had finalized meanwhile: ``runner._renewed``)."""
+    another process had finalized meanwhile: ``heartbeat.renewed_until``)."""
     now = timezone.now()
     expires = now + timedelta(seconds=lease_seconds())
     mine = SessionLease.objects.filter(session_id=session_id, owner=OWNER)

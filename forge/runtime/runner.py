@@ -3,31 +3,23 @@ process runs, and aborting them.
 
 A turn runs as its own asyncio task in the process that took the session's
 lease; it never runs inside a consumer's receive handler. While it runs, a
-heartbeat renews the lease (a lost lease stops the turn); it starts inside the
-cleanup that stops it, so nothing outlives its turn.
-
-Aborts from other processes arrive in this process's *abort inbox*: one group
-membership per process and event loop (the group named after the lease's owner,
-``lease.OWNER``), joined by the first turn that runs there and kept, not a group
-joined and left by every turn (two Redis round trips and a task per turn, on the
-path to its first delta). ``abort_turn`` reads the owner from the session's lease
-and sends there; the inbox stops the session's turn if this process runs it.
+heartbeat renews the lease (``heartbeat``: a lost lease stops the turn); it starts
+inside the cleanup that stops it, so nothing outlives its turn. Aborts from other
+processes arrive in this process's abort inbox (``inbox``), whose handler here
+stops the session's turn if this process runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import logging
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import get_channel_layer
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
@@ -38,10 +30,9 @@ from forge.telemetry import tracing
 from sessions import services
 from sessions.models import Session
 
-from . import lease
+from . import heartbeat, inbox, lease
 from .compaction import prepare_manual, run_manual
 from .prompting import Attachment
-from .receiver import JOIN_ATTEMPTS, Receiver
 from .recovery import abort_dead_holder, abort_unheld
 from .regenerate import begin_regeneration
 from .steps import Resume, begin_turn, run_turn
@@ -99,30 +90,6 @@ async def settle(timeout: float = 10.0) -> None:
         await asyncio.wait(pending, timeout=left)
 
 
-def runner_group(owner: str) -> str:
-    """The abort inbox's group of the process whose lease owner is ``owner`` (a group
-    name is at most 100 of ``[A-Za-z0-9._-]``; an owner holds a host name and ``:``)."""
-    return "forge.runner." + hashlib.blake2b(owner.encode(), digest_size=12).hexdigest()
-
-
-@dataclass
-class _Inbox:
-    receiver: Receiver | None
-    joined_at: float
-    lock: asyncio.Lock
-    # Joining again in the background after a join failed (``_join_later``): turns
-    # started meanwhile run without waiting on the layer.
-    rejoining: asyncio.Task[None] | None = None
-
-
-# This process's abort inbox on each event loop that runs turns (channel layers are
-# per loop); entries of closed loops are dropped as new loops come.
-_inboxes: dict[asyncio.AbstractEventLoop, _Inbox] = {}
-# The core Redis layer forgets a membership after its ``group_expiry`` (a day by
-# default): the inbox joins again when its membership is older than this.
-INBOX_REFRESH = 3600.0
-
-
 def _abort_arrived(message: dict[str, Any]) -> bool:
     """An abort for a session whose turn runs here, on this loop: stop it. Never ends
     the inbox (it returns False for every message)."""
@@ -144,90 +111,6 @@ def _stop(runner: Any) -> None:
     runner.turn.abort.set()
     if not runner.task.cancelling():
         runner.task.cancel()
-
-
-async def _open_inbox(*, attempts: int = JOIN_ATTEMPTS) -> None:
-    """Join this process's abort inbox on the running loop, unless it is open (and
-    its membership fresh). Raises what the layer raises when it cannot be joined.
-    A process-local layer (the in-memory one: every abort comes from this process,
-    which finds its turn in ``_runners``) needs none."""
-    layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
-        return
-    loop = asyncio.get_running_loop()
-    inbox = _inboxes.get(loop)
-    if inbox is not None and _fresh(inbox, loop):
-        return
-    if inbox is None:
-        for dead in [other for other in _inboxes if other.is_closed()]:
-            del _inboxes[dead]
-        inbox = _inboxes[loop] = _Inbox(receiver=None, joined_at=0.0, lock=asyncio.Lock())
-    async with inbox.lock:
-        if _fresh(inbox, loop):
-            return  # another turn opened it meanwhile
-        receiver = inbox.receiver
-        if receiver is not None and receiver.receiving:
-            await layer.group_add(receiver.group, receiver.channel)  # refreshed
-        else:
-            inbox.receiver = await Receiver.join(
-                runner_group(lease.OWNER),
-                _abort_arrived,
-                name="this process's abort inbox",
-                attempts=attempts,
-            )
-        inbox.joined_at = loop.time()
-
-
-async def _join_inbox(session_id: str) -> None:
-    """Join this process's abort inbox before a turn runs; when the layer cannot be
-    reached, the turn runs anyway and the inbox is joined in the background
-    (:func:`_join_later`).
-
-    Before, the turn failed at once ("could not reach its channel layer") on a process
-    that had not joined yet, while a process that had ran its prompts: what a prompt
-    got during a Redis outage depended on which process took it (QA, LOW). The log is
-    the turn's truth and streams catch up once the layer is back; only an abort sent
-    from another process cannot reach the turn until the inbox is joined (that
-    process answers 503 ``abort_unavailable`` or 409 ``still_running`` meanwhile)."""
-    inbox = _inboxes.get(asyncio.get_running_loop())
-    if inbox is not None and inbox.rejoining is not None and not inbox.rejoining.done():
-        return  # being joined in the background: the turn does not wait on the layer
-    try:
-        await _open_inbox()
-    except Exception as exc:
-        inbox = _inboxes[asyncio.get_running_loop()]
-        logger.warning(
-            "session %s: could not join this process's abort inbox (%r); turns run, "
-            "and joining is tried again in the background",
-            session_id,
-            exc,
-        )
-        inbox.rejoining = asyncio.get_running_loop().create_task(
-            _join_later(), name="forge-abort-inbox", context=contextvars.Context()
-        )
-
-
-async def _join_later() -> None:
-    """Try to join this process's abort inbox every renewal interval, once each time,
-    until it is joined (turns of the loop then are abortable from anywhere again)."""
-    while True:
-        await asyncio.sleep(lease.renewal_interval())
-        try:
-            await _open_inbox(attempts=1)
-        except Exception as exc:
-            logger.debug("joining this process's abort inbox failed again: %r", exc)
-            continue
-        logger.info("this process's abort inbox is joined again")
-        return
-
-
-def _fresh(inbox: _Inbox, loop: asyncio.AbstractEventLoop) -> bool:
-    receiver = inbox.receiver
-    return (
-        receiver is not None
-        and receiver.receiving
-        and loop.time() - inbox.joined_at < INBOX_REFRESH
-    )
 
 
 # --- starting ---------------------------------------------------------------------
@@ -274,7 +157,7 @@ def _start(
     session = turn.session
     turn.run_subtask = subtask_runner(turn, start_turn)
     # (Taken a moment ago, by the prompt's transaction: counted from its start.)
-    _confirmed(turn, turn.started_at)
+    heartbeat.confirmed(turn, turn.started_at)
     task = _spawn(_run(turn, resume), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
     _runners[session.pk] = _Runner(turn=turn, task=task)
     return StartedTurn(
@@ -295,15 +178,15 @@ async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:
     session_id = turn.session.pk
     me = asyncio.current_task()
     assert me is not None
-    heartbeat: asyncio.Task[None] | None = None
+    renewing: asyncio.Task[None] | None = None
     try:
-        heartbeat = asyncio.create_task(_heartbeat(turn, me))
-        await _join_inbox(session_id)
+        renewing = asyncio.create_task(heartbeat.run(turn, me))
+        await inbox.join(session_id, _abort_arrived)
         await run_turn(turn, resume)
     finally:
-        if heartbeat is not None:
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+        if renewing is not None:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
         if _runners.get(session_id) and _runners[session_id].turn is turn:
             del _runners[session_id]  # (else the session's next turn already runs here)
         if turn.lease_lost:
@@ -317,80 +200,6 @@ async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:
         # (``dialogue.complete_reply``): the session may be its next turn's already.
     if turn.depth == 0 and not turn.session.title:
         _spawn(title_later(turn.session), tenant_id=turn.session.tenant_id)
-
-
-def _lease_margin() -> float:
-    """How long before its lease's expiry a runner stops counting on it: another
-    process judges expiry by its own clock, and a stop takes a moment."""
-    return min(1.0, lease.lease_seconds() / 10)
-
-
-def _confirmed(turn: Turn, asked_at: float) -> None:
-    """The lease was taken or renewed by a statement sent at ``asked_at`` (monotonic)."""
-    turn.lease_until = asked_at + lease.lease_seconds() - _lease_margin()
-
-
-def _renewed(turn: Turn, expires: datetime) -> None:
-    """The lease was renewed until ``expires``, the expiry the renewal wrote: counted on
-    this process's monotonic clock from what is left of it now. Not from when the
-    answer arrived: a loop frozen after the database ran the renewal (the database
-    thread is not frozen with it) took the answer for a fresh lease, while another
-    process had found it expired and finalized the reply; the turn then restored its
-    in-flight mirror (a loaded CI pass). Counted so, such a lease is past at once."""
-    left = (expires - timezone.now()).total_seconds()
-    turn.lease_until = time.monotonic() + left - _lease_margin()
-
-
-async def _heartbeat(turn: Turn, task: asyncio.Task[Any]) -> None:
-    """Renew the lease while the turn runs; stop the turn if the lease was lost, or if
-    it could not be renewed before it would expire (renewals failing: the database
-    gone or unreachable). A failed renewal is tried again while the lease lasts: one
-    lost connection does not stop a turn."""
-    interval = lease.renewal_interval()  # what ``lease.judged_dead`` counts on
-    failures = 0
-    while True:
-        await asyncio.sleep(max(0.0, min(interval, turn.lease_until - time.monotonic())))
-        if turn.lease_released:
-            return  # given back with the reply's completion: the turn is ending
-        if not turn.holds_lease():
-            _lose(turn, task, f"could not renew its lease ({failures} failed renewals)")
-            return
-        # No deadline on the renewal itself: one slowed by a loaded database thread is
-        # not a lost lease (a loaded CI pass stopped a healthy turn so); its answer is.
-        turn.renewing = True
-        try:
-            turn.renewal = asyncio.ensure_future(
-                db(lease.renew)(session_id=turn.session.pk, tenant_id=turn.session.tenant_id)
-            )
-            renewed = await turn.renewal
-        except Exception as exc:
-            failures += 1
-            logger.warning(
-                "session %s: renewing the lease failed (%s); trying again while it lasts",
-                turn.session.pk,
-                type(exc).__name__,
-            )
-            continue
-        finally:
-            turn.renewing = False
-        if turn.lease_released:
-            return
-        if renewed is None:
-            _lose(turn, task, "lost the lease")
-            return
-        _renewed(turn, renewed)
-        failures = 0
-
-
-def _lose(turn: Turn, task: asyncio.Task[Any], why: str) -> None:
-    """Stop a turn whose lease is not surely its own any more: another process may be
-    finalizing its reply, so it writes, publishes and gives back nothing more
-    (``Turn.lease_lost``); the lease expires, and whoever finds it so finalizes the
-    reply from what streamed (``recovery``)."""
-    logger.error("session %s: %s; stopping its turn", turn.session.pk, why)
-    turn.lease_lost = True
-    turn.abort.set()
-    task.cancel()
 
 
 # --- compacting on demand ------------------------------------------------------------
@@ -482,7 +291,7 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     layer = get_channel_layer()
     if layer is not None:  # to the inbox of the process that holds the lease
         await layer.group_send(
-            runner_group(held.owner), {"type": "forge.abort", "session_id": session.pk}
+            inbox.runner_group(held.owner), {"type": "forge.abort", "session_id": session.pk}
         )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

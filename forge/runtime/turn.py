@@ -48,14 +48,14 @@ class Turn:
     # its reply says so, not "aborted" as if the user had pressed stop.
     stopped_by_shutdown: bool = False
     # Until when (this process's monotonic clock) the lease is surely still this turn's:
-    # set by the runner when it starts the turn and at each renewal (``runner._heartbeat``),
+    # set by the runner when it starts the turn and at each renewal (``heartbeat.run``),
     # a little before the lease's expiry. Past it, another process may find the lease
     # expired and finalize the reply: the turn must stop, and publish nothing more.
     lease_until: float = float("inf")
     # Whether the turn stopped because its lease was lost or could not be confirmed in
     # time: then its reply is no longer its own to finalize, publish or give back.
     lease_lost: bool = False
-    # Whether a renewal is on its way (``runner._heartbeat``): its answer says whether
+    # Whether a renewal is on its way (``heartbeat.run``): its answer says whether
     # the lease is still the turn's, so the deadline is not judged meanwhile.
     renewing: bool = False
     # That renewal, for :meth:`confirm_lease` to wait on.

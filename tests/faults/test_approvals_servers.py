@@ -22,7 +22,7 @@ from tests.live import daphne
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 # The lease of the tests that need the janitor soon (it passes once a lease period). Not
-# 1 s: a turn stops once it has not renewed for 0.9 s of it (``runner._heartbeat``). A
+# 1 s: a turn stops once it has not renewed for 0.9 s of it (``heartbeat.run``). A
 # loaded CI pass ended the janitor's continuation as interrupted so; a daphne stalled
 # that long explains it (not reproduced on demand). Its log is in the failure message.
 LEASE = "2"

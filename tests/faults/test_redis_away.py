@@ -141,7 +141,7 @@ async def test_a_process_that_never_joined_its_abort_inbox_runs_prompts_while_re
     from channels.layers import get_channel_layer
 
     from forge.runtime import lease
-    from forge.runtime.runner import runner_group
+    from forge.runtime.inbox import runner_group
 
     use_redis(settings, own_redis.url)
     settings.FORGE_MODEL = "offline/echo"

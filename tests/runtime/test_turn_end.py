@@ -15,7 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from forge.runtime import lease, runner, start_turn
+from forge.runtime import inbox, lease, runner, start_turn
 from forge.runtime.processor import Processor
 from tests.live import server_env
 
@@ -164,7 +164,7 @@ async def test_turns_share_one_abort_inbox_per_process(session, agents, script, 
     for text in ("a", "b", "c"):
         started = await start_turn(session=session, text=text)
         await asyncio.wait_for(started.task, timeout=30)
-    assert joins == [runner.runner_group(lease.OWNER)]  # this test's loop: joined once
+    assert joins == [inbox.runner_group(lease.OWNER)]  # this test's loop: joined once
 
 
 @pytest.mark.timeout(120)
