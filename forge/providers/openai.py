@@ -24,10 +24,13 @@ within the step (``text-0``, ``reasoning-0``, ``text-1`` …).
 Failures never raise out of :meth:`OpenAIProvider.stream`: 429, 408, 5xx,
 connection errors and a connection dropped before any content are retried under
 a :class:`~forge.providers.retry.RetryPolicy` (each retry announced by a
-``Retry`` event); anything else, or running out of attempts, ends the step with
-an ``Error`` event. Once content has reached the caller a retry would repeat it,
-so a failure after that ends the step with an ``Error`` (open text and reasoning
-blocks are closed first; a tool call whose input was still streaming is dropped).
+``Retry`` event); so is a stream that ends with neither a ``finish_reason`` nor
+``data: [DONE]`` (it ended early). Anything else (a 200 answer that holds no event
+stream, such as a JSON body or a proxy's page, included), or running out of
+attempts, ends the step with an ``Error`` event. Once content has reached the
+caller a retry would repeat it, so a failure after that ends the step with an
+``Error`` (open text and reasoning blocks are closed first; a tool call whose input
+was still streaming is dropped).
 ``timeout`` bounds each wait: for the response's headers, and for every chunk of
 the stream after them (SSE comments, such as a proxy's keep-alive ``: ping``, do
 not count), so a stalled stream times out like a silent one.
@@ -99,7 +102,7 @@ class OpenAIProvider:
         self.timeout = timeout
         self._sleep = sleep
         self._clock = clock
-        self.client = openai.AsyncOpenAI(
+        self.client = _Client(
             base_url=base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or NO_API_KEY,
             max_retries=0,  # retries are ours (see stream), so they are visible as events
@@ -235,8 +238,50 @@ class OpenAIProvider:
                     raise _MalformedChunk(f"{type(exc).__name__}: {exc}") from exc
                 for event in events:
                     yield event
+        if not mapper.finished and not _saw_done(response):
+            raise _EndedEarly.of(response)
         for event in mapper.end():
             yield event
+
+
+class _Client(openai.AsyncOpenAI):
+    """The SDK's client, whose streams note whether the server sent ``data: [DONE]``.
+
+    The SDK ends a stream alike at ``[DONE]`` and at a body that just stops (a server
+    or proxy that closed early, a close-delimited body), and a reply cut short so was
+    stored as finished, a compaction's summary too (QA). A stream that ends with
+    neither a ``finish_reason`` nor ``[DONE]`` ended early (:class:`_EndedEarly`);
+    ``[DONE]`` without a ``finish_reason`` is a lenient server's finished answer."""
+
+    def _make_sse_decoder(self) -> Any:
+        return _Watched(super()._make_sse_decoder())
+
+
+class _Watched:
+    """An SSE decoder that counts the events it decodes and notes ``[DONE]``."""
+
+    def __init__(self, decoder: Any) -> None:
+        self._decoder = decoder
+        self.events = 0
+        self.done = False
+
+    def aiter_bytes(self, iterator: Any) -> AsyncGenerator[Any, None]:
+        return self._watch(self._decoder.aiter_bytes(iterator))
+
+    async def _watch(self, events: Any) -> AsyncGenerator[Any, None]:
+        async for sse in events:
+            self.events += 1
+            if sse.data.startswith("[DONE]"):
+                self.done = True
+            yield sse
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
+
+
+def _saw_done(response: Any) -> bool:
+    watched = getattr(response, "_decoder", None)
+    return isinstance(watched, _Watched) and watched.done
 
 
 # --- failures ---------------------------------------------------------------------
@@ -244,6 +289,32 @@ class OpenAIProvider:
 
 class _MalformedChunk(Exception):
     """A chunk that is not JSON, or not a chat.completion.chunk."""
+
+
+class _EndedEarly(Exception):
+    """The response ended before the answer did: neither a ``finish_reason`` nor
+    ``[DONE]``. ``retryable``: it was a stream that stopped (as a dropped connection
+    is); a 200 answer with no event at all (a JSON body, a proxy's HTML page) would
+    come back the same."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+    @classmethod
+    def of(cls, response: Any) -> _EndedEarly:
+        watched = getattr(response, "_decoder", None)
+        if isinstance(watched, _Watched) and watched.events == 0:
+            kind = response.response.headers.get("content-type") or "none"
+            return cls(
+                f"the model server did not answer with an event stream (content-type: "
+                f"{kind[:100]})",
+                retryable=False,
+            )
+        return cls(
+            "the model's stream ended before the answer did (no finish_reason, no [DONE])",
+            retryable=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -282,7 +353,12 @@ def _detail(exc: openai.APIError, key: str = "") -> str:
     if isinstance(body, dict):
         message = body.get("message")
         if isinstance(message, str) and message:
-            return redacted(message[:2000], key)
+            # The error's code too: it may be all that names the failure (an overflow's
+            # "context_length_exceeded" under "Input is too long …": QA).
+            code = body.get("code")
+            if isinstance(code, str) and code and code not in message:
+                message = f"{message[:2000]} ({code[:100]})"
+            return redacted(message[:2200], key)
     if isinstance(body, str) and body.strip():
         return redacted(body.strip()[:500], key)
     return redacted(exc.message, key)
@@ -329,6 +405,8 @@ def _classify(exc: Exception, *, now: float, key: str = "") -> _Failure:
             message=f"connection to the model server failed{': ' + cause if cause else ''}",
             retryable=True,
         )
+    if isinstance(exc, _EndedEarly):
+        return _Failure(message=str(exc), retryable=exc.retryable, name="ProviderError")
     if isinstance(exc, _MalformedChunk):
         return _Failure(
             message=f"malformed chunk in the model's stream: {exc}",

@@ -69,9 +69,19 @@ class Status:
     message: str = "scripted error"
     headers: dict[str, str] = field(default_factory=dict)
     type: str = "server_error"
+    code: str | None = None
 
 
-Reply = Stream | Status
+@dataclass
+class Body:
+    """A 200 reply that is no event stream: a JSON ``chat.completion`` from a server
+    that ignored ``stream``, a proxy's login page."""
+
+    body: str
+    content_type: str = "application/json"
+
+
+Reply = Stream | Status | Body
 
 
 @dataclass
@@ -235,6 +245,13 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = fake.next_reply()
         if isinstance(scripted, Status):
             self._send_error(scripted)
+        elif isinstance(scripted, Body):
+            payload = scripted.body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", scripted.content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
         else:
             self._send_stream(scripted)
 
@@ -245,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "message": status.message,
                     "type": status.type,
                     "param": None,
-                    "code": None,
+                    "code": status.code,
                 }
             }
         ).encode()

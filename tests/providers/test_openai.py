@@ -33,7 +33,16 @@ from forge.providers.events import (
 from forge.providers.openai import OpenAIProvider
 
 from .conftest import FakeClock
-from .fake_openai import FakeOpenAI, Status, Stream, ToolCallScript, chunk, reply, usage_chunk
+from .fake_openai import (
+    Body,
+    FakeOpenAI,
+    Status,
+    Stream,
+    ToolCallScript,
+    chunk,
+    reply,
+    usage_chunk,
+)
 
 MakeProvider = Callable[..., OpenAIProvider]
 
@@ -589,6 +598,99 @@ async def test_drop_after_finish_keeps_the_answer(
         FinishStep(finish_reason="stop", usage=Usage()),
     ]
     assert len(fake_openai.requests) == 1
+
+
+async def test_a_stream_that_stops_before_any_content_is_retried(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """A body that just ends (no ``finish_reason``, no ``[DONE]``: a server or proxy
+    that closed early) is a dropped connection, not an empty answer (QA)."""
+    fake_openai.push(Stream([chunk({"role": "assistant"})], done=False), hello_reply())
+
+    events = await collect(make_provider())
+
+    assert isinstance(events[1], Retry)
+    assert events[2:] == HELLO_EVENTS
+    assert len(fake_openai.requests) == 2
+
+
+async def test_a_stream_that_stops_after_content_ends_with_an_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """Cut short after part of the answer: an error, never a finished reply (QA: it was
+    stored as finished, a compaction's summary too)."""
+    fake_openai.push(Stream([chunk({"content": "partial answer"})], done=False))
+
+    events = await collect(make_provider())
+
+    assert events[:4] == [
+        StartStep(),
+        TextStart(id="text-0"),
+        TextDelta(id="text-0", delta="partial answer"),
+        TextEnd(id="text-0"),
+    ]
+    error = events[4]
+    assert isinstance(error, Error)
+    assert "ended before the answer did" in error.message
+    assert "after part of the reply was streamed" in error.message
+    assert len(events) == 5
+    assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (
+            json.dumps(
+                {
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"content": "not streamed"}}],
+                }
+            ),
+            "application/json",
+        ),
+        ("<html><body>Please log in to the proxy</body></html>", "text/html"),
+    ],
+    ids=["json", "html"],
+)
+async def test_an_answer_that_is_no_event_stream_is_an_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, body: str, content_type: str
+):
+    """A 200 that holds no event stream was a silent empty reply (QA)."""
+    fake_openai.push(Body(body, content_type=content_type))
+
+    events = await collect(make_provider())
+
+    assert events[0] == StartStep()
+    error = events[1]
+    assert isinstance(error, Error)
+    assert error.retryable is False
+    assert f"did not answer with an event stream (content-type: {content_type}" in error.message
+    assert len(events) == 2
+    assert len(fake_openai.requests) == 1  # it would answer the same again
+
+
+async def test_an_error_code_is_part_of_the_message(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """An overflow that only its code names ("Input is too long …") is still one:
+    compaction reads the message (QA)."""
+    fake_openai.push(
+        Status(
+            400,
+            "Input is too long for the requested model.",
+            type="invalid_request_error",
+            code="context_length_exceeded",
+        )
+    )
+
+    events = await collect(make_provider())
+
+    error = events[-1]
+    assert isinstance(error, Error)
+    assert error.message.endswith(
+        "Input is too long for the requested model. (context_length_exceeded)"
+    )
 
 
 # --- malformed streams --------------------------------------------------------------
