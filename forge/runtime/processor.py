@@ -133,6 +133,11 @@ class Processor(ToolCalls):
         self.running: list[services.Write] = []  # their running states, held at the step's end
         self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
+        self.step_calls = 0  # the tool calls the current step's stream opened
+        # Whether a retry was announced (``retry``) and no event came after it yet: the
+        # next one announces ``busy`` again, or the status said "retrying" for the rest
+        # of the reply (QA).
+        self.retrying = False
         self.workspace: Path | None = None  # the session's workspace path, once known
         self.held: list[services.Write] = []  # bookkeeping written with the next write
         self.finished: list[str] = []  # parts whose buffers go once their write is in
@@ -268,6 +273,9 @@ class Processor(ToolCalls):
         while (raw := await events.next()) is not None:
             turn.raise_if_aborted()
             event = ev.event_without_nul(raw)  # the log stores no NUL: U+FFFD, as streamed
+            if self.retrying and not isinstance(event, ev.Retry | ev.Error):
+                self.retrying = False
+                await services.apublish_status(session_id=turn.session.pk, status="busy")
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
                 await self._delta(event)
             elif isinstance(event, ev.TextStart | ev.ReasoningStart):
@@ -277,8 +285,10 @@ class Processor(ToolCalls):
             elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
                 await self._close(event.id, with_step_end=await events.step_ends_now())
             elif isinstance(event, ev.ToolInputStart):
+                self.step_calls += 1
                 await self._pending(self._call_id(event.call_id, opening=True), event.tool)
             elif isinstance(event, ev.ToolCall):
+                self.step_calls += 1
                 await self._call(replace(event, call_id=self._call_id(event.call_id)))
             elif isinstance(event, ev.StartStep):
                 await self._start_step()
@@ -289,6 +299,7 @@ class Processor(ToolCalls):
                 metrics.PROVIDER_RETRIES.labels(
                     provider=provider_of(turn.model), kind=failure_kind(event.message)
                 ).inc()
+                self.retrying = True
                 await services.apublish_status(
                     session_id=turn.session.pk,
                     status="retry",
@@ -438,6 +449,7 @@ class Processor(ToolCalls):
         return await asyncio.to_thread(tools.snapshot, workspace)
 
     async def _start_step(self) -> None:
+        self.step_calls = 0
         self.snapshot_before = await self._workspace()
         self._hold(
             {
@@ -449,6 +461,12 @@ class Processor(ToolCalls):
 
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
+        reason = event.finish_reason
+        if reason == "tool-calls" and not self.step_calls:
+            # A step that asked for calls and made none (a server whose tool-call parser
+            # failed) has nothing new for a next step: going on repeated the same
+            # request until the step limit (QA).
+            reason = "other"
         for block_id in list(self.blocks):  # the step's end is in hand: held, not written
             await self._close(block_id, with_step_end=True)
         self._hold_unfinished_calls()
@@ -463,7 +481,7 @@ class Processor(ToolCalls):
                 "id": self.step_end.part_id,
                 "message_id": turn.message_id,
                 "type": "step-finish",
-                "reason": event.finish_reason,
+                "reason": reason,
                 "snapshot": after.hash,
                 "tokens": event.usage.as_tokens(),
                 "cost": cost,
@@ -471,7 +489,7 @@ class Processor(ToolCalls):
         )
         if not self.deferred:  # else the patch follows the calls (:meth:`run_step`)
             self._hold_patch(self.snapshot_before, after)
-        return StepResult(event.finish_reason, event.usage, cost)
+        return StepResult(reason, event.usage, cost)
 
     def _hold_patch(self, before: tools.Snapshot | None, after: tools.Snapshot) -> None:
         """A ``patch`` part naming the files that changed from ``before`` to ``after``,

@@ -48,11 +48,17 @@ class Recorder:
 
     async def settle(self, quiet: float = 0.2, timeout: float = 20) -> list[dict[str, Any]]:
         """Wait for every turn seen starting to end (its ``idle`` status), then until no
-        frame has arrived for ``quiet`` seconds."""
+        frame has arrived for ``quiet`` seconds. A turn starts at a ``busy`` that follows
+        no status or ``idle`` (after a ``retry``, ``busy`` says the call streams again)."""
         async with asyncio.timeout(timeout):
             while True:
                 statuses = [f["status"] for f in self.frames if f["kind"] == "status"]
-                if statuses.count("busy") <= statuses.count("idle"):
+                began = sum(
+                    1
+                    for before, status in zip([None, *statuses], statuses, strict=False)
+                    if status == "busy" and before in (None, "idle")
+                )
+                if began <= statuses.count("idle"):
                     break
                 await asyncio.sleep(0.02)
             count = -1

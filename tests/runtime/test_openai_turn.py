@@ -127,6 +127,34 @@ async def test_retries_show_as_status_frames_then_the_reply_streams(
     assert answer["info"]["error"] is None
 
 
+async def test_the_status_is_busy_again_once_a_retried_call_streams(
+    session, agents, openai_server, record
+):
+    """After ``retry``, the reply's first event says ``busy``: the chat page showed
+    "retrying" for the rest of a reply whose retry had succeeded (QA)."""
+    openai_server.push(Status(500), reply(text=["fine"]))
+    recorder = await record(session)
+    await run(session, "hello")
+    frames = await recorder.settle()
+    statuses = [f["status"] for f in frames if f["kind"] == "status"]
+    assert statuses == ["busy", "retry", "busy", "idle"]
+
+
+async def test_a_step_that_finishes_for_tool_calls_without_any_ends_the_reply(
+    session, agents, openai_server
+):
+    """``finish_reason: tool_calls`` with no call (a server whose tool-call parser
+    failed) has nothing new for a next step: the reply ends, not at the step limit
+    after repeating the same request (QA)."""
+    openai_server.push(*[reply(text=["I will call a tool"], finish_reason="tool_calls")] * 3)
+    answer = await run(session, "hello")
+    assert len(openai_server.requests) == 1
+    assert answer["info"]["finish"] == "other"
+    assert answer["info"]["error"] is None
+    finishes = [p["reason"] for p in answer["parts"] if p["type"] == "step-finish"]
+    assert finishes == ["other"]
+
+
 async def test_when_retries_run_out_the_reply_ends_with_an_api_error(
     session, agents, openai_server, settings
 ):
