@@ -24,17 +24,23 @@ class SmallModelError(Exception):
     """The model answered with an error, or with a tool call instead of text."""
 
 
+# Finish reasons of an answer that stopped before its end.
+CUT_SHORT = frozenset({"length", "content-filter"})
+
+
 @dataclass(frozen=True)
 class Answer:
     text: str  # stripped
     usage: ev.Usage
 
 
-async def ask(system: str, content: str, *, model: str | None = None) -> Answer:
+async def ask(system: str, content: str, *, model: str | None = None, whole: bool = True) -> Answer:
     """What the small model (or ``model``) answers to ``content`` under ``system``.
 
     Raises ``UnknownModel`` for a model string no provider serves, and
-    ``SmallModelError`` when the model fails or calls a tool.
+    ``SmallModelError`` when the model fails or calls a tool, or, with ``whole``,
+    when its answer was cut short (``length``, ``content-filter``): a summary cut so
+    would take the place of what it summarizes (QA). A title needs no ``whole``.
     """
     model = model or settings.FORGE_SMALL_MODEL
     _, name = split_model(model)
@@ -54,6 +60,10 @@ async def ask(system: str, content: str, *, model: str | None = None) -> Answer:
             elif isinstance(event, ev.ToolCall):
                 raise SmallModelError("the model called a tool instead of answering")
             elif isinstance(event, ev.FinishStep):
+                if whole and event.finish_reason in CUT_SHORT:
+                    raise SmallModelError(
+                        f"the model's answer was cut short ({event.finish_reason})"
+                    )
                 usage = event.usage
                 break
     finally:

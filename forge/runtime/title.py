@@ -109,7 +109,7 @@ async def generate_title(session: Session) -> str | None:
         return None
     text = exchange.text
     try:
-        asked = await ask(PROMPT, text)
+        asked = await ask(PROMPT, text, whole=False)
     except SmallModelError:
         answer = ""
     else:

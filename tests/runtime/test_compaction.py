@@ -224,8 +224,10 @@ async def test_compacting_an_empty_or_busy_session_is_refused(session, agents, s
     assert await database_sync_to_async(markers)(session) == []
 
 
-@pytest.mark.parametrize("reply", ["error", "nothing"])
+@pytest.mark.parametrize("reply", ["error", "nothing", "length", "content-filter"])
 async def test_a_failing_summary_model_writes_nothing(session, agents, small_window, reply):
+    """A summary cut short (``length``, ``content-filter``) fails as an error does: it
+    would take the place of what it summarizes (QA: "## Goal\nThe user" did)."""
     for n in range(3):
         await run(session, f"turn {n} {WORDS}")
 
@@ -237,7 +239,11 @@ async def test_a_failing_summary_model_writes_nothing(session, agents, small_win
             if reply == "error":
                 yield ev.Error(name="APIError", message="the summarizer is down")
                 return
-            yield ev.FinishStep("stop", ev.Usage())
+            if reply != "nothing":
+                yield ev.TextStart(id="t")
+                yield ev.TextDelta(id="t", delta="## Goal\nThe user")
+                yield ev.TextEnd(id="t")
+            yield ev.FinishStep("stop" if reply == "nothing" else reply, ev.Usage())
 
     providers.register("summarizer", lambda model: Summarizer())
     small_window.FORGE_SMALL_MODEL = "summarizer/x"
