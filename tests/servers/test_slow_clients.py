@@ -58,6 +58,18 @@ def reply_many(server: LiveServer, session_id: str, token: str) -> int:
     return int(SessionEvent.objects.filter(session_id=session_id).count())
 
 
+def still_reading_nothing(server: LiveServer, *, within: float = 30.0) -> None:
+    """Go on reading nothing until the server says it cut a slow client. The replies
+    alone may not last the stall: a fast machine streamed all 60 in 2.2 s, and the
+    kernel took a little more of the stalled stream once, 1.2 s in (its receive
+    queue collapsed), which counts as the buffer draining (a CI pass failed so)."""
+    deadline = time.monotonic() + within
+    while "cut a slow client" not in server.output():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the server never cut a client that read nothing:\n{server.output()}")
+        time.sleep(0.1)
+
+
 def read_until_cut(sock: socket.socket, *, within: float = 30.0) -> bytes:
     """Everything the server sent before it cut the connection. A connection still open
     once ``within`` seconds passed (data still coming, or nothing) fails the test."""
@@ -155,6 +167,7 @@ def test_an_sse_client_that_stops_reading_is_cut_and_resumes(
         )
         with sock:
             head = reply_many(server, session.pk, token)
+            still_reading_nothing(server)
             raw = read_until_cut(sock)
         assert raw.startswith(b"HTTP/1.1 200")
         check_cut_and_resume(server, sse_seqs(raw), session, token, head)
@@ -177,6 +190,7 @@ def test_a_socket_that_stops_reading_is_cut_and_resumes(
         )
         with sock:
             head = reply_many(server, session.pk, token)
+            still_reading_nothing(server)
             raw = read_until_cut(sock)
         assert raw.startswith(b"HTTP/1.1 101")
         check_cut_and_resume(server, ws_seqs(raw), session, token, head)
