@@ -5,7 +5,8 @@ Every session gets ``settings.FORGE_WORKSPACE_ROOT / <session id>``
 :func:`resolve_in_workspace` accepts: relative paths that stay inside the
 workspace after resolving ``..`` and symbolic links. Files are opened with
 ``O_NOFOLLOW`` (a symlink swapped in after the check is refused) and
-``O_NONBLOCK`` (a FIFO cannot hang a call). The sandbox is a path check, not an
+``O_NONBLOCK`` (a FIFO cannot hang a call), and written by renaming a new file
+over the old (:func:`write_replacing`). The sandbox is a path check, not an
 OS-level jail: it holds against the model (which can only use these tools and
 cannot create symlinks), not against another process racing on the same
 directory.
@@ -13,11 +14,13 @@ directory.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,6 +98,57 @@ def workspace_of(ctx: ToolContext) -> Path:
 def relative(root: Path, path: Path) -> str:
     rel = path.relative_to(root).as_posix()
     return rel if rel else "."
+
+
+def shown(name: str) -> str:
+    """A file name as text: the bytes of a name that is not UTF-8 (``os`` gives them as
+    lone surrogates) shown as U+FFFD. Such a name in a listing or a patch part, which
+    the log refuses, failed the whole reply (QA: an archive's Latin-1 names)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def write_replacing(path: Path, rel: str, data: bytes, *, create: bool) -> None:
+    """Write ``data`` as the whole new content of the regular file at ``path``: into a
+    new file beside it, then renamed over it. A failed write (a full disk) leaves the
+    file as it was and nothing half-written behind (QA: an edit that hit a full disk
+    left the file cut off, its old content gone); and a name that is a hard link to a
+    file elsewhere gets a file of its own instead of writing through to that one.
+
+    Refused: a name that is a symbolic link or not a regular file, and, unless
+    ``create``, a name that does not exist. A new file gets mode 0644; a replaced one
+    keeps its mode."""
+    try:
+        st: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise os_error(exc, rel) from exc
+    if st is None and not create:
+        raise ToolError(f"no such file or directory: {rel}", metadata={"path": rel})
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise ToolError(f"refusing to follow a symbolic link: {rel}", metadata={"path": rel})
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{rel} is a directory", metadata={"path": rel})
+        raise ToolError(f"{rel} is not a regular file", metadata={"path": rel})
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".forge-write-")
+    except OSError as exc:
+        raise os_error(exc, rel) from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode) if st is not None else 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise os_error(exc, rel) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def os_error(exc: OSError, rel: str) -> ToolError:

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sandbox import O_NOFOLLOW, O_NONBLOCK, sorted_entries
+from .sandbox import O_NOFOLLOW, O_NONBLOCK, shown, sorted_entries
 
 SNAPSHOT_MAX_FILES = 10_000
 SNAPSHOT_MAX_FILE_BYTES = 1024 * 1024
@@ -121,4 +121,5 @@ def snapshot(workspace: Path) -> Snapshot:
 def changed_files(before: Snapshot, after: Snapshot) -> list[str]:
     """Paths added, modified or deleted between two snapshots, sorted."""
     paths = before.files.keys() | after.files.keys()
-    return sorted(path for path in paths if before.files.get(path) != after.files.get(path))
+    changed = (path for path in paths if before.files.get(path) != after.files.get(path))
+    return sorted(shown(path) for path in changed)

@@ -16,13 +16,17 @@ Limits (module constants):
   NUL byte is binary and refused. Invalid UTF-8 is shown with replacement
   characters.
 * ``write_file``: content up to :data:`WRITE_MAX_BYTES` (1 MiB, UTF-8 encoded).
-* ``edit_file``: files up to 1 MiB, before and after the edit; must be UTF-8 text.
+* ``edit_file``: files up to 1 MiB, before and after the edit (the size after is
+  counted before the edited text is built); must be UTF-8 text.
+
+Both write a new file beside the old one and rename it over it
+(``sandbox.write_replacing``): a write that fails leaves the file as it was. Names
+that are not UTF-8 are shown with U+FFFD (``sandbox.shown``).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,14 +34,14 @@ from .base import INT_ARG_MAX, ToolContext, ToolError, ToolResult
 from .execute import MAX_OUTPUT_CHARS
 from .registry import tool
 from .sandbox import (
-    O_NOFOLLOW,
-    O_NONBLOCK,
     open_regular,
     os_error,
     relative,
     resolve_in_workspace,
+    shown,
     sorted_entries,
     workspace_of,
+    write_replacing,
 )
 
 LIST_MAX_ENTRIES = 1000
@@ -115,7 +119,7 @@ def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         if len(entries) >= LIST_MAX_ENTRIES:
             truncated = True
             break
-        rel = Path(entry.path).relative_to(root).as_posix()
+        rel = shown(Path(entry.path).relative_to(root).as_posix())
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
@@ -271,18 +275,6 @@ def read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 # --- write_file -----------------------------------------------------------------------
 
 
-def _write(path: Path, rel: str, data: bytes, *, create: bool) -> None:
-    flags = os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if create else 0)
-    try:
-        fd = os.open(path, flags | O_NOFOLLOW | O_NONBLOCK, 0o644)
-    except OSError as exc:
-        raise os_error(exc, rel) from exc
-    with os.fdopen(fd, "wb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ToolError(f"{rel} is not a regular file", metadata={"path": rel})
-        f.write(data)
-
-
 @tool(
     name="write_file",
     description=(
@@ -321,7 +313,7 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         ) from exc
     except OSError as exc:
         raise os_error(exc, rel) from exc
-    _write(path, rel, data, create=True)
+    write_replacing(path, rel, data, create=True)
     return ToolResult(
         output=f"wrote {len(data)} bytes to {rel}",
         title=f"write {rel}",
@@ -397,15 +389,18 @@ def edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             "make it unique, or set replace_all to true",
             metadata={"path": rel, "occurrences": occurrences},
         )
+    count = occurrences if replace_all else 1
+    # Its size first, from the counts: building the text of a 1 MiB file whose every
+    # character is replaced by a long 'new' took GBs before the check (QA).
+    size = len(raw) + count * (len(_encode(new, "new")) - len(old.encode("utf-8")))
+    if size > EDIT_MAX_BYTES:
+        raise ToolError(
+            f"the edited {rel} would be {size} bytes, over the {_kib(EDIT_MAX_BYTES)} limit",
+            metadata={"path": rel, "bytes": size},
+        )
     replaced = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     data = _encode(replaced, "the edited file")
-    if len(data) > EDIT_MAX_BYTES:
-        raise ToolError(
-            f"the edited {rel} would be {len(data)} bytes, over the {_kib(EDIT_MAX_BYTES)} limit",
-            metadata={"path": rel, "bytes": len(data)},
-        )
-    _write(path, rel, data, create=False)
-    count = occurrences if replace_all else 1
+    write_replacing(path, rel, data, create=False)
     return ToolResult(
         output=f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}",
         title=f"edit {rel}",

@@ -542,6 +542,102 @@ async def test_edit_file_size_limits(
     assert (root / "small.txt").read_text() == "abc"
 
 
+async def test_edit_file_refuses_an_oversized_edit_before_building_it(
+    ctx: ToolContext, root: Path
+) -> None:
+    """Its size comes from the counts: the edited text of a 1 MiB file whose every
+    character becomes 300 was built (300 MB) before the check (QA)."""
+    import tracemalloc
+
+    (root / "a.txt").write_text("a" * (1024 * 1024))
+    tracemalloc.start()
+    try:
+        error = await refused(
+            "edit_file", {"path": "a.txt", "old": "a", "new": "x" * 300, "replace_all": True}, ctx
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.message.startswith(f"the edited a.txt would be {1024 * 1024 * 300} bytes")
+    assert peak < 20 * 1024 * 1024, peak
+
+
+@pytest.fixture
+def file_size_limit() -> Any:
+    """``limit(n)``: writes past ``n`` bytes of a file fail (``EFBIG``), as on a full
+    disk; this process only, until the test ends."""
+    import resource
+    import signal
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def limit(size: int) -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+
+    yield limit
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+async def test_a_failed_write_leaves_the_file_as_it_was(
+    ctx: ToolContext, root: Path, file_size_limit: Any
+) -> None:
+    """An edit or a write that fails part-way (a full disk) leaves the old content,
+    and nothing half-written beside it (QA: the file was cut off, its text gone)."""
+    original = "important line\n" * 4000  # 60,000 bytes
+    (root / "a.txt").write_text(original)
+    file_size_limit(100_000)
+    error = await refused(
+        "edit_file",
+        {"path": "a.txt", "old": "line", "new": "line, now longer", "replace_all": True},
+        ctx,
+    )
+    error_new = await refused("write_file", {"path": "new.txt", "content": "x" * 150_000}, ctx)
+    file_size_limit(10**9)
+    assert error.message.startswith("a.txt: File too large")
+    assert error_new.message.startswith("new.txt: File too large")
+    assert (root / "a.txt").read_text() == original
+    assert sorted(p.name for p in root.iterdir()) == ["a.txt"]
+
+
+async def test_a_write_through_a_hard_link_leaves_the_other_name_alone(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    """A name in the workspace that is a hard link to a file elsewhere (planted from
+    outside: the model cannot make one) gets a file of its own (QA: the write went
+    through to the file outside)."""
+    os.link(outside / "secret.txt", root / "hard")
+    await call("write_file", {"path": "hard", "content": "PWNED"}, ctx)
+    await call("edit_file", {"path": "hard", "old": "PWNED", "new": "again"}, ctx)
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+    assert (root / "hard").read_text() == "again"
+
+
+async def test_writes_keep_a_files_mode_and_give_a_new_one_0644(
+    ctx: ToolContext, root: Path
+) -> None:
+    (root / "run.sh").write_text("echo hi\n")
+    (root / "run.sh").chmod(0o755)
+    await call("edit_file", {"path": "run.sh", "old": "hi", "new": "there"}, ctx)
+    await call("write_file", {"path": "new.txt", "content": "x"}, ctx)
+    assert (root / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (root / "new.txt").stat().st_mode & 0o777 == 0o644
+
+
+async def test_a_name_that_is_not_utf8_is_listed_and_changed_as_text(
+    ctx: ToolContext, root: Path
+) -> None:
+    """A file name in Latin-1 (an archive unpacked by another tool) shows as U+FFFD: it
+    failed the listing, and the reply's patch part, which the log refuses (QA)."""
+    before = snapshot(root)
+    with open(os.path.join(os.fsencode(root), b"bad\xffname.txt"), "wb") as f:
+        f.write(b"x")
+    result = await call("list_files", {}, ctx)
+    assert result.output == "bad\ufffdname.txt"
+    assert changed_files(before, snapshot(root)) == ["bad\ufffdname.txt"]
+
+
 # --- snapshots --------------------------------------------------------------------------
 
 EMPTY = hashlib.sha256(b"").hexdigest()
