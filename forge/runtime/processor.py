@@ -63,7 +63,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from forge import hooks, tools
@@ -74,6 +73,7 @@ from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
+from . import subtask
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
 from .model_calls import failure_kind, price, provider_of
@@ -138,7 +138,6 @@ class Processor(ToolCalls):
         # next one announces ``busy`` again, or the status said "retrying" for the rest
         # of the reply (QA).
         self.retrying = False
-        self.workspace: Path | None = None  # the session's workspace path, once known
         self.held: list[services.Write] = []  # bookkeeping written with the next write
         self.finished: list[str] = []  # parts whose buffers go once their write is in
         self.window = DeltaWindow(
@@ -438,12 +437,7 @@ class Processor(ToolCalls):
         """The fingerprint of the session's workspace (``tools.snapshot``), walked on a
         thread; a workspace that does not exist (no tool of the session ever wrote one)
         is the empty fingerprint without a thread: one ``stat``, not two hops a step."""
-        workspace = self.workspace
-        if workspace is None:  # the same path for every step of the turn
-            session = self.turn.session
-            workspace = self.workspace = tools.workspace_path(
-                session.pk, tenant_id=session.tenant_id, create=False
-            )
+        workspace = await subtask.workspace(self.turn)  # the same for every step
         if not os.path.isdir(workspace):
             return tools.Snapshot(hash=tools.EMPTY_HASH, files={})
         return await asyncio.to_thread(tools.snapshot, workspace)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from forge.db.worker import db
 from forge.errors import UnknownAgent
-from forge.tools import ToolContext, ToolError, ToolResult, tool
+from forge.tools import ToolContext, ToolError, ToolResult, tool, workspace_path
 from sessions import selectors, services
 from sessions.exceptions import NotFound
 from sessions.models import Session
@@ -18,6 +19,35 @@ from .agents import get_agent
 from .turn import Turn
 
 MAX_SUBTASK_DEPTH = 2
+
+
+def workspace_session_id(session: Session) -> str:
+    """The session whose workspace a turn of ``session`` works in: its own, or for a
+    subtask's child session the root of its parents. A subtask works on the files of
+    the session that asked for it ("explore the workspace"); a child with a workspace
+    of its own found nothing there (QA). A child whose parent was deleted (with its
+    workspace) has its own again."""
+    owner_id, parent_id = session.pk, session.parent_id
+    for _ in range(MAX_SUBTASK_DEPTH + 1):
+        if parent_id is None:
+            break
+        row = Session.objects.filter(pk=parent_id).values_list("pk", "parent_id").first()
+        if row is None:
+            break
+        owner_id, parent_id = row
+    return owner_id
+
+
+async def workspace(turn: Turn) -> Path:
+    """The path of the workspace the turn's tools use (:func:`workspace_session_id`),
+    found once per turn; a session with no parent needs no query."""
+    if turn.workspace is None:
+        session = turn.session
+        owner = session.pk if session.parent_id is None else None
+        if owner is None:
+            owner = await db(workspace_session_id)(session)
+        turn.workspace = workspace_path(owner, tenant_id=session.tenant_id, create=False)
+    return turn.workspace
 
 
 class _Started(Protocol):

@@ -29,6 +29,7 @@ from forge.tools import ToolContext, ToolError, mcp
 from sessions import services
 from sessions.ids import new_part_id
 
+from . import subtask
 from .approvals.asking import approval_action, approval_expiry
 from .files import file_parts
 from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
@@ -225,9 +226,7 @@ class ToolCalls:
             message_id=turn.message_id,
             call_id=call_id,
             agent=turn.agent.name,
-            workspace=tools.workspace_path(
-                turn.session.pk, tenant_id=turn.session.tenant_id, create=False
-            ),
+            workspace=await subtask.workspace(turn),
             abort=turn.abort,
             run_subtask=turn.run_subtask,
         )

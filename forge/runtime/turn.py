@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from forge.tools.base import ToolResult
@@ -37,6 +38,8 @@ class Turn:
     # request, after pruning), when it was read in the prompt's own hop to the database
     # thread; None: the run loop reads it (one more hop).
     first_step: tuple[Any, Any] | None = None
+    # The workspace its tools use, once found (``subtask.workspace``).
+    workspace: Path | None = None
     # Whether the session's lease was given back with the reply's completion
     # (``dialogue.complete_reply``): then the runner has none to release, and the
     # session may already be another turn's.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -586,6 +587,26 @@ async def test_a_subtask_runs_in_a_child_session_and_returns_its_answer(session,
     assert child.agent == "explore"
     child_reply = assistant(await ahistory(child))
     assert child_reply["info"]["agent"] == "explore"
+
+
+async def test_a_subtask_works_in_the_workspace_of_the_session_that_asked(
+    session, agents, settings
+):
+    """The ``task`` tool's child works on the asking session's files ("explore the
+    workspace"): its own, empty workspace found nothing there (QA)."""
+    settings.FORGE_MODEL = "offline/echo"
+    await run(session, '/tool write_file {"path": "parent.txt", "content": "from the parent"}')
+    inner = json.dumps({"path": "parent.txt"})
+    asked = {"agent": "build", "prompt": f"/tool read_file {inner}", "description": "read"}
+    await run(session, f"/tool task {json.dumps(asked)}")
+    reply = assistant(await ahistory(session))
+    tool = next(p for p in reply["parts"] if p["type"] == "tool")
+    child = await database_sync_to_async(type(session).objects.get)(
+        pk=tool["state"]["metadata"]["child_session_id"]
+    )
+    child_tool = next(p for p in assistant(await ahistory(child))["parts"] if p["type"] == "tool")
+    assert child_tool["state"]["status"] == "completed", child_tool["state"]
+    assert "from the parent" in child_tool["state"]["output"]
 
 
 async def test_a_session_without_a_workspace_is_fingerprinted_without_a_thread(
