@@ -121,6 +121,8 @@ def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
         if attachment.mime and not _MEDIA_TYPE.fullmatch(attachment.mime):
             raise InvalidPrompt(f"{name!r}: {attachment.mime[:60]!r} is not a media type")
         mime = attachment.mime or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        kind, sep, parameters = mime.partition(";")  # a type is case-insensitive (RFC 9110):
+        mime = kind.strip().lower() + sep + parameters  # TEXT/PLAIN was never inlined (QA)
         cleaned.append(Attachment(filename=name[:120], content=attachment.content, mime=mime))
     return cleaned
 

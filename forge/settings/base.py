@@ -170,6 +170,10 @@ STORAGES = {
     "staticfiles": {"BACKEND": "forge.storage.ForgeStaticFilesStorage"},
 }
 MEDIA_ROOT = VAR_DIR / "media"
+# Uploads and spilled tool outputs are a tenant's data: readable by the server's own
+# user only, not by every local account (QA: 0644 files in 0755 folders).
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 MEDIA_URL = "media/"
 
 

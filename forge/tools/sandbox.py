@@ -48,9 +48,13 @@ def workspace_path(session_id: str, *, tenant_id: int, create: bool = True) -> P
         raise ValueError(f"invalid session id for a workspace: {session_id!r}")
     if isinstance(tenant_id, bool) or not isinstance(tenant_id, int):
         raise ValueError(f"invalid tenant id for a workspace: {tenant_id!r}")
-    path = Path(settings.FORGE_WORKSPACE_ROOT) / f"t{tenant_id}" / session_id
+    tenant = Path(settings.FORGE_WORKSPACE_ROOT) / f"t{tenant_id}"
+    path = tenant / session_id
     if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The tenant's folder too is its own (``mkdir(parents=True)`` gives parents the
+        # default mode: other local accounts listed every session of the tenant).
+        tenant.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 
@@ -76,8 +80,13 @@ def resolve_in_workspace(workspace: Path, relative: str) -> Path:
         root = Path(workspace).resolve()
         target = (root / relative).resolve()
     except (OSError, RuntimeError, ValueError) as exc:
+        # Not ``exc`` itself: it names the absolute path, which the model and every
+        # reader of the history would see (QA: "Symlink loop from '/srv/…/t1/ses_…'").
+        why = getattr(exc, "strerror", None) or (
+            "a loop of symbolic links" if isinstance(exc, RuntimeError) else type(exc).__name__
+        )
         raise ToolError(
-            f"cannot resolve path {relative!r}: {exc}", metadata={"path": relative}
+            f"cannot resolve path {relative!r}: {why}", metadata={"path": relative}
         ) from exc
     if not target.is_relative_to(root):
         raise ToolError(
@@ -89,10 +98,23 @@ def resolve_in_workspace(workspace: Path, relative: str) -> Path:
 
 def workspace_of(ctx: ToolContext) -> Path:
     try:
-        ctx.workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ctx.workspace.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ctx.workspace.mkdir(mode=0o700, exist_ok=True)
         return ctx.workspace.resolve()
     except OSError as exc:
         raise ToolError(f"the workspace is not usable: {exc.strerror or exc}") from exc
+
+
+def stat_or_none(path: Path, rel: str) -> os.stat_result | None:
+    """``os.stat`` of ``path``, None when nothing is there; another failure (a name too
+    long) is the tool's error, naming the path as the model gave it (``Path.exists``
+    raised it, with the absolute path, to the model and the history: QA)."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise os_error(exc, rel) from exc
 
 
 def relative(root: Path, path: Path) -> str:

@@ -27,6 +27,8 @@ that are not UTF-8 are shown with U+FFFD (``sandbox.shown``).
 from __future__ import annotations
 
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +42,7 @@ from .sandbox import (
     resolve_in_workspace,
     shown,
     sorted_entries,
+    stat_or_none,
     workspace_of,
     write_replacing,
 )
@@ -53,6 +56,7 @@ WRITE_MAX_BYTES = 1024 * 1024
 EDIT_MAX_BYTES = WRITE_MAX_BYTES
 BINARY_SNIFF_BYTES = 8192
 _CHUNK = 1024 * 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _is_binary(sample: bytes) -> bool:
@@ -103,9 +107,10 @@ def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     requested = args.get("path") or "."
     directory = resolve_in_workspace(root, requested)
     rel_dir = relative(root, directory)
-    if not directory.exists():
+    st = stat_or_none(directory, rel_dir)
+    if st is None:
         raise ToolError(f"no such directory: {rel_dir}", metadata={"path": rel_dir})
-    if not directory.is_dir():
+    if not stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{rel_dir} is not a directory; use read_file", metadata={"path": rel_dir})
 
     entries: list[str] = []
@@ -299,11 +304,22 @@ def write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"content is {len(data)} bytes, over the {_kib(WRITE_MAX_BYTES)} limit",
             metadata={"bytes": len(data)},
         )
-    path = resolve_in_workspace(root, args["path"])
+    requested: str = args["path"]
+    path = resolve_in_workspace(root, requested)
     rel = relative(root, path)
-    if path.is_dir():
+    st = stat_or_none(path, rel)
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{rel} is a directory", metadata={"path": rel})
-    created = not path.exists()
+    if requested.endswith("/"):  # resolving drops the slash: it made a file of the name
+        raise ToolError(
+            f"{requested!r} names a directory; give the path of a file", metadata={"path": rel}
+        )
+    created = st is None
+    if created and _CONTROL.search(rel):
+        # A newline in a name made list_files show two entries (QA).
+        raise ToolError(
+            f"{rel!r}: a new file's name holds no control character", metadata={"path": rel}
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:

@@ -81,6 +81,44 @@ def test_an_uploaded_files_part_names_a_url_that_serves_it_to_the_owner_only(
     assert stranger.get(part["url"]).status_code == 404
 
 
+def test_uploads_and_workspaces_are_the_server_users_alone(
+    api, session, agents, tmp_path, settings
+):
+    """Other local accounts could list a tenant's sessions and read its uploads: files
+    were 0644 in 0755 folders (QA). A media type in capitals is inlined like any."""
+    import stat
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {
+            "text": "see",
+            "files": [
+                {
+                    "filename": "a.txt",
+                    "mime": "TEXT/PLAIN",
+                    "content": base64.b64encode(b"the text").decode(),
+                }
+            ],
+        },
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    stored = list((tmp_path / "media").rglob("*"))
+    assert stored
+    for path in stored:
+        want = 0o700 if path.is_dir() else 0o600
+        assert stat.S_IMODE(path.stat().st_mode) == want, path
+    workspace = workspace_path(session.pk, tenant_id=session.tenant_id)
+    assert stat.S_IMODE(workspace.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    parts = history[0]["parts"]
+    assert [p["mime"] for p in parts if p["type"] == "file"] == ["text/plain"]
+    assert any(p.get("synthetic") and "the text" in p["text"] for p in parts)
+
+
 @pytest.mark.parametrize(
     ("filename", "mime", "served_as"),
     [

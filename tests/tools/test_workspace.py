@@ -638,6 +638,39 @@ async def test_a_name_that_is_not_utf8_is_listed_and_changed_as_text(
     assert changed_files(before, snapshot(root)) == ["bad\ufffdname.txt"]
 
 
+async def test_errors_name_the_path_as_given_never_the_servers(
+    ctx: ToolContext, root: Path
+) -> None:
+    """A name too long, a loop of links: the message showed the workspace's absolute
+    path (the root, the tenant's number) to the model and the history (QA)."""
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    long = "a" * 300
+    errors = [
+        await refused("write_file", {"path": long, "content": "x"}, ctx),
+        await refused("list_files", {"path": long}, ctx),
+        await refused("read_file", {"path": long}, ctx),
+        await refused("read_file", {"path": "loop1"}, ctx),
+    ]
+    for error in errors:
+        assert str(root) not in error.message, error.message
+        assert "/ws" not in error.message.replace(long, ""), error.message
+    assert errors[0].message == f"{long}: File name too long"
+    assert errors[3].message.startswith("cannot resolve path 'loop1': ")
+
+
+async def test_write_file_refuses_a_directory_path_and_control_characters(
+    ctx: ToolContext, root: Path
+) -> None:
+    """``newdir/`` made a file called ``newdir``; a newline in a new name made
+    list_files show two entries (QA)."""
+    error = await refused("write_file", {"path": "newdir/", "content": "x"}, ctx)
+    assert error.message == "'newdir/' names a directory; give the path of a file"
+    error = await refused("write_file", {"path": "evil\nfake.txt", "content": "x"}, ctx)
+    assert "control character" in error.message
+    assert list(root.iterdir()) == []
+
+
 # --- snapshots --------------------------------------------------------------------------
 
 EMPTY = hashlib.sha256(b"").hexdigest()
