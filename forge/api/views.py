@@ -339,7 +339,7 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
         data = ForkSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        fork = services.fork_session(
+        fork = runtime.fork_session(
             session=session, user=self.user, before_message_id=data.validated_data["message_id"]
         )
         return Response(self._session_body(fork), status=status.HTTP_201_CREATED)

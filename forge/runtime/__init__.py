@@ -28,6 +28,7 @@ from forge.errors import (
 from .aborting import abort_turn
 from .approvals.pending import pending_approvals
 from .approvals.services import answer, answer_sync
+from .files import fork_session
 from .inflight import snapshots
 from .lease import delete_session, is_busy, with_busy
 from .prompting import Attachment
@@ -62,6 +63,7 @@ __all__ = [
     "answer_sync",
     "compact",
     "delete_session",
+    "fork_session",
     "is_busy",
     "pending_approvals",
     "prompt",

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 
 from forge.tools.base import ToolFile
-from forge.tools.sandbox import delete_workspace
+from forge.tools.sandbox import delete_workspace, workspace_path
 from forge.tools.session_files import file_url, stored_file, upload_path, uploads_dir
+from sessions import services
 from sessions.ids import new_part_id
 from sessions.models import Session
+
+from .subtask import workspace_session_id
 
 __all__ = [
     "delete_session_files",
@@ -128,6 +134,39 @@ def _copy_stored_file(
     with default_storage.open(path, "rb") as source:
         default_storage.save(upload_path(copy, part["id"], name), File(source, name=name))
     return True
+
+
+def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id: str) -> Session:
+    """A fork of ``session`` before ``before_message_id`` (``services.fork_session``) that
+    also has the files of the session's workspace, as they are now: a workspace keeps
+    no history, so not as they were at the fork point. Without them the fork's history
+    said "wrote p.txt" and its tools found no p.txt (QA). A workspace that cannot be
+    copied leaves the fork with what was copied, and a warning logged."""
+    fork = services.fork_session(session=session, user=user, before_message_id=before_message_id)
+    source = workspace_path(
+        workspace_session_id(session), tenant_id=session.tenant_id, create=False
+    )
+    if source.is_dir():
+        target = workspace_path(fork.pk, tenant_id=fork.tenant_id, create=False)
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            shutil.copytree(source, target, symlinks=True, ignore=_special_files)
+        except (OSError, shutil.Error) as exc:
+            logger.warning(
+                "could not copy the workspace of %s to its fork %s: %s", session.pk, fork.pk, exc
+            )
+    return fork
+
+
+def _special_files(directory: str, names: list[str]) -> set[str]:
+    """What a workspace's copy leaves out: FIFOs, sockets, devices (a FIFO would block
+    the copy); links are copied as links, never followed."""
+    left_out = set()
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            left_out.add(name)
+    return left_out
 
 
 def delete_session_files(*, tenant_id: int, session_id: str) -> None:

@@ -5,6 +5,7 @@ an import naming its id re-bound them to the importer's tenant)."""
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,41 @@ def test_a_fork_carries_its_files(api, session, agents, tmp_path, settings):
     served = api.get(part["url"])
     assert served.status_code == 200
     assert b"".join(served.streaming_content) == b"secret"
+
+
+def test_a_fork_has_the_files_of_its_sources_workspace(api, session, agents, tmp_path, settings):
+    """The fork's history said "wrote p.txt" and its tools found no p.txt (QA): the
+    fork gets the workspace's files as they are now, links as links, a FIFO left out."""
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+    wrote = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": '/tool write_file {"path": "src/p.txt", "content": "kept"}'},
+        format="json",
+    )
+    assert wrote.status_code == 200, wrote.content
+    source = workspace_path(session.pk, tenant_id=session.tenant_id)
+    (source / "link").symlink_to("src/p.txt")
+    os.mkfifo(source / "pipe")
+    api.post(f"/api/sessions/{session.pk}/messages/?wait=1", {"text": "more"}, format="json")
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    forked = api.post(
+        f"/api/sessions/{session.pk}/fork/", {"message_id": history[2]["info"]["id"]}, format="json"
+    )
+    assert forked.status_code == 201, forked.content
+    copy = workspace_path(forked.json()["id"], tenant_id=session.tenant_id, create=False)
+    assert sorted(p.name for p in copy.iterdir()) == ["link", "src"]
+    assert (copy / "src" / "p.txt").read_text() == "kept"
+    assert os.readlink(copy / "link") == "src/p.txt"
+    read = api.post(
+        f"/api/sessions/{forked.json()['id']}/messages/?wait=1",
+        {"text": '/tool read_file {"path": "src/p.txt"}'},
+        format="json",
+    )
+    assert read.status_code == 200, read.content
+    fork_history = api.get(f"/api/sessions/{forked.json()['id']}/messages/").json()["results"]
+    tool = next(p for p in fork_history[-1]["parts"] if p["type"] == "tool")
+    assert "kept" in tool["state"]["output"]
 
 
 def test_an_imported_copy_carries_the_files_its_importer_may_read(
