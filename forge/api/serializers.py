@@ -91,7 +91,8 @@ class FileSerializer(serializers.Serializer):
 
     filename = TextField(max_length=255)
     mime = TextField(max_length=255, required=False, allow_blank=True, default="")
-    content = TextField(help_text="the file's bytes, base64")
+    # An empty file is a file, as a multipart upload of one is (QA: refused as blank).
+    content = TextField(allow_blank=True, help_text="the file's bytes, base64")
 
     def validate_content(self, value: str) -> bytes:
         try:

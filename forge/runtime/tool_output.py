@@ -70,8 +70,12 @@ def spill_if_oversized(
         f"\n\n[output of {len(data)} bytes, over the log's limit of {cap} bytes: stored "
         f"whole as file part {part_id} ({url}); above are its first {{kept}} characters]"
     )
-    kept = max(MODEL_OUTPUT_CHARS - len(note.format(kept=MODEL_OUTPUT_CHARS)), 0)
-    output = result.output[:kept] + note.format(kept=kept)
+    # The head the log keeps: what the model is shown at most, and at most half the cap
+    # in bytes (QA: 48,065 three-byte characters, 144 KB, kept under a 20 KB cap, and a
+    # note counting more characters than the output had).
+    room = max(MODEL_OUTPUT_CHARS - len(note.format(kept=MODEL_OUTPUT_CHARS)), 0)
+    head = result.output[:room].encode()[: cap // 2].decode("utf-8", "ignore")
+    output = head + note.format(kept=len(head))
     metadata = {
         **result.metadata,
         "output_file": {"part_id": part_id, "url": url, "bytes": len(data)},

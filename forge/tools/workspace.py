@@ -253,6 +253,12 @@ def read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"offset {start} is past the end of {rel}",
             metadata={"path": rel, "offset": start},
         )
+    if b"\x00" in data:  # past the sniffed head: binary too (the log stores no NUL)
+        raise ToolError(
+            f"{rel} is a binary file (a NUL byte past its first {_kib(BINARY_SNIFF_BYTES)}); "
+            "read_file only reads text",
+            metadata={"path": rel, "bytes": st.st_size},
+        )
     output, shown, cut = _fit(data.decode("utf-8", errors="replace"), READ_MAX_CHARS)
     if cut:
         count, truncated = shown, True

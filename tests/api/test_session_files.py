@@ -120,6 +120,19 @@ def test_uploads_and_workspaces_are_the_server_users_alone(
     assert any(p.get("synthetic") and "the text" in p["text"] for p in parts)
 
 
+def test_an_empty_file_is_a_file_in_json_as_in_multipart(api, session, agents, tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [{"filename": "empty.txt", "content": ""}]},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    part = _file_part(api, session.pk)
+    served = api.get(part["url"])
+    assert b"".join(served.streaming_content) == b""
+
+
 @pytest.mark.parametrize(
     ("filename", "mime", "served_as"),
     [

@@ -215,6 +215,11 @@ async def test_the_cap_is_a_setting_and_the_file_is_the_session_tenants_only(
     (tool,) = [p for p in answer["parts"] if p["type"] == "tool"]
     (file,) = [p for p in answer["parts"] if p["type"] == "file"]
     assert tool["state"]["metadata"]["output_file"]["bytes"] == 1_200
+    # The log keeps at most half the cap of its head, and the note counts what it kept
+    # (QA: a 144 KB head under a 20 KB cap; a note counting more than there was).
+    head, note = tool["state"]["output"].split("\n\n[output of ")
+    assert head == "é" * 250
+    assert note.endswith("above are its first 250 characters]")
     served = await database_sync_to_async(client.get)(file["url"])
     assert b"".join(served.streaming_content) == output.encode()
 

@@ -671,6 +671,13 @@ async def test_write_file_refuses_a_directory_path_and_control_characters(
     assert list(root.iterdir()) == []
 
 
+async def test_read_file_refuses_a_nul_past_the_sniffed_head(ctx: ToolContext, root: Path) -> None:
+    """Refused as binary, not "tool 'read_file' failed: result.output holds a NUL" (QA)."""
+    (root / "late.txt").write_bytes(b"a" * 9000 + b"\x00tail")
+    error = await refused("read_file", {"path": "late.txt"}, ctx)
+    assert error.message.startswith("late.txt is a binary file (a NUL byte past its first")
+
+
 # --- snapshots --------------------------------------------------------------------------
 
 EMPTY = hashlib.sha256(b"").hexdigest()
