@@ -202,8 +202,22 @@ def wait_http(url: str, *, timeout: float = 60.0, name: str = "") -> None:
             last = exc
         except OSError as exc:
             last = exc
+        if name and _pidfile(name).exists() and running(name) is None:
+            raise SystemExit(f"{name} exited before it answered:{_log_tail(name)}")
         time.sleep(0.2)
-    raise SystemExit(f"{name or url} did not answer within {timeout:.0f} s: {last}")
+    raise SystemExit(
+        f"{name or url} did not answer within {timeout:.0f} s: {last}{_log_tail(name)}"
+    )
+
+
+def _log_tail(name: str, lines: int = 40) -> str:
+    """The end of what ``name`` logged, for a failure's message (a CI pass's daphne that
+    never answered left nothing to go on)."""
+    try:
+        text = (LOGS / f"{name}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n--- the end of its log ---\n" + "\n".join(text.splitlines()[-lines:])
 
 
 # --- the pieces ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ server reads what the test committed.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,10 +26,36 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_run(count: int = 1) -> int:
+    """The first of ``count`` consecutive loopback ports free now, below the kernel's
+    ephemeral range. A port the kernel picked (``bind(0)``) comes from that range,
+    where any outgoing connection may take it as its own before the server listens
+    on it: a cluster's second daphne, started a minute after its ports were chosen,
+    could not bind (a loaded CI pass: "did not answer within 60 s", refused)."""
+    high = max(_ephemeral_low() - count, 1025)
+    low = max(high - 12_000, 1024)
+    for _ in range(200):
+        first = random.randint(low, high)
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError("no run of free ports")
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_run(1)
 
 
 def database_url() -> str:

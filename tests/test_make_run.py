@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -10,13 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.live import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.sqlite_only

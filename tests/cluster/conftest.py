@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import pytest
 
 from cluster import pg
 from tests.e2e.conftest import browser  # noqa: F401 - the Playwright fixture, shared
+from tests.live import free_run
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "cluster" / "cluster.py"
@@ -40,24 +40,6 @@ def need_binaries() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs {', '.join(missing)} for the cluster tests")
         pytest.skip(f"not installed: {', '.join(missing)}")
-
-
-def free_run(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no run of free ports")
 
 
 def pids(directory: Path) -> list[int]:

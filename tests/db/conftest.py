@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,7 @@ from typing import Any
 import pytest
 
 from cluster import pg
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.live import free_port
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +31,9 @@ def pg_pair() -> Iterator[tuple[pg.Server, pg.Server]]:
     base.chmod(0o755)  # the postgres user (when run as root) reaches its data directories
     primary = replica = None
     try:
-        primary = pg.init_primary(base / "primary", _free_port())
+        primary = pg.init_primary(base / "primary", free_port())
         primary.psql("CREATE DATABASE forge_routing")
-        replica = pg.make_replica(primary, base / "replica", _free_port())
+        replica = pg.make_replica(primary, base / "replica", free_port())
         yield primary, replica
     finally:
         for server in (replica, primary):

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from forge.tools import mcp
+from tests.live import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVERS = Path(__file__).resolve().parent / "servers"
@@ -107,12 +108,6 @@ def everything() -> Path:
         if done.returncode != 0 or not entry.exists():
             unavailable(f"npm install failed: {done.stderr[-2000:]}")
     return entry
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
