@@ -223,7 +223,7 @@ def _publish_afresh() -> None:
     from forge.runtime import inflight
     from sessions import bus
 
-    bus.try_publishing_again()
+    bus.forget_failures()
     if inflight._mirror is not None:
         inflight._mirror.try_again()
 
