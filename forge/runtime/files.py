@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -22,7 +23,7 @@ from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 
 from forge.tools.base import ToolFile
-from forge.tools.sandbox import delete_workspace, workspace_path
+from forge.tools.sandbox import delete_workspace, workspace_path, write_replacing
 from forge.tools.session_files import file_url, stored_file, upload_path, uploads_dir
 from sessions import services
 from sessions.ids import new_part_id
@@ -156,6 +157,29 @@ def fork_session(*, session: Session, user: AbstractBaseUser, before_message_id:
                 "could not copy the workspace of %s to its fork %s: %s", session.pk, fork.pk, exc
             )
     return fork
+
+
+def put_in_workspace(session: Session, name: str, content: bytes) -> tuple[str, Path]:
+    """Save an attachment the model is not shown inline into the session's workspace,
+    as ``uploads/<name>`` (``name-2.ext`` … when taken): its path there, and the file.
+    A 150 KB CSV or an image reached the model as a name alone, which no tool could
+    open (QA); the workspace's tools (and MCP tools given the workspace) can."""
+    root = workspace_path(workspace_session_id(session), tenant_id=session.tenant_id, create=True)
+    folder = root / "uploads"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    stem, dot, extension = name.rpartition(".")
+    if not dot or not stem:
+        stem, dot, extension = name, "", ""
+    for n in range(1, 1000):
+        candidate = name if n == 1 else f"{stem}-{n}{dot}{extension}"
+        target = folder / candidate
+        if not os.path.lexists(target):
+            break
+    else:
+        raise ValueError(f"no free name for {name!r} among the workspace's uploads")
+    rel = f"uploads/{candidate}"
+    write_replacing(target, rel, content, create=True)
+    return rel, target
 
 
 def _special_files(directory: str, names: list[str]) -> set[str]:

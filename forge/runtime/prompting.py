@@ -17,6 +17,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -42,7 +43,7 @@ from . import lease
 from .agents import AgentConfig, default_agent, get_agent, mentioned_agent
 from .approvals.pending import deny_for_new_prompt
 from .dialogue import memory_blocks
-from .files import file_url, upload_path
+from .files import file_url, put_in_workspace, upload_path
 from .recovery import finalize_dead_turn
 from .turn import Turn
 
@@ -269,7 +270,7 @@ def _user_parts(
     parts: list[dict[str, Any]] = [{"message_id": user_id, "type": "text", "text": text}]
     if mentioned:
         parts.append({"message_id": user_id, "type": "agent", "name": agent.name})
-    for part_id, attachment, url in files:
+    for part_id, attachment, url, in_workspace in files:
         parts.append(
             {
                 "id": part_id,
@@ -288,6 +289,17 @@ def _user_parts(
                     "synthetic": True,
                     "text": f'<file name="{html.escape(attachment.filename)}">\n'
                     f"{attachment.content.decode()}\n</file>",
+                }
+            )
+        elif in_workspace is not None:  # what the model is told of a file not shown inline
+            parts.append(
+                {
+                    "message_id": user_id,
+                    "type": "text",
+                    "synthetic": True,
+                    "text": f'<file name="{html.escape(attachment.filename)}" '
+                    f'type="{html.escape(attachment.mime)}" bytes="{len(attachment.content)}" '
+                    f'workspace_path="{in_workspace}" />',
                 }
             )
     return parts
@@ -320,16 +332,21 @@ def begin(
     model_of_messages = model_info(agent)
     user_id, assistant_id = new_message_id(), new_message_id()
     stored: list[str] = []
+    saved: list[Path] = []  # in the workspace
     try:
         file_parts = []
         for attachment in attachments:
             part_id = new_part_id()
+            name = storage_name(attachment.filename)
             path = default_storage.save(
-                upload_path(session, part_id, storage_name(attachment.filename)),
-                ContentFile(attachment.content),
+                upload_path(session, part_id, name), ContentFile(attachment.content)
             )
             stored.append(path)
-            file_parts.append((part_id, attachment, file_url(session.pk, part_id)))
+            in_workspace = None
+            if not _is_inlined(attachment):
+                in_workspace, written = put_in_workspace(session, name, attachment.content)
+                saved.append(written)
+            file_parts.append((part_id, attachment, file_url(session.pk, part_id), in_workspace))
         own_blocks = agent_blocks(agent)  # before the transaction: it may start MCP servers
         # One transaction: the lease, any recovery it calls for, and the prompt's
         # events as one batch.
@@ -377,6 +394,8 @@ def begin(
     except BaseException:
         for path in stored:
             default_storage.delete(path)
+        for written in saved:
+            written.unlink(missing_ok=True)
         raise
     turn = Turn(
         session=session,

@@ -124,7 +124,10 @@ def test_a_text_file_holding_a_nul_is_stored_as_a_file_and_the_chat_answers(
     assert answer.text.endswith("data: [DONE]\n\n")
     session = Session.objects.get(chat_alias="nulChat")
     prompt = next(iter(selectors.iter_history(tenant=session.tenant, session_id=session.pk)))
-    assert sorted(p["type"] for p in prompt["parts"]) == ["file", "text"]  # no inlined text
+    # No inlined text: the file is put in the workspace, and the note says where.
+    assert sorted(p["type"] for p in prompt["parts"]) == ["file", "text", "text"]
+    (note,) = [p for p in prompt["parts"] if p.get("synthetic")]
+    assert 'workspace_path="uploads/bin_ary.txt"' in note["text"]
     (file,) = [p for p in prompt["parts"] if p["type"] == "file"]
     assert (file["filename"], file["mime"]) == ("bin_ary.txt", "text/plain")
 

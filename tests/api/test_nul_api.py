@@ -60,7 +60,9 @@ def test_a_text_file_holding_a_nul_is_stored_as_a_file(api, session, agents, set
     response = send(api, session)
     assert response.status_code == 200, response.content
     parts = response.json()["message"]["parts"]
-    assert [p["type"] for p in parts] == ["text", "file"]  # no synthetic text part
+    # Not inlined (the log stores no NUL): put in the workspace, and the note says where.
+    assert [p["type"] for p in parts] == ["text", "file", "text"]
+    assert 'workspace_path="uploads/notes.txt"' in parts[2]["text"]
     assert (parts[1]["filename"], parts[1]["mime"]) == ("notes.txt", "text/plain")
     assert _stored_bytes(parts[1], settings) == BINARY_TEXT
     assert response.json()["reply"]["info"]["error"] is None

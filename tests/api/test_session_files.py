@@ -133,6 +133,81 @@ def test_an_empty_file_is_a_file_in_json_as_in_multipart(api, session, agents, t
     assert b"".join(served.streaming_content) == b""
 
 
+def test_a_file_not_shown_inline_is_put_in_the_workspace_for_the_tools(
+    api, session, agents, tmp_path, settings
+):
+    """A 150 KB CSV or an image reached the model as a name no tool could open (QA):
+    it is saved as ``uploads/<name>`` in the workspace, and the model is told where."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+    settings.FORGE_MODEL = "offline/echo"
+    big = b"a,b\n" + b"1,2\n" * 40_000  # 160 KB: over what is inlined
+    png = b"\x89PNG\r\n\x1a\n" + bytes(100)
+    for _ in range(2):
+        answer = api.post(
+            f"/api/sessions/{session.pk}/messages/?wait=1",
+            {
+                "text": "see",
+                "files": [
+                    {"filename": "data.csv", "content": base64.b64encode(big).decode()},
+                    {"filename": "a.png", "content": base64.b64encode(png).decode()},
+                    {"filename": "small.txt", "content": base64.b64encode(b"inline").decode()},
+                ],
+            },
+            format="json",
+        )
+        assert answer.status_code == 200, answer.content
+    uploads = workspace_path(session.pk, tenant_id=session.tenant_id) / "uploads"
+    assert sorted(p.name for p in uploads.iterdir()) == [
+        "a-2.png",
+        "a.png",
+        "data-2.csv",
+        "data.csv",
+    ]
+    assert (uploads / "data.csv").read_bytes() == big
+    assert (uploads / "a.png").read_bytes() == png
+    context = api.get(f"/api/sessions/{session.pk}/context/").json()
+    prompt = next(m for m in context["messages"] if m["role"] == "user")["content"]
+    assert 'name="data.csv" type="text/csv" bytes="160004" workspace_path="uploads/data.csv"' in (
+        prompt
+    )
+    assert 'workspace_path="uploads/a.png"' in prompt
+    assert '<file name="small.txt">\ninline\n</file>' in prompt
+    assert "[attached file" not in prompt
+    read = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": '/tool read_file {"path": "uploads/data.csv", "offset": 1, "limit": 2}'},
+        format="json",
+    )
+    assert read.status_code == 200, read.content
+    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
+    tool = next(p for p in history[-1]["parts"] if p["type"] == "tool")
+    assert tool["state"]["output"].startswith("a,b\n1,2")
+
+
+def test_a_refused_prompt_leaves_no_file_in_the_workspace(
+    api, session, agents, tmp_path, settings, monkeypatch
+):
+    from forge.runtime import prompting
+    from forge.runtime.lease import SessionBusy
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+
+    def busy(**_: Any) -> None:
+        raise SessionBusy("busy")
+
+    monkeypatch.setattr(prompting.lease, "acquire", busy)
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [{"filename": "a.png", "content": "iVBORw0KGgo="}]},
+        format="json",
+    )
+    assert answer.status_code == 409, answer.content
+    uploads = workspace_path(session.pk, tenant_id=session.tenant_id) / "uploads"
+    assert list(uploads.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("filename", "mime", "served_as"),
     [
