@@ -282,8 +282,19 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     ``NotRunning`` when nothing is open."""
     runner = _runners.get(session.pk)
     if runner is not None and not runner.task.done():
-        _stop(runner)
-        await asyncio.wait({runner.task}, timeout=timeout)
+        home = runner.task.get_loop()
+        if home is asyncio.get_running_loop():
+            _stop(runner)
+            await asyncio.wait({runner.task}, timeout=timeout)
+            return
+        # A turn of another loop of this process (one going on after an expired
+        # approval: ``approvals.services.continuations``): stopped in its own loop's
+        # thread, and its end watched from here (a task is no other loop's to await).
+        home.call_soon_threadsafe(_stop, runner)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not runner.task.done() and loop.time() < deadline:
+            await asyncio.sleep(0.02)
         return
     held = await db(abort_unheld)(session)
     if held is None:

@@ -37,6 +37,7 @@ from sessions import selectors, services, sql, turn_sql
 from sessions.log import format_time, now_ms
 from sessions.models import Session
 
+from .approvals.asking import approval_action
 from .approvals.pending import ABORTED, waiting
 from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
 from .dialogue import complete_reply
@@ -316,6 +317,13 @@ async def _run_approved(turn: Turn, processor: Processor, resume: Resume) -> Non
         )
     except ToolError as exc:
         await processor.tool_error(resume.call_id, call, exc, args=args)
+        return
+    if approval_action(turn.agent, tool.name, args) == "deny":
+        # The rules in force now hold, however the call came to wait: a rule turned to
+        # ``deny`` while it waited, or an imported log's call renamed to a denied tool
+        # (QA, HIGH: an approval ran list_files under a "list_files": "deny" rule).
+        denied = ToolError("denied by an approval rule", metadata={"denied": True})
+        await processor.tool_error(resume.call_id, call, denied, args=args)
         return
     await processor.run_with_patch(lambda: processor.run_tool(resume.call_id, call, tool, args))
 

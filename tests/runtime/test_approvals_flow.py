@@ -182,6 +182,76 @@ async def test_an_expired_approval_is_denied_and_the_turn_goes_on(
         await answer(session=session, user=user, call_id="call_1", approve=True)
 
 
+async def test_a_turn_after_an_expiry_runs_to_its_end_beside_the_janitor(
+    session, agents, settings, script, user
+):
+    """The janitor ran each expired call's turn in its own thread, one after the other,
+    and cancelled one that ran past ten FORGE_TOOL_TIMEOUT: its reply ended "aborted"
+    though no one had asked (QA). Its sweep now returns once the denial is logged; the
+    turn goes on in the process's continuations loop, to its end."""
+    from tests.replies import paced, words
+
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    settings.FORGE_TOOL_TIMEOUT = 0.05  # ten of it: 0.5 s, well under the reply below
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), paced(words(15), 0.1)]
+    )
+    await asyncio.sleep(0.3)  # past the expiry (a timestamp, not a timing assertion)
+    denied = await asyncio.to_thread(_sweep)
+    assert denied == 1
+    # The sweep is back while the 1.5 s reply still streams.
+    assert assistant(await ahistory(session))["info"].get("completed_at") is None
+    reply = await _finished(session)
+    assert reply["info"]["error"] is None, reply["info"]["error"]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == [
+        "".join(words(15)).rstrip()
+    ]
+
+
+async def test_a_turn_going_on_after_an_expiry_can_be_aborted_from_the_server_loop(
+    session, agents, settings, script, user
+):
+    """Its task belongs to the continuations loop: the abort stops it there, thread-safely,
+    and waits for its end from here."""
+    from forge.runtime import abort_turn
+    from tests.replies import paced, words
+
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), paced(words(100), 0.1)]
+    )
+    await asyncio.sleep(0.3)
+    assert await asyncio.to_thread(_sweep) == 1
+    task = await _until(lambda: asyncio.sleep(0, running_turn(session.pk)))
+    assert task.get_loop() is not asyncio.get_running_loop()
+    await abort_turn(session=session)
+    assert task.done()
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert reply["info"]["error"]["message"] == "aborted"
+
+
+async def test_an_approved_call_is_denied_when_the_rules_in_force_deny_it(
+    session, agents, settings, script, user
+):
+    """The rules are checked again when the answer comes: a rule turned to ``deny``
+    while the call waited (or an imported log's call renamed to a denied tool) ran
+    once approved (QA, HIGH)."""
+    from forge.tools import workspace_path
+
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("done")]
+    )
+    settings.FORGE_TOOL_APPROVAL = {"write_file": "deny", "*": "allow"}
+    await answer(session=session, user=user, call_id="call_1", approve=True)
+    reply = await _finished(session)
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["error"] == "denied by an approval rule"
+    workspace = workspace_path(session.pk, tenant_id=session.tenant_id, create=False)
+    assert not (workspace / "notes.txt").exists()
+
+
 def _sweep() -> int:
     from django.db import close_old_connections
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.conf import settings
 
+from accounts import tenancy
 from accounts.selectors import member
 from forge.db.worker import db, release_connections
 from forge.errors import (
@@ -252,23 +253,51 @@ async def expire(*, session: Session, call_id: str) -> asyncio.Task[None] | None
 
 
 def expire_overdue() -> int:
-    """Deny every overdue call (the janitor's sweep, in its own thread): each turn goes
-    on to its end here before the next. Returns how many were denied."""
+    """Deny every overdue call (the janitor's sweep, in its own thread). Each turn goes
+    on in the loop of :func:`continuations`, not here: run here, a turn held up every
+    other expiry and the janitor's recovery of dead runners behind it, and one longer
+    than ten ``FORGE_TOOL_TIMEOUT`` was cancelled, its reply ended as "aborted"
+    though no one had asked (QA). Returns how many were denied."""
     denied = 0
     for session_id, _tenant_id, call_id in pending.overdue():
         session = Session.objects.filter(pk=session_id).select_related("tenant", "user").first()
         if session is None:
             continue
-
-        async def one(session: Session = session, call_id: str = call_id) -> bool:
-            task = await expire(session=session, call_id=call_id)
-            if task is not None:
-                await asyncio.wait({task}, timeout=float(settings.FORGE_TOOL_TIMEOUT) * 10)
-            await bus.flush()
-            return task is not None
-
+        logged = asyncio.run_coroutine_threadsafe(
+            expire(session=session, call_id=call_id), continuations()
+        )
         try:
-            denied += int(asyncio.run(one()))
+            denied += int(logged.result(timeout=EXPIRE_TIMEOUT) is not None)
         except ForgeError:
             logger.exception("expiring tool call %s of session %s failed", call_id, session_id)
+        except TimeoutError:
+            logged.cancel()
+            logger.warning("expiring tool call %s of session %s timed out", call_id, session_id)
     return denied
+
+
+# How long the janitor waits for one expiry to be logged and its turn started.
+EXPIRE_TIMEOUT = 60.0
+
+_continuations: asyncio.AbstractEventLoop | None = None
+_continuations_lock = threading.Lock()
+
+
+def continuations() -> asyncio.AbstractEventLoop:
+    """The event loop, in a thread of its own for the process's life, where the turns
+    that go on after an expired approval run (each to its end, side by side)."""
+    global _continuations
+    with _continuations_lock:
+        if _continuations is None or _continuations.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=_run_forever, args=(loop,), name="forge-continuations", daemon=True
+            ).start()
+            _continuations = loop
+        return _continuations
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    tenancy.activate(tenancy.ALL)  # as the janitor: each turn's task sees its own tenant
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
