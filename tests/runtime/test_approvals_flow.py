@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
@@ -250,6 +251,45 @@ async def test_an_approved_call_is_denied_when_the_rules_in_force_deny_it(
     assert tool["state"]["error"] == "denied by an approval rule"
     workspace = workspace_path(session.pk, tenant_id=session.tenant_id, create=False)
     assert not (workspace / "notes.txt").exists()
+
+
+async def test_the_pending_approvals_command_lists_the_waiting_calls(
+    session, agents, settings, script, user
+):
+    """Staff had no command to see what waits for a person (QA): the API's session
+    detail and the admin only."""
+    import json
+
+    from django.core.management import CommandError, call_command
+
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("x")])
+
+    def run(*args: str) -> str:
+        out = io.StringIO()
+        call_command("pending_approvals", *args, stdout=out)
+        return out.getvalue()
+
+    listed = await database_sync_to_async(run)()
+    assert listed.splitlines()[-1] == "1 call(s) waiting for approval"
+    line = listed.splitlines()[0]
+    assert line.startswith(f"{session.pk}  call_1  write_file  ")
+    assert '{"content": "hi", "path": "notes.txt"}' in line
+    (row,) = [
+        json.loads(text) for text in (await database_sync_to_async(run)("--json")).splitlines()
+    ]
+    assert row["call_id"] == "call_1"
+    assert row["tenant"] == session.tenant.name
+    other = await database_sync_to_async(run)(
+        "--tenant", session.tenant.name, "--session", session.pk
+    )
+    assert other == listed
+    with pytest.raises(CommandError, match="no session 'ses_nope'"):
+        await database_sync_to_async(run)("--session", "ses_nope")
+    with pytest.raises(CommandError, match="no tenant 'nope'"):
+        await database_sync_to_async(run)("--tenant", "nope")
+    await answer(session=session, user=user, call_id="call_1", approve=False)
+    await _finished(session)
+    assert await database_sync_to_async(run)() == "0 call(s) waiting for approval\n"
 
 
 def _sweep() -> int:

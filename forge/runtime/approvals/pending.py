@@ -60,6 +60,13 @@ def pending_approvals(*, tenant: Tenant, session: Session) -> list[dict[str, Any
     ]
 
 
+def sessions_waiting(sessions: Any) -> list[Session]:
+    """Those of ``sessions`` (a queryset) with a call waiting, in its order: one query
+    for the waiting parts' sessions, not one per session."""
+    ids = set(_waiting_rows(session__in=sessions).values_list("session_id", flat=True))
+    return list(sessions.filter(pk__in=ids))
+
+
 def is_expired(part: dict[str, Any], now: str) -> bool:
     expires = part["state"].get("metadata", {}).get("approval", {}).get("expires_at")
     return bool(expires) and expires <= now  # ISO-8601 UTC, one format: sorts as it reads
