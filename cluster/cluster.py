@@ -202,12 +202,34 @@ def wait_http(url: str, *, timeout: float = 60.0, name: str = "") -> None:
             last = exc
         except OSError as exc:
             last = exc
-        if name and _pidfile(name).exists() and running(name) is None:
+        if name and _exited(name):
             raise SystemExit(f"{name} exited before it answered:{_log_tail(name)}")
         time.sleep(0.2)
     raise SystemExit(
         f"{name or url} did not answer within {timeout:.0f} s: {last}{_log_tail(name)}"
     )
+
+
+def _exited(name: str) -> bool:
+    """Whether the process ``spawn`` started as ``name`` (a child of this script) has
+    exited: reaped, or gone. Not :func:`_alive`, which also wants a command line:
+    nginx's master, renaming itself, shows none, and looked gone."""
+    try:
+        pid = int(_pidfile(name).read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass  # not this script's child
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _log_tail(name: str, lines: int = 40) -> str:
