@@ -174,15 +174,8 @@ def test_a_file_not_shown_inline_is_put_in_the_workspace_for_the_tools(
     assert 'workspace_path="uploads/a.png"' in prompt
     assert '<file name="small.txt">\ninline\n</file>' in prompt
     assert "[attached file" not in prompt
-    read = api.post(
-        f"/api/sessions/{session.pk}/messages/?wait=1",
-        {"text": '/tool read_file {"path": "uploads/data.csv", "offset": 1, "limit": 2}'},
-        format="json",
-    )
-    assert read.status_code == 200, read.content
-    history = api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
-    tool = next(p for p in history[-1]["parts"] if p["type"] == "tool")
-    assert tool["state"]["output"].startswith("a,b\n1,2")
+    read = _tool_output(api, session.pk, 'read_file {"path": "uploads/data.csv", "limit": 2}')
+    assert read.startswith("a,b\n1,2")
 
 
 def test_a_refused_prompt_leaves_no_file_in_the_workspace(
@@ -253,6 +246,16 @@ def _with_a_file(api, session, content: bytes) -> list[dict]:
     return api.get(f"/api/sessions/{session.pk}/messages/").json()["results"]
 
 
+def _tool_output(api, session_id: str, call: str) -> str:
+    """The output of ``/tool <call>`` (``offline/echo`` calls it) in the session."""
+    answer = api.post(
+        f"/api/sessions/{session_id}/messages/?wait=1", {"text": f"/tool {call}"}, format="json"
+    )
+    assert answer.status_code == 200, answer.content
+    history = api.get(f"/api/sessions/{session_id}/messages/").json()["results"]
+    return next(p for p in history[-1]["parts"] if p["type"] == "tool")["state"]["output"]
+
+
 def _file_part(api, session_id: str) -> dict:
     history = api.get(f"/api/sessions/{session_id}/messages/").json()["results"]
     (part,) = [p for item in history for p in item["parts"] if p["type"] == "file"]
@@ -302,15 +305,7 @@ def test_a_fork_has_the_files_of_its_sources_workspace(api, session, agents, tmp
     assert sorted(p.name for p in copy.iterdir()) == ["link", "src"]
     assert (copy / "src" / "p.txt").read_text() == "kept"
     assert os.readlink(copy / "link") == "src/p.txt"
-    read = api.post(
-        f"/api/sessions/{forked.json()['id']}/messages/?wait=1",
-        {"text": '/tool read_file {"path": "src/p.txt"}'},
-        format="json",
-    )
-    assert read.status_code == 200, read.content
-    fork_history = api.get(f"/api/sessions/{forked.json()['id']}/messages/").json()["results"]
-    tool = next(p for p in fork_history[-1]["parts"] if p["type"] == "tool")
-    assert "kept" in tool["state"]["output"]
+    assert "kept" in _tool_output(api, forked.json()["id"], 'read_file {"path": "src/p.txt"}')
 
 
 def test_an_imported_copy_carries_the_files_its_importer_may_read(
