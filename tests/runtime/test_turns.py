@@ -443,7 +443,12 @@ async def test_files_become_file_parts_and_text_files_reach_the_model_as_text(
 
     model_input = derive_messages(await ahistory(session))
     assert "remember the milk" in model_input[0]["content"]
-    assert "[attached file: pic.png (image/png)]" in model_input[0]["content"]
+    # The image is not shown inline: it is put in the workspace, and the model told where.
+    assert (
+        '<file name="pic.png" type="image/png" bytes="10" workspace_path="uploads/pic.png" />'
+        in model_input[0]["content"]
+    )
+    assert "[attached file" not in model_input[0]["content"]
 
 
 @pytest.mark.parametrize(
