@@ -58,7 +58,6 @@ committed.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,10 +72,10 @@ from sessions import services
 from sessions.ids import new_part_id
 from sessions.log import format_time, now_ms
 
-from . import subtask
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
 from .model_calls import failure_kind, price, provider_of
+from .patches import Patches
 from .readahead import ReadAhead
 from .tool_calls import Call, Deferred, ToolCalls
 from .turn import Turn
@@ -121,7 +120,7 @@ class StepResult:
     error: ev.Error | None = None
 
 
-class Processor(ToolCalls):
+class Processor(ToolCalls, Patches):
     """Processes the steps of one turn. Keeps only what the current step needs."""
 
     def __init__(self, turn: Turn) -> None:
@@ -433,15 +432,6 @@ class Processor(ToolCalls):
 
     # --- steps --------------------------------------------------------------------
 
-    async def _workspace(self) -> tools.Snapshot:
-        """The fingerprint of the session's workspace (``tools.snapshot``), walked on a
-        thread; a workspace that does not exist (no tool of the session ever wrote one)
-        is the empty fingerprint without a thread: one ``stat``, not two hops a step."""
-        workspace = await subtask.workspace(self.turn)  # the same for every step
-        if not os.path.isdir(workspace):
-            return tools.Snapshot(hash=tools.EMPTY_HASH, files={})
-        return await asyncio.to_thread(tools.snapshot, workspace)
-
     async def _start_step(self) -> None:
         self.step_calls = 0
         self.snapshot_before = await self._workspace()
@@ -484,27 +474,3 @@ class Processor(ToolCalls):
         if not self.deferred:  # else the patch follows the calls (:meth:`run_step`)
             self._hold_patch(self.snapshot_before, after)
         return StepResult(reason, event.usage, cost)
-
-    def _hold_patch(self, before: tools.Snapshot | None, after: tools.Snapshot) -> None:
-        """A ``patch`` part naming the files that changed from ``before`` to ``after``,
-        held for the next write (nothing when none did)."""
-        if before is not None and before.hash != after.hash:
-            self._hold(
-                {
-                    "message_id": self.turn.message_id,
-                    "type": "patch",
-                    "hash": after.hash,
-                    "files": tools.changed_files(before, after),
-                }
-            )
-
-    async def run_with_patch(self, run: Callable[[], Awaitable[None]]) -> None:
-        """``run`` (an approved call, resumed outside any step), then the ``patch`` of the
-        files it changed, written at once: a step's patch is computed at the step's end,
-        which a call answered later is not part of (it changed files, and no patch said
-        so)."""
-        before = await self._workspace()
-        await run()
-        self._hold_patch(before, await self._workspace())
-        if self.held:
-            await self.write()

@@ -36,22 +36,19 @@ class Command(BaseCommand):
             sessions = sessions.filter(pk=options["session"])
             if not sessions.exists():
                 raise CommandError(f"no session {options['session']!r}")
-        waiting_in = pending.sessions_waiting(sessions)
+        calls = pending.pending_in(sessions)
         now = format_time(now_ms())
-        count = 0
-        for session in waiting_in:
-            for call in pending.pending_approvals(tenant=session.tenant, session=session):
-                count += 1
-                expires = call["expires_at"]
-                row = {"session_id": session.pk, "tenant": session.tenant.name, **call}
-                if options["json"]:
-                    self.stdout.write(json.dumps(row, ensure_ascii=False, sort_keys=True))
-                    continue
-                when = f"expired at {expires}" if expires and expires <= now else expires
-                shown = json.dumps(call["input"], ensure_ascii=False, sort_keys=True)
-                self.stdout.write(
-                    f"{session.pk}  {call['call_id']}  {call['tool']}  "
-                    f"{when or 'no expiry'}  {shown[:200]}"
-                )
+        for session, call in calls:
+            expires = call["expires_at"]
+            row = {"session_id": session.pk, "tenant": session.tenant.name, **call}
+            if options["json"]:
+                self.stdout.write(json.dumps(row, ensure_ascii=False, sort_keys=True))
+                continue
+            when = f"expired at {expires}" if expires and expires <= now else expires
+            shown = json.dumps(call["input"], ensure_ascii=False, sort_keys=True)
+            self.stdout.write(
+                f"{session.pk}  {call['call_id']}  {call['tool']}  "
+                f"{when or 'no expiry'}  {shown[:200]}"
+            )
         if not options["json"]:
-            self.stdout.write(f"{count} call(s) waiting for approval")
+            self.stdout.write(f"{len(calls)} call(s) waiting for approval")

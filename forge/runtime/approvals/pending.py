@@ -48,23 +48,24 @@ def waiting(*, tenant: Tenant, session: Session, message_id: str | None = None) 
 def pending_approvals(*, tenant: Tenant, session: Session) -> list[dict[str, Any]]:
     """What ``GET /api/sessions/{id}/`` shows: ``[{call_id, message_id, tool, input,
     expires_at}]``, oldest first."""
-    return [
-        {
-            "call_id": part["call_id"],
-            "message_id": part["message_id"],
-            "tool": part["tool"],
-            "input": part["state"].get("input", {}),
-            "expires_at": part["state"].get("metadata", {}).get("approval", {}).get("expires_at"),
-        }
-        for part in waiting(tenant=tenant, session=session)
-    ]
+    return [_pending(part) for part in waiting(tenant=tenant, session=session)]
 
 
-def sessions_waiting(sessions: Any) -> list[Session]:
-    """Those of ``sessions`` (a queryset) with a call waiting, in its order: one query
-    for the waiting parts' sessions, not one per session."""
-    ids = set(_waiting_rows(session__in=sessions).values_list("session_id", flat=True))
-    return list(sessions.filter(pk__in=ids))
+def pending_in(sessions: Any) -> list[tuple[Session, dict[str, Any]]]:
+    """Every call waiting in ``sessions`` (a queryset), as :func:`pending_approvals`
+    shows it, with its session: by session, oldest first; one query."""
+    rows = _waiting_rows(session__in=sessions).select_related("session__tenant")
+    return [(row.session, _pending(row.data)) for row in rows.order_by("session_id", "id")]
+
+
+def _pending(part: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "call_id": part["call_id"],
+        "message_id": part["message_id"],
+        "tool": part["tool"],
+        "input": part["state"].get("input", {}),
+        "expires_at": part["state"].get("metadata", {}).get("approval", {}).get("expires_at"),
+    }
 
 
 def is_expired(part: dict[str, Any], now: str) -> bool:
