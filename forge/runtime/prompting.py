@@ -49,7 +49,11 @@ from .turn import Turn
 
 MAX_FILES = 10
 MAX_FILE_BYTES = 10 * 1024 * 1024
-MAX_INLINE_TEXT = 100_000  # a text attachment larger than this is not inlined for the model
+# Text attachments inlined for the model, in all, per prompt: the files after that are
+# saved in the workspace and announced (as a larger one is), for its tools to read.
+MAX_INLINE_TEXT = 100_000
+# A closing tag inside an inlined file would end its frame early (``</file>``, any case).
+_FILE_CLOSER = re.compile(r"</(?=file\b)", re.IGNORECASE)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _INLINED_MIMES = ("text/", "application/json", "application/xml")
 # type/subtype, then parameters: printable ASCII only (RFC 6838 names, RFC 9110 parameters).
@@ -249,19 +253,30 @@ def check_speaker(session: Session, speaker: AbstractBaseUser | None) -> Abstrac
     return speaker
 
 
-def _is_inlined(attachment: Attachment) -> bool:
-    """A text attachment small enough to reach the model as text.
+def _is_inlined(attachment: Attachment, room: int) -> bool:
+    """A text attachment small enough to reach the model as text: within ``room``, what
+    is left of the prompt's :data:`MAX_INLINE_TEXT`.
 
     Text is valid UTF-8 without NUL bytes: a file holding a NUL is binary, whatever
     its type says (as ``git`` and ``file`` judge), and reaches the model as a file
     part alone. The log, where the synthetic text part would go, stores no NUL."""
+    if len(attachment.content) > room:
+        return False
     if not attachment.mime.startswith(_INLINED_MIMES) or b"\x00" in attachment.content:
         return False
     try:
         attachment.content.decode()
     except UnicodeDecodeError:
         return False
-    return len(attachment.content) <= MAX_INLINE_TEXT
+    return True
+
+
+def _inlined_text(attachment: Attachment) -> str:
+    """A file as the model reads it, framed by ``<file name=…>`` and ``</file>``. A
+    closing tag in the file is written ``<\\/file>``, so that what follows it stays
+    inside the frame and cannot pass for the user's own words."""
+    content = _FILE_CLOSER.sub(r"<\\/", attachment.content.decode())
+    return f'<file name="{html.escape(attachment.filename)}">\n{content}\n</file>'
 
 
 def _user_parts(
@@ -270,7 +285,7 @@ def _user_parts(
     parts: list[dict[str, Any]] = [{"message_id": user_id, "type": "text", "text": text}]
     if mentioned:
         parts.append({"message_id": user_id, "type": "agent", "name": agent.name})
-    for part_id, attachment, url, in_workspace in files:
+    for part_id, attachment, url, in_workspace in files:  # None: inlined
         parts.append(
             {
                 "id": part_id,
@@ -281,17 +296,16 @@ def _user_parts(
                 "url": url,
             }
         )
-        if _is_inlined(attachment):
+        if in_workspace is None:
             parts.append(
                 {
                     "message_id": user_id,
                     "type": "text",
                     "synthetic": True,
-                    "text": f'<file name="{html.escape(attachment.filename)}">\n'
-                    f"{attachment.content.decode()}\n</file>",
+                    "text": _inlined_text(attachment),
                 }
             )
-        elif in_workspace is not None:  # what the model is told of a file not shown inline
+        else:  # what the model is told of a file not shown inline
             parts.append(
                 {
                     "message_id": user_id,
@@ -335,6 +349,7 @@ def begin(
     saved: list[Path] = []  # in the workspace
     try:
         file_parts = []
+        room = MAX_INLINE_TEXT
         for attachment in attachments:
             part_id = new_part_id()
             name = storage_name(attachment.filename)
@@ -343,7 +358,9 @@ def begin(
             )
             stored.append(path)
             in_workspace = None
-            if not _is_inlined(attachment):
+            if _is_inlined(attachment, room):
+                room -= len(attachment.content)
+            else:
                 in_workspace, written = put_in_workspace(session, name, attachment.content)
                 saved.append(written)
             file_parts.append((part_id, attachment, file_url(session.pk, part_id), in_workspace))
