@@ -17,23 +17,41 @@ or HTTP), it ends the same way.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from django.conf import settings
 
+from .approvals.services import started_continuations
 from .runner import stop_turns
 
 logger = logging.getLogger("forge")
 
 
 async def _stop_turns() -> None:
-    try:
-        stopped = await stop_turns(grace=settings.FORGE_SHUTDOWN_GRACE)
-    except Exception:
-        logger.exception("ending the running turns at shutdown failed")
-        return
+    """End the turns of the server's loop and, side by side, those going on after an
+    expired approval in the process's continuations loop (a thread of its own, which
+    a daemon thread's exit would otherwise stop mid-reply, the reply left open)."""
+    grace = settings.FORGE_SHUTDOWN_GRACE
+    ends: list[Awaitable[int]] = [stop_turns(grace=grace)]
+    if (elsewhere := started_continuations()) is not None:
+        ends.append(
+            asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(stop_turns(grace=grace), elsewhere)
+            )
+        )
+    stopped = 0
+    for result in await asyncio.gather(*ends, return_exceptions=True):
+        if isinstance(result, BaseException):
+            logger.error(
+                "ending the running turns at shutdown failed",
+                exc_info=(type(result), result, result.__traceback__),
+            )
+        else:
+            stopped += result
     if stopped:
         logger.info("shutting down: %d running turn(s) ended as aborted", stopped)
 

@@ -232,6 +232,31 @@ async def test_a_turn_going_on_after_an_expiry_can_be_aborted_from_the_server_lo
     assert reply["info"]["error"]["message"] == "aborted"
 
 
+async def test_a_stopping_server_ends_a_turn_going_on_after_an_expiry(
+    session, agents, settings, script, user
+):
+    """A daphne asked to stop ended the turns of its own loop only: one going on after an
+    expiry, in the continuations loop (a daemon thread), died with the process mid-reply,
+    the reply open and the session busy until its lease expired (QA, carried)."""
+    from forge.runtime.shutdown import _stop_turns
+    from tests.replies import paced, words
+
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    settings.FORGE_SHUTDOWN_GRACE = 0
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), paced(words(100), 0.1)]
+    )
+    await asyncio.sleep(0.3)
+    assert await asyncio.to_thread(_sweep) == 1
+    task = await _until(lambda: asyncio.sleep(0, running_turn(session.pk)))
+    assert task.get_loop() is not asyncio.get_running_loop()
+    await _stop_turns()
+    assert task.done()
+    reply = await _finished(session)
+    assert reply["info"]["error"]["message"] == "interrupted: the server shut down"
+    assert await database_sync_to_async(current)(session_id=session.pk) is None
+
+
 async def test_an_approved_call_is_denied_when_the_rules_in_force_deny_it(
     session, agents, settings, script, user
 ):

@@ -297,6 +297,15 @@ def continuations() -> asyncio.AbstractEventLoop:
         return _continuations
 
 
+def started_continuations() -> asyncio.AbstractEventLoop | None:
+    """The loop of :func:`continuations` if this process has started it (None: no turn
+    ever went on after an expiry here), without starting one."""
+    with _continuations_lock:
+        if _continuations is None or _continuations.is_closed():
+            return None
+        return _continuations
+
+
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
     tenancy.activate(tenancy.ALL)  # as the janitor: each turn's task sees its own tenant
     asyncio.set_event_loop(loop)
