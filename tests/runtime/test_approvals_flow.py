@@ -317,6 +317,43 @@ async def test_the_pending_approvals_command_lists_the_waiting_calls(
     assert await database_sync_to_async(run)() == "0 call(s) waiting for approval\n"
 
 
+@pytest.mark.postgres_only  # SQLite has no pool
+async def test_the_janitor_holds_no_pooled_connection_while_it_waits_for_an_expiry(
+    session, agents, settings, script, user, monkeypatch
+):
+    """The sweep read the session, then waited for the continuations loop to log the
+    denial, holding its pooled connection the while; the denial needs one on the
+    runtime's thread. With a small pool (``FORGE_DB_POOL=2``), a request that came then
+    waited for the pool (QA: a detail GET hung). It gives its connection back first."""
+    from django.db import connections
+
+    from forge.runtime.approvals import services as approvals
+
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    await _suspended(
+        session, settings, script, [tool_reply("write_file", WRITE), text_reply("late")]
+    )
+    await asyncio.sleep(0.3)  # past the expiry (a timestamp, not a timing assertion)
+    sweeper: list[Any] = []
+    held: list[bool] = []
+    real_expire = approvals.expire
+
+    async def expire(**kwargs: Any) -> Any:
+        held.append(sweeper[0].connection is not None)
+        return await real_expire(**kwargs)
+
+    def sweep() -> int:
+        sweeper.append(connections["default"])
+        return _sweep()
+
+    monkeypatch.setattr(approvals, "expire", expire)
+    # The suite's connections are not pooled; a served process's are (FORGE_DB_POOL).
+    monkeypatch.setattr("forge.db.worker._pooled", lambda conn: conn.vendor == "postgresql")
+    assert await asyncio.to_thread(sweep) == 1
+    assert held == [False]
+    await _finished(session)
+
+
 def _sweep() -> int:
     from django.db import close_old_connections
 

@@ -263,6 +263,10 @@ def expire_overdue() -> int:
         session = Session.objects.filter(pk=session_id).select_related("tenant", "user").first()
         if session is None:
             continue
+        # The denial is logged on the runtime's thread, which needs a connection of the
+        # same pool: one held here while waiting starved a small pool (FORGE_DB_POOL=2:
+        # a request waited for it; QA).
+        release_connections()
         logged = asyncio.run_coroutine_threadsafe(
             expire(session=session, call_id=call_id), continuations()
         )
