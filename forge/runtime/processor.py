@@ -212,6 +212,15 @@ class Processor(ToolCalls, Patches):
         held, self.held, self.running = [*self.held, *self.running], [], []
         return held
 
+    def drop_bare_step_start(self) -> None:
+        """Forget the step's held step-start when nothing else of the step was written
+        (a held write goes with the step's first one): a step that failed before it
+        produced anything is not logged. Else an overflow's retry left a step-start
+        with no step-finish beside its own (QA)."""
+        match self.held:
+            case [services.UpdatePart(part={"type": "step-start"})]:
+                self.held.clear()
+
     async def _part(self, part: dict[str, Any]) -> None:
         """Write a part now (with what is held before it)."""
         await self.write(services.UpdatePart(part=part))

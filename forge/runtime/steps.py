@@ -224,6 +224,7 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
         )
     loop.total_cost += result.cost
     if result.error is not None:
+        processor.drop_bare_step_start()
         await processor.write()  # what the failed step held, before anything else
         return await _step_failed(turn, result, loop)
     loop.usage = result.usage

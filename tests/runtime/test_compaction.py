@@ -152,12 +152,20 @@ async def test_a_provider_overflow_error(session, agents, small_window, auto):
     items = await ahistory(session)
     info = reply_of(items, started.assistant_message_id)["info"]
     found = await database_sync_to_async(markers)(session)
+    kinds = [
+        p["type"]
+        for p in reply_of(items, started.assistant_message_id)["parts"]
+        if p["type"].startswith("step-")
+    ]
     if auto:
         assert info["error"] is None
         assert len(found) == 1
         assert len(calls) == 2
         assert calls[1] < calls[0]
+        # The failed attempt left no step-start of its own beside the retry's (QA).
+        assert kinds == ["step-start", "step-finish"]
     else:
+        assert kinds == []  # the step produced nothing before its error
         assert info["error"]["name"] == "ContextOverflowError"
         assert "context_length_exceeded" in info["error"]["message"]
         assert found == []
