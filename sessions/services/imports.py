@@ -4,6 +4,7 @@ its ids or as a copy (``transfer``: the copies' id renaming and batched writes).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -15,7 +16,14 @@ from accounts.selectors import members_of, tenant_for_user
 from ..exceptions import LogIntegrityError, SessionMismatch
 from ..free_shapes import check_free_event
 from ..ids import is_valid_id, new_message_id, new_part_id
-from ..log import LOG_FORMAT, LOG_VERSION, format_time, parse_time, verify_chain
+from ..log import (
+    LOG_FORMAT,
+    LOG_VERSION,
+    format_time,
+    parse_time,
+    unstored_number,
+    verify_chain,
+)
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import with_rolled_through_moved
 from ..shapes import (
@@ -23,6 +31,7 @@ from ..shapes import (
     normalize_message,
     normalize_part,
     nul_path,
+    surrogate_path,
     v_time,
 )
 from ..signals import history_copied, session_imported
@@ -66,7 +75,7 @@ def parse_log(lines: Any, *, max_line_bytes: int | None = None) -> list[dict[str
         if not line.strip():
             continue
         try:
-            event = json.loads(line, parse_constant=_no_constant)
+            event = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
         except RecursionError:
             raise LogIntegrityError(f"line {number} is nested too deeply") from None
         except ValueError as exc:
@@ -120,6 +129,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite(text: str) -> float:
+    """A JSON number as a float, refused past a double's range: Python reads ``1e400``
+    as infinity, which no event can hold (its hash raised ``ValueError``: a 500; QA)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text:.40} is past a double's range")
+    return value
+
+
 @transaction.atomic
 def import_log(
     *, user: AbstractBaseUser, events: list[dict[str, Any]], copy: bool = False
@@ -141,7 +159,20 @@ def import_log(
     session_id = events[0].get("session_id")
     if not is_valid_id(session_id):
         raise LogIntegrityError("the first event names no session")
-    problems = verify_chain(events, session_id=session_id)
+    try:
+        problems = verify_chain(events, session_id=session_id)
+    except UnicodeEncodeError:  # JSON's "\ud800" decodes to what no UTF-8 text holds
+        where = next(
+            (
+                f"seq {e.get('seq')!r}: {found}"
+                for e in events
+                if (found := surrogate_path(e, "event"))
+            ),
+            "an event",
+        )
+        raise LogIntegrityError(
+            f"{where} holds a lone surrogate (U+D800-U+DFFF), which the log does not store"
+        ) from None
     if problems:
         raise LogIntegrityError(
             f"the log does not verify at seq {problems[0].seq}: {problems[0].message}"
@@ -304,6 +335,12 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
             if nul is not None:  # the log stores none (services.append), on any stack
                 raise ValueError(f"{nul} holds a NUL character (U+0000)")
             canonical = _canonical(event["type"], data, session_id, messages, parts)
+            number = unstored_number(data)
+            if number is not None:  # the log writes it as it reads back (services.append)
+                raise ValueError(
+                    f"{number} is a number this server writes otherwise (from 1e16 as an "
+                    "integer, -0.0 as 0.0)"
+                )
         except (
             ValueError,
             LookupError,

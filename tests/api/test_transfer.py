@@ -315,6 +315,14 @@ def _created_at(value: Any) -> Any:
     return tamper
 
 
+def _created_title(value: str) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[1]["data"]["title"] = value
+        return lines
+
+    return tamper
+
+
 def _step_finish(**changes: Any) -> Any:
     """A step-finish part added to the first reply, with these token counts or cost."""
 
@@ -338,19 +346,24 @@ def _step_finish(**changes: Any) -> Any:
 
 def _deep_tool_input(levels: int) -> Any:
     """A tool part added to the first reply whose input nests ``levels`` objects."""
+    deep: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        deep = {"a": deep}
+    return _tool_input(deep)
+
+
+def _tool_input(given: dict[str, Any]) -> Any:
+    """A tool part added to the first reply, with this input."""
 
     def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reply = next(line for line in lines[1:] if line["data"].get("role") == "assistant")
-        deep: dict[str, Any] = {}
-        for _ in range(levels - 1):
-            deep = {"a": deep}
         tool = {
             "id": "prt_deep",
             "message_id": reply["data"]["id"],
             "type": "tool",
             "call_id": "c1",
             "tool": "read_file",
-            "state": {"status": "pending", "input": deep},
+            "state": {"status": "pending", "input": given},
         }
         return _with_event("part.updated", tool)(lines)
 
@@ -391,6 +404,16 @@ MALFORMED = [
     # A third-round finding: imported, then the admin's page of the session was a 500
     # for good (RecursionError decoding it under the admin's own stack).
     ("tool-input-900-deep", _deep_tool_input(900), True, "nested deeper"),
+    # QA (HIGH on PostgreSQL): hashed as written, read back from jsonb otherwise.
+    ("float-1e20", _tool_input({"n": 1e20}), True, "data.state.input.n is a number"),
+    ("negative-zero", _tool_input({"z": [-0.0]}), True, "data.state.input.z[0] is a number"),
+    # QA: JSON's "\ud800" decodes to a lone surrogate, which the hash cannot encode (500).
+    (
+        "lone-surrogate",
+        _created_title("hi \ud800"),
+        False,
+        "seq 1: event.data.title holds a lone surrogate",
+    ),
     (
         "nul-in-context-block",
         _with_event(
@@ -426,6 +449,22 @@ def test_a_malformed_log_is_400_log_integrity_never_a_500(api, compacted, tamper
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == "log_integrity"
     assert message in response.json()["error"]["message"]
+    assert (Session.objects.count(), SessionEvent.objects.count()) == before
+
+
+def test_a_number_past_a_double_is_400_log_integrity(api, compacted):
+    """QA (MEDIUM): ``1e400`` decodes to infinity, whose hash raised ``ValueError``: a 500
+    (``NaN`` and ``Infinity`` were already refused)."""
+    body = b"".join(api.get(f"/api/sessions/{compacted.pk}/export/").streaming_content)
+    lines = body.splitlines()
+    lines[2] = lines[2].replace(b'{"', b'{"pad":1e400,"', 1)
+    before = (Session.objects.count(), SessionEvent.objects.count())
+    response = api.generic(
+        "POST", "/api/sessions/import/", b"\n".join(lines), content_type="application/x-ndjson"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "log_integrity"
+    assert "past a double's range" in response.json()["error"]["message"]
     assert (Session.objects.count(), SessionEvent.objects.count()) == before
 
 

@@ -206,6 +206,34 @@ async def test_a_bad_tool_call_ends_in_a_tool_error_and_the_session_goes_on(
     assert assistant(await ahistory(session))["parts"][1]["text"] == "next answer"
 
 
+async def test_a_tool_calls_large_float_is_logged_as_it_reads_back(session, agents, script, user):
+    """QA (HIGH): on PostgreSQL, a call's ``1e20`` was hashed as written and read back from
+    ``jsonb`` as the integer 100000000000000000000 (``-0.0`` as ``0.0``): the session's log
+    no longer verified, and its export imported nowhere. Such a float is logged as the
+    engines read it back, the same on both."""
+    from sessions import selectors
+    from sessions.log import verify_chain
+    from sessions.services import import_log, parse_log
+
+    arguments = '{"path": "n.txt", "content": "x", "n": 1e20, "z": -0.0, "w": 1.5e308, "s": 1e-7}'
+    script([tool_reply("write_file", arguments), text_reply("ok")])
+    await run(session, "go")
+
+    def exported() -> list[dict[str, Any]]:
+        return parse_log(list(selectors.export_lines(session=session)))
+
+    events = await database_sync_to_async(exported)()
+    assert verify_chain(events, session_id=session.pk) == []
+    tool = next(e["data"] for e in reversed(events) if e["data"].get("type") == "tool")
+    given = tool["state"]["input"]
+    assert (given["n"], given["w"], given["s"]) == (10**20, int(1.5e308), 1e-7)
+    assert str(given["z"]) == "0.0"
+    copy = await database_sync_to_async(import_log)(user=user, events=events, copy=True)
+    assert await database_sync_to_async(
+        lambda: len(parse_log(selectors.export_lines(session=copy)))
+    )() == len(events)
+
+
 async def test_a_tool_that_times_out_ends_in_error(session, agents, script, settings):
     from forge.tools import Tool, temporary_tools
 
