@@ -479,14 +479,18 @@ async def _compact_or_fail(turn: Turn, why: str) -> Compaction:
 
 
 async def _fail(turn: Turn, error: dict[str, Any]) -> None:
-    """End the reply with ``error``; parts the failed step left open are closed."""
+    """End the reply with ``error``; parts the failed step left open are closed, and
+    calls of the step that wait for approval denied: the reply they would go on is
+    over (left waiting, the reply stayed suspended and the error unlogged; QA)."""
     tracing.turn_failed(str(error.get("name") or "Error"), str(error.get("message") or ""))
+    reason = "the model's reply ended with an error"
     await finish_then_cancel(
         db(finalize_open_messages)(
             session=turn.session,
-            reason="the model's reply ended with an error",
+            reason=reason,
             error=error,
             message_id=turn.message_id,
             agent=turn.agent.name,
+            deny_waiting=reason,
         )
     )

@@ -257,6 +257,30 @@ async def test_a_stopping_server_ends_a_turn_going_on_after_an_expiry(
     assert await database_sync_to_async(current)(session_id=session.pk) is None
 
 
+async def test_a_model_error_after_an_ask_call_ends_the_reply_and_denies_the_call(
+    session, agents, settings, script, user
+):
+    """The step's stream broke after a call that waits for approval: the reply was left
+    suspended, the error in no event, and approving the call ran it and the next step
+    as if the step had succeeded (QA, MEDIUM). The reply ends with the error, as it
+    does with no ``ask`` rule, and the call is denied: it was never run."""
+    broken = [
+        *tool_reply("write_file", WRITE)[:-1],
+        {"type": "error", "name": "ProviderError", "message": "upstream connection reset"},
+    ]
+    reply = await _suspended(session, settings, script, [broken, text_reply("never")])
+    assert reply["info"]["completed_at"] is not None
+    assert reply["info"]["error"]["name"] == "ProviderError"
+    assert reply["info"]["error"]["message"] == "upstream connection reset"
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["error"] == (
+        "this tool call was not run: the model's reply ended with an error"
+    )
+    with pytest.raises((ApprovalAnswered, ApprovalNotFound)):
+        await answer(session=session, user=user, call_id="call_1", approve=True)
+
+
 async def test_an_approved_call_is_denied_when_the_rules_in_force_deny_it(
     session, agents, settings, script, user
 ):
