@@ -197,3 +197,39 @@ def test_a_call_that_expired_meanwhile_is_denied_and_the_rest_streams(
     assert shown["call_a"]["state"] != "approval-responded"  # the stream moved it on
     assert shown["call_b"]["state"] == "output-available"
     assert stored(chat)["info"]["completed_at"] is not None
+
+
+def test_denying_one_call_while_another_waits_ends_the_stream_at_once(
+    tmp_path: Path, agents: Any, user, token
+):
+    """QA (MEDIUM): denying one call while another of the reply still waits runs nothing
+    and took no lease, so no ``idle`` status came, and the answer's stream stayed open
+    until the next heartbeat (15 s by default) noticed the reply was suspended. The
+    answers publish the session's ``idle`` then; the stream ends with the denial."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    with daphne(
+        tmp_path,
+        "slowbeat",
+        FORGE_MODEL="offline/script",
+        FORGE_SCRIPT=str(path),
+        FORGE_TOOL_APPROVAL=json.dumps({"list_files": "ask"}),
+        FORGE_SSE_HEARTBEAT="600",  # no heartbeat ends it here
+    ) as live:
+        chat = "denyone"
+        asked = ask(live, token, chat)
+        asked.ui.respond("call_b", False)
+        body = answers(chat, str(asked.ui.id), [responded("call_b", False)])
+        with httpx.stream(
+            "POST", f"{live.url}/api/chat", json=body, headers=headers(token), timeout=30
+        ) as response:
+            assert response.status_code == 200, response.read()
+            reader = Chunks(response)
+            reader.ui = asked.ui
+            reader.rest()  # a read timeout (30 s) without the fix
+    assert reader.ui.finish_reason == "tool-calls"
+    shown = {p.get("toolCallId"): p for p in reader.ui.parts if p.get("toolCallId")}
+    assert shown["call_b"]["state"] == "output-denied"
+    states = tools(chat)
+    assert states["call_a"]["status"] == "awaiting-approval"
+    assert states["call_b"]["status"] == "error"

@@ -205,6 +205,11 @@ def log_answers(
                 from ..recovery import finalize_dead_turn
 
                 finalize_dead_turn(session)
+        else:
+            # Nothing runs: the reply stays suspended and the session idle, as a turn
+            # says when it stops. A watcher of the reply (the AI SDK's answer stream)
+            # ends on it; with no status it waited for its next heartbeat (QA).
+            services.publish_status_on_commit(session_id=session.pk, status="idle")
         out = []
         for part, approve, reason, who, expired in logged:
             make = approved_state if approve else denied_state
