@@ -26,6 +26,7 @@ from forge import tools
 from forge.providers import events as ev
 from forge.telemetry import tracing
 from forge.tools import ToolContext, ToolError, mcp
+from forge.tools.registry import NAME_RE
 from sessions import services
 from sessions.ids import new_part_id
 
@@ -34,6 +35,19 @@ from .approvals.asking import approval_action, approval_expiry
 from .files import file_parts
 from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
 from .turn import Turn
+
+# What a call is logged as when the model named no function that can exist.
+INVALID_TOOL = "invalid_tool"
+
+
+def logged_name(tool: str) -> str:
+    """The name a call is logged under: the model's, when a function can have it (the
+    OpenAI rule every registered tool follows, ``forge.tools.registry``); else
+    :data:`INVALID_TOOL`. The log's name goes back to the model on every later request,
+    and a provider refuses a request naming ``""`` or ``repo_browser.open_file``: the
+    session failed for good (QA). Such a call is unknown anyway; its error names what
+    the model called."""
+    return tool if NAME_RE.fullmatch(tool) else INVALID_TOOL
 
 
 @dataclass
@@ -110,7 +124,7 @@ class ToolCalls:
                 "message_id": self.turn.message_id,
                 "type": "tool",
                 "call_id": call_id,
-                "tool": tool,
+                "tool": logged_name(tool),
                 "state": {"status": "pending"},
             }
         )

@@ -234,6 +234,32 @@ async def test_a_tool_calls_large_float_is_logged_as_it_reads_back(session, agen
     )() == len(events)
 
 
+@pytest.mark.parametrize("name", ["", "repo_browser.open_file", "x" * 65])
+async def test_a_call_of_a_name_no_function_can_have_is_logged_under_one_it_can(
+    session, agents, script, name
+):
+    """A model's call named ``""`` or ``repo_browser.open_file`` was logged and sent back
+    to the model by that name on every later request, which OpenAI refuses (a function
+    name is ``^[a-zA-Z0-9_-]{1,64}$``): the session failed for good (QA, carried). Such
+    a call is logged as ``invalid_tool``; its error names what the model called."""
+    from forge.context import request_for
+
+    script([tool_reply(name, "{}"), text_reply("sorry"), text_reply("next")])
+    await run(session, "do it")
+    reply = assistant(await ahistory(session))
+    part = next(p for p in reply["parts"] if p["type"] == "tool")
+    assert part["tool"] == "invalid_tool"
+    assert part["state"]["status"] == "error"
+    assert f"unknown tool {name!r}" in part["state"]["error"]
+    _, request = await database_sync_to_async(request_for)(session)
+    called = [
+        call["function"]["name"]
+        for message in request.messages
+        for call in message.get("tool_calls") or ()
+    ]
+    assert called == ["invalid_tool"]
+
+
 async def test_a_tool_that_times_out_ends_in_error(session, agents, script, settings):
     from forge.tools import Tool, temporary_tools
 
