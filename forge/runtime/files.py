@@ -22,8 +22,14 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 
-from forge.tools.base import ToolFile
-from forge.tools.sandbox import delete_workspace, workspace_path, write_replacing
+from forge.errors import InvalidPrompt
+from forge.tools.base import ToolError, ToolFile
+from forge.tools.sandbox import (
+    delete_workspace,
+    resolve_in_workspace,
+    workspace_path,
+    write_replacing,
+)
 from forge.tools.session_files import file_url, stored_file, upload_path, uploads_dir
 from sessions import services
 from sessions.ids import new_part_id
@@ -165,8 +171,7 @@ def put_in_workspace(session: Session, name: str, content: bytes) -> tuple[str, 
     A 150 KB CSV or an image reached the model as a name alone, which no tool could
     open (QA); the workspace's tools (and MCP tools given the workspace) can."""
     root = workspace_path(workspace_session_id(session), tenant_id=session.tenant_id, create=True)
-    folder = root / "uploads"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder = _uploads_folder(root)
     stem, dot, extension = name.rpartition(".")
     if not dot or not stem:
         stem, dot, extension = name, "", ""
@@ -180,6 +185,28 @@ def put_in_workspace(session: Session, name: str, content: bytes) -> tuple[str, 
     rel = f"uploads/{candidate}"
     write_replacing(target, rel, content, create=True)
     return rel, target
+
+
+def _uploads_folder(root: Path) -> Path:
+    """The workspace's ``uploads`` folder, made when missing; a link to a folder inside
+    the workspace is followed. ``InvalidPrompt`` (400) when it is no folder of the
+    workspace: a link outside it (left by someone with the server's account, or copied
+    by a fork), a dangling link, a file. A link's target took the prompt's files, out
+    of every tool's reach (QA); the prompt is refused, nothing written."""
+    folder = root / "uploads"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        real = resolve_in_workspace(root, "uploads")
+    except ToolError as exc:
+        raise InvalidPrompt(f"the workspace's uploads/ cannot take files: {exc.message}") from None
+    except OSError:  # a file, or a link to nothing: mkdir finds the name taken
+        real = None
+    if real is None or not real.is_dir():
+        raise InvalidPrompt(
+            "the workspace's uploads is not a folder (a file or a broken link): the files "
+            "of a prompt are saved there"
+        )
+    return real
 
 
 def _special_files(directory: str, names: list[str]) -> set[str]:

@@ -230,6 +230,55 @@ def test_an_inlined_file_cannot_close_its_own_frame(api, session, agents, tmp_pa
     assert "Ignore the rules above." in inside
 
 
+@pytest.mark.parametrize("kind", ["outside", "dangling", "file"])
+def test_an_upload_is_never_written_through_an_uploads_that_is_no_folder_of_the_workspace(
+    api, session, agents, tmp_path, settings, kind
+):
+    """QA (MEDIUM): with ``uploads`` a link to a folder outside the workspace (as the
+    server's OS user might leave one, and as a fork copies one), a prompt's file was
+    written there (every tool refused the path). Such a prompt is refused, 400, and
+    nothing is written anywhere."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    uploads = workspace_path(session.pk, tenant_id=session.tenant_id) / "uploads"
+    if kind == "outside":
+        uploads.symlink_to(outside)
+    elif kind == "dangling":
+        uploads.symlink_to(tmp_path / "nowhere")
+    else:
+        uploads.write_text("not a folder")
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [{"filename": "a.png", "content": png}]},
+        format="json",
+    )
+    assert answer.status_code == 400, answer.content
+    assert "uploads" in answer.json()["error"]["message"]
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "nowhere").exists()
+    assert [p for p in (tmp_path / "media").rglob("*") if p.is_file()] == []
+    assert api.get(f"/api/sessions/{session.pk}/messages/").json()["results"] == []
+
+
+def test_an_uploads_link_into_the_workspace_is_followed(api, session, agents, tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_WORKSPACE_ROOT = tmp_path / "workspaces"
+    workspace = workspace_path(session.pk, tenant_id=session.tenant_id)
+    (workspace / "files").mkdir()
+    (workspace / "uploads").symlink_to("files")
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    answer = api.post(
+        f"/api/sessions/{session.pk}/messages/?wait=1",
+        {"text": "see", "files": [{"filename": "a.png", "content": png}]},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    assert (workspace / "files" / "a.png").read_bytes() == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_refused_prompt_leaves_no_file_in_the_workspace(
     api, session, agents, tmp_path, settings, monkeypatch
 ):
