@@ -84,6 +84,9 @@ FILE_PATH = {
 }
 
 
+LINK_MARK = " (symbolic link)"  # after a listed link's name: not a file of its own
+
+
 @tool(
     name="list_files",
     description=(
@@ -127,11 +130,14 @@ def list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         rel = shown(Path(entry.path).relative_to(root).as_posix())
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
+            is_link = entry.is_symlink()
         except OSError:
-            is_dir = False
+            is_dir = is_link = False
         if is_dir:
             entries.append(rel + "/")
             stack.append(sorted_entries(entry.path))
+        elif is_link:  # not followed; where it points is not shown (a path outside)
+            entries.append(rel + LINK_MARK)
         else:
             entries.append(rel)
 

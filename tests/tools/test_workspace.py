@@ -192,8 +192,16 @@ async def test_list_files_does_not_follow_symlinks(
     (root / "alias").symlink_to("inner")
     (root / "link").symlink_to(outside)
     result = await call("list_files", {}, ctx)
-    assert result.output.splitlines() == ["alias", "inner/", "inner/x.txt", "link"]
+    # A link says so (QA: a link to a folder looked like a file, and the model could
+    # not tell why reading through it failed); where it points is not shown.
+    assert result.output.splitlines() == [
+        "alias (symbolic link)",
+        "inner/",
+        "inner/x.txt",
+        "link (symbolic link)",
+    ]
     assert "secret" not in result.output
+    assert str(outside) not in result.output
 
 
 async def test_list_files_refusals(ctx: ToolContext, root: Path, outside: Path) -> None:
