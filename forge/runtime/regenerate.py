@@ -5,7 +5,9 @@ is a *new* assistant message whose ``parent_id`` is the same user message. The
 old reply stays in the log, superseded; the model sees the newest reply to each
 prompt only (``forge.context.superseded``), and so does the AI SDK's message
 history (``forge.aisdk``). Only the chat's last reply can be regenerated: one
-that later turns built on would leave them answering a reply nobody sees.
+that later turns built on would leave them answering a reply nobody sees. A chat
+whose last message is a prompt with no reply (a fork at a reply) has that prompt
+answered: nothing is superseded.
 
 :func:`begin_regeneration` is one unit of work, like ``prompting.begin``: take the
 session's lease (recovering a dead runner's turn if its lease had expired), check
@@ -86,6 +88,22 @@ def _last_reply(session: Session) -> dict[str, Any] | None:
     return None
 
 
+def _unanswered_prompt(session: Session) -> dict[str, Any] | None:
+    """The chat's newest prompt ``{info, parts}`` when no reply follows it, else None.
+
+    A fork at a reply ends with that reply's prompt, unanswered. Regenerating such a chat
+    answered the prompt before it again, after the trailing one: the model was sent two
+    prompts in a row and the first one's real answer was superseded (QA). The AI SDK's
+    ``regenerate()`` with the user's message last asks for that message's answer, and
+    that is what regenerating it gives. A compaction's request is no prompt."""
+    newest = selectors.newest_messages(tenant=session.tenant, session=session, role="user", limit=1)
+    if not newest or any(p["type"] == "compaction" for p in newest[0]["parts"]):
+        return None
+    prompt_id = str(newest[0]["info"]["id"])
+    answered = selectors.message_after(tenant=session.tenant, session=session, message_id=prompt_id)
+    return None if answered is not None else newest[0]
+
+
 def _tail_start(session: Session, request_id: str) -> Any:
     """The ``tail_start_id`` of the compaction a summary answers (None: it kept no tail,
     or there is no such request)."""
@@ -96,6 +114,42 @@ def _tail_start(session: Session, request_id: str) -> Any:
     except NotFound:
         return None
     return next((p.get("tail_start_id") for p in item["parts"] if p["type"] == "compaction"), None)
+
+
+def _to_answer(session: Session, message_id: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``(the reply superseded or None, the prompt answered again)``, or the refusal.
+    ``message_id``, when given, must name the reply or its prompt."""
+    trailing = _unanswered_prompt(session)
+    if trailing is not None:
+        prompt_id = str(trailing["info"]["id"])
+        if message_id is not None and message_id != prompt_id:
+            raise NotLastReply(
+                f"message {message_id!r} is not this chat's last prompt ({prompt_id}), "
+                "which has no reply yet: only it can be answered"
+            )
+        return None, trailing
+    last = _last_reply(session)
+    if last is None:
+        raise NothingToRegenerate(
+            "this chat has no reply to regenerate (none, or a compaction summarized "
+            "the last one); send a message"
+        )
+    old = last["info"]
+    user_id = str(old["parent_id"])
+    if message_id is not None and message_id not in (old["id"], user_id):
+        raise NotLastReply(
+            f"message {message_id!r} is not this chat's last reply ({old['id']}); "
+            "only the last reply can be regenerated"
+        )
+    try:
+        asked = selectors.get_message(
+            tenant=session.tenant, session_id=session.pk, message_id=user_id
+        )
+    except NotFound:  # removed (a plugin's remove_message): 404 read as "no such chat"
+        raise NothingToRegenerate(
+            "the last reply's prompt was removed: there is nothing to answer again"
+        ) from None
+    return old, asked
 
 
 def begin_regeneration(
@@ -116,26 +170,13 @@ def begin_regeneration(
         raise InvalidPrompt("messageId must be a message id")
     speaker = check_speaker(session, speaker)
     budgets = within_budget(session, speaker)
-    tenant = session.tenant
     assistant_id = new_message_id()
     with transaction.atomic():
         if lease.acquire(session=session, message_id=assistant_id) is not None:
             finalize_dead_turn(session)  # an expired lease: its runner died
         deny_for_new_prompt(session)  # calls waiting for an answer: as for a new prompt
-        last = _last_reply(session)
-        if last is None:
-            raise NothingToRegenerate(
-                "this chat has no reply to regenerate (none, or a compaction summarized "
-                "the last one); send a message"
-            )
-        old = last["info"]
-        user_id = str(old["parent_id"])
-        if message_id is not None and message_id not in (old["id"], user_id):
-            raise NotLastReply(
-                f"message {message_id!r} is not this chat's last reply ({old['id']}); "
-                "only the last reply can be regenerated"
-            )
-        asked = selectors.get_message(tenant=tenant, session_id=session.pk, message_id=user_id)
+        old, asked = _to_answer(session, message_id)
+        user_id = str(asked["info"]["id"])
         try:
             agent = _agent_named(asked["info"].get("agent"))
         except UnknownAgent as exc:

@@ -277,3 +277,50 @@ def test_a_reply_whose_turn_compacted_can_be_regenerated(session, agents):
     )
     with pytest.raises(NothingToRegenerate):
         runtime.regenerate(session=session)
+
+
+def test_regenerating_a_chat_that_ends_with_an_unanswered_prompt_answers_it(session, agents, user):
+    """QA (MEDIUM): a fork at a reply ends with that reply's prompt, unanswered.
+    Regenerating it answered the *previous* prompt again, appended after the trailing
+    one: the model was sent both prompts in a row and the real answer to the first was
+    superseded. As the AI SDK's ``regenerate()`` means when the last message is the
+    user's, the trailing prompt is answered; a fork at the first reply too (it was 409)."""
+    from forge import runtime
+    from forge.errors import NotLastReply
+
+    runtime.prompt(session=session, text="alpha one")
+    second = runtime.prompt(session=session, text="beta two")
+    fork = runtime.fork_session(
+        session=session, user=user, before_message_id=second.assistant_message_id
+    )
+    prompts = [m["info"]["id"] for m in chat_history(fork.pk) if m["info"]["role"] == "user"]
+    with pytest.raises(NotLastReply):
+        runtime.regenerate(session=fork, message_id=prompts[0])
+    again = runtime.regenerate(session=fork, message_id=prompts[-1])
+    assert again.reply is not None
+    assert again.reply["info"]["parent_id"] == prompts[-1]
+    _, request = request_for(fork)
+    said = [(m["role"], m.get("content")) for m in request.messages if m["role"] != "system"]
+    assert said[-1] == ("assistant", "beta two")  # the echo answered the trailing prompt
+    assert [role for role, _ in said] == ["user", "assistant", "user", "assistant"]
+
+    first_only = runtime.fork_session(  # [alpha one], its reply left out
+        session=fork, user=user, before_message_id=chat_history(fork.pk)[1]["info"]["id"]
+    )
+    answered = runtime.regenerate(session=first_only)
+    assert answered.reply is not None
+    assert answered.reply["info"]["parent_id"] == chat_history(first_only.pk)[0]["info"]["id"]
+
+
+def test_regenerating_after_the_prompt_was_removed_is_nothing_to_regenerate(session, agents):
+    """QA (LOW): with the last reply's prompt removed (a plugin's ``remove_message``), the
+    refusal was 404 "no message … in this session", which reads as a missing chat."""
+    from forge import runtime
+    from forge.errors import NothingToRegenerate
+    from sessions import services
+
+    runtime.prompt(session=session, text="first")
+    last = runtime.prompt(session=session, text="second")
+    services.remove_message(session=session, message_id=last.message["info"]["id"])
+    with pytest.raises(NothingToRegenerate):
+        runtime.regenerate(session=session)
