@@ -14,6 +14,7 @@ __all__ = [
     "InvalidPart",
     "LogIntegrityError",
     "NotFound",
+    "ReplyOpen",
     "SessionMismatch",
 ]
 
@@ -47,6 +48,14 @@ class SessionMismatch(ForgeError, ValueError):
 class NotFound(ForgeError, LookupError):
     code = "not_found"
     status = 404
+
+
+class ReplyOpen(ForgeError):
+    """A removal of a reply that is still open (running, or waiting for an approval),
+    of one of its parts, or of its prompt: the turn would write after it."""
+
+    code = "reply_open"
+    status = 409
 
 
 class AppendOnlyError(ForgeError):

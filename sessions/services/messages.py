@@ -10,8 +10,10 @@ from typing import Any, Literal
 from django.db import transaction
 
 from .. import bus
+from ..exceptions import ReplyOpen
 from ..frames import delta_frame, status_frame
-from ..models import Session, SessionEvent
+from ..models import Part, Session, SessionEvent
+from ..selectors import open_assistant_messages
 from .append import commit
 from .writes import (
     FREE_EVENT_TYPES,
@@ -65,13 +67,37 @@ def update_part(*, session: Session, part: Mapping[str, Any]) -> SessionEvent:
 
 
 def remove_part(*, session: Session, part_id: str) -> SessionEvent:
-    """Remove a part from its message (``part.removed``)."""
+    """Remove a part from its message (``part.removed``). ``ReplyOpen`` for a part of a
+    reply still open (:func:`_refuse_open`)."""
+    message_id = (
+        Part.objects.filter(tenant_id=session.tenant_id, session=session, pk=part_id)
+        .values_list("message_id", flat=True)
+        .first()
+    )
+    if message_id is not None:
+        _refuse_open(session, message_id)
     return _commit(session, RemovePart(part_id=part_id))
 
 
 def remove_message(*, session: Session, message_id: str) -> SessionEvent:
-    """Remove a message and its parts (``message.removed``)."""
+    """Remove a message and its parts (``message.removed``). ``ReplyOpen`` for a reply
+    still open, or its prompt (:func:`_refuse_open`)."""
+    _refuse_open(session, message_id)
     return _commit(session, RemoveMessage(message_id=message_id))
+
+
+def _refuse_open(session: Session, message_id: str) -> None:
+    """``ReplyOpen`` when ``message_id`` is a reply still open (``completed_at`` null: its
+    turn runs, or waits for an approval) or the prompt of one. The turn writes after it
+    (its parts, its completion naming the prompt as parent): removing the prompt made a
+    log that import refuses, and removing the reply failed the turn's next write (QA)."""
+    for item in open_assistant_messages(tenant=session.tenant, session=session):
+        info = item["info"]
+        if message_id in (info.get("id"), info.get("parent_id")):
+            raise ReplyOpen(
+                f"message {message_id!r} belongs to reply {info.get('id')!r}, still open "
+                "(running, or waiting for an approval): abort it first"
+            )
 
 
 # --- the bus only ---------------------------------------------------------------

@@ -4,6 +4,7 @@ full derivation byte for byte (``forge.context.incremental``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -28,6 +29,7 @@ from forge.context.incremental import (
 from forge.context.pruning import prune
 from forge.context.visible import visible_history as full_history
 from sessions import selectors, services
+from sessions.exceptions import ReplyOpen
 from sessions.services.imports import parse_log
 
 pytestmark = pytest.mark.django_db
@@ -367,9 +369,10 @@ def _apply(session: Any, op: str, arg: Any, n: int) -> None:
     elif op == "remove":
         history = list(selectors.iter_history(tenant=tenant, session_id=session.pk))
         if history:
-            services.remove_message(
-                session=session, message_id=history[arg % len(history)]["info"]["id"]
-            )
+            with contextlib.suppress(ReplyOpen):  # an open reply and its prompt stay
+                services.remove_message(
+                    session=session, message_id=history[arg % len(history)]["info"]["id"]
+                )
     elif op == "block":
         body = {"removed": True} if arg is None else {"text": f"say {arg}{n}"}
         set_block(session, kind="memory", key="k", body=body)

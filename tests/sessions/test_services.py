@@ -250,6 +250,40 @@ def test_remove_part_and_message(session, user_message):
         services.remove_part(session=session, part_id="prt_missing")
 
 
+def test_an_open_reply_its_prompt_and_its_parts_are_not_removed(session, user_message):
+    """QA (MEDIUM): removing the prompt of a running reply, or of one waiting for an
+    approval, crashed the turn at its completion and left a log that import refuses (a
+    reply whose parent is gone); removing the streaming reply crashed its next write.
+    While a reply is open (``completed_at`` null) neither it, its parts nor its prompt
+    is removed: 409 ``reply_open``, nothing written. Once it is complete, they are."""
+    from sessions.exceptions import ReplyOpen
+
+    services.update_part(
+        session=session, part={"message_id": user_message["id"], "type": "text", "text": "q"}
+    )
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user_message["id"]}
+    ).data
+    part = services.update_part(
+        session=session, part={"message_id": reply["id"], "type": "text", "text": "a"}
+    ).data
+    before = session.events.count()
+    for remove in (
+        lambda: services.remove_message(session=session, message_id=user_message["id"]),
+        lambda: services.remove_message(session=session, message_id=reply["id"]),
+        lambda: services.remove_part(session=session, part_id=part["id"]),
+    ):
+        with pytest.raises(ReplyOpen) as refused:
+            remove()
+        assert refused.value.status == 409
+    assert session.events.count() == before
+    services.update_message(
+        session=session, info={"id": reply["id"], "completed_at": "2026-12-07T08:00:00.000Z"}
+    )
+    services.remove_part(session=session, part_id=part["id"])
+    services.remove_message(session=session, message_id=user_message["id"])
+
+
 def test_rename_is_logged(session):
     event = services.update_session(session=session, title="Renamed")
     assert event.type == "session.updated"
