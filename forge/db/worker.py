@@ -16,6 +16,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-db")
+# Read-only units that may wait on something besides the database (:func:`aside`).
+_aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="forge-db-aside")
 
 
 def db(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -27,6 +29,25 @@ def db(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         return function(*args, **kwargs)
 
     return sync_to_async(unit, thread_sensitive=False, executor=_executor)
+
+
+def aside(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``function`` as an awaitable that runs on one of a few threads of their own, not
+    the runtime's database thread: read-only work that may wait on something besides
+    the database. ``memory_search`` asks the embedding server for the query's vector;
+    on the runtime's one thread a slow server held up every turn's writes and the
+    leases' renewals, and turns lost their leases (QA, HIGH). Each unit gives its
+    connections back when it ends (these threads keep none between units)."""
+
+    def unit(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            for conn in connections.all(initialized_only=True):
+                if not conn.in_atomic_block:
+                    conn.close()
+
+    return sync_to_async(unit, thread_sensitive=False, executor=_aside)
 
 
 def _drop_broken() -> None:

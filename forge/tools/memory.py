@@ -34,7 +34,7 @@ from typing import Any
 
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
-from forge.db.worker import db
+from forge.db.worker import aside
 from memory import selectors as memory
 from memory.models import MemorySlice, MemoryUnit
 from memory.search import QUERY_MAX
@@ -90,9 +90,11 @@ async def off_the_loop(
     ctx: ToolContext,
     args: dict[str, Any],
 ) -> ToolResult:
-    """Run ``function`` on the runtime's database thread (as the runtime's own reads)."""
+    """Run ``function`` off the event loop, beside the runtime's database thread
+    (``forge.db.worker.aside``): a search may wait on the embedding server, and on that
+    thread it held up every turn of the process (QA)."""
 
-    result: ToolResult = await db(function)(ctx, args)
+    result: ToolResult = await aside(function)(ctx, args)
     return result
 
 

@@ -14,7 +14,10 @@ white space only, which OpenAI refuses) are not sent: they get
 
 Search must never hang on it: every request has ``FORGE_EMBEDDING_TIMEOUT`` seconds
 (httpx's connect, write and read timeouts, each; a read timeout bounds each wait
-for bytes) and no retry. Every failure is an ``EmbeddingError``:
+for bytes), and its body is read as it comes and cut once the request has taken
+that long in all (a server that sends a byte at a time, each within the read
+timeout, held a search for as long as its body lasted; QA), and no retry. Every
+failure is an ``EmbeddingError``:
 
 =====================================================  ========================
 connection refused or dropped, timeout                 ``EmbeddingUnavailable``
@@ -35,11 +38,15 @@ name that does not describe it.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from typing import Any
 
 import numpy as np
 import openai
+import pydantic
+from openai.types import CreateEmbeddingResponse
 
 from .base import (
     BadEmbedding,
@@ -158,8 +165,15 @@ class OpenAIEmbedder(Embedder):
         if self.dimensions is not None:
             params["dimensions"] = self.dimensions
         where = f"the embedding server {self.client.base_url}"
+        deadline = time.monotonic() + self.timeout
         try:
-            response = self.client.embeddings.create(**params)
+            with self.client.embeddings.with_streaming_response.create(**params) as streamed:
+                body = bytearray()
+                for chunk in streamed.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise openai.APITimeoutError(request=streamed.http_request)
+            response = CreateEmbeddingResponse.model_validate(json.loads(body))
         except openai.APITimeoutError:
             raise EmbeddingUnavailable(
                 f"{where} did not answer within {self.timeout:g} s"
@@ -170,7 +184,7 @@ class OpenAIEmbedder(Embedder):
             raise _status_error(exc, where, self.model) from None
         except openai.APIResponseValidationError as exc:
             raise BadEmbedding(f"{where} answered with a malformed body: {exc}") from None
-        except (openai.OpenAIError, ValueError, TypeError) as exc:
+        except (openai.OpenAIError, pydantic.ValidationError, ValueError, TypeError) as exc:
             # The SDK raises a bare ValueError on a body that is not JSON.
             raise BadEmbedding(
                 f"{where} answered with no usable body: {type(exc).__name__}: {exc}"

@@ -364,6 +364,23 @@ def test_openai_slow_server_is_unavailable_after_the_timeout(fake: FakeOpenAI, m
 
 
 @pytest.mark.timeout(30)
+def test_openai_trickling_server_is_unavailable_after_the_timeout(
+    fake: FakeOpenAI, make: MakeEmbedder
+):
+    """QA (HIGH): a server that sent its headers, then its body a byte at a time, never
+    let one read wait past the timeout, so the request went on for as long as the body
+    lasted (40 s), and the search with it. The timeout bounds the whole request."""
+    import time
+
+    fake.embeddings = Embeddings(trickle=0.2)
+    embedder = make(timeout=1.0, dimensions=8)
+    began = time.monotonic()
+    with pytest.raises(EmbeddingUnavailable, match=r"did not answer within 1 s"):
+        embed_texts(["anyone there?"], embedder=embedder)
+    assert time.monotonic() - began < 10  # the body alone takes minutes
+
+
+@pytest.mark.timeout(30)
 def test_openai_server_down_is_unavailable(make: MakeEmbedder, fake: FakeOpenAI):
     embedder = make(dimensions=8)
     fake.stop()  # its port now refuses connections

@@ -94,6 +94,7 @@ class Embeddings:
     status: int | None = None  # answer this HTTP error (OpenAI's error body) instead
     corrupt: str | None = None  # "nan" | "null" | "malformed" | "short"
     reverse: bool = False  # list the items last first (each keeps its "index")
+    trickle: float = 0.0  # seconds between the body's bytes (headers at once): no read waits long
 
 
 def fake_vector(text: str, dim: int) -> list[float]:
@@ -330,7 +331,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self.wfile.write(payload)
+        if not script.trickle:
+            self.wfile.write(payload)
+            return
+        for byte in range(len(payload)):
+            if fake.stopping.wait(script.trickle):
+                return
+            try:
+                self.wfile.write(payload[byte : byte + 1])
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from forge.runtime import start_turn
 from forge.tools import ToolContext, ToolError
 from forge.tools import memory as memory_tools
 from memory import search, services
+from memory.embeddings.base import Embedder
+from memory.embeddings.offline import OfflineEmbedder
 from memory.models import MemoryCore, MemorySlice, MemoryUnit
 
 from . import call, make_context
@@ -392,3 +395,56 @@ async def test_a_scripted_turn_calls_memory_search_and_logs_its_output(
     assert part["state"]["metadata"]["slice_ids"] == [item.pk]
     assert part["state"]["metadata"]["count"] == 1
     assert reply["parts"][-2]["text"] == "ok"
+
+
+# --- a search waiting on the embedder ----------------------------------------------------
+
+_entered = threading.Event()
+_gate = threading.Event()
+
+
+class GatedEmbedder(Embedder):
+    """The offline model, behind a gate: a query waits until the test opens it (a slow
+    embedding server, as the QA round's trickling one)."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineEmbedder.shared()
+        self.name = self.inner.name
+        self.dim = self.inner.dim
+
+    def embed_batch(self, texts: list[str]) -> Any:
+        _entered.set()
+        _gate.wait(30)
+        return self.inner.embed_batch(texts)
+
+
+def gated_embedder() -> Embedder:
+    return GatedEmbedder()
+
+
+async def test_a_search_waiting_on_the_embedder_leaves_the_database_thread_free(
+    ctx, memories, settings
+):
+    """QA (HIGH): ``memory_search`` ran on the runtime's one database thread, and asked
+    the embedding server for the query's vector there: a slow server held up every
+    turn's writes in the process and the leases' renewals (turns lost their leases).
+    The search waits beside that thread; the runtime's work goes on meanwhile."""
+    from forge.db.worker import db
+    from memory.embeddings import reset_embedder
+
+    settings.FORGE_MEMORY_EMBEDDER = f"{__name__}.gated_embedder"
+    reset_embedder()
+    _entered.clear()
+    _gate.clear()
+    try:
+        searching = asyncio.create_task(call("memory_search", {"query": "rocket"}, ctx))
+        assert await asyncio.to_thread(_entered.wait, 30)
+        assert await asyncio.wait_for(db(lambda: "free")(), timeout=10) == "free"
+        assert not searching.done()
+        _gate.set()
+        result = await asyncio.wait_for(searching, timeout=30)
+        assert "We deployed the rocket service" in result.output
+    finally:
+        _gate.set()
+        settings.FORGE_MEMORY_EMBEDDER = ""
+        reset_embedder()
