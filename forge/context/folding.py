@@ -15,7 +15,7 @@ from sessions.projector import apply_context
 
 from .messages import item_messages
 from .pruning import candidate_tokens
-from .rolled import is_generated, rolled_through
+from .rolled import is_generated, passed_boundaries, rolled_through
 from .sizing import MESSAGE_OVERHEAD, held, held_info, held_part, rendering_bytes
 from .superseded import is_reply
 
@@ -142,6 +142,8 @@ class Folding:
             return
         if through is None or not ordered(self.through, through):
             raise Fallback("rolled cut moved back")
+        if passed_boundaries((self.items[i] for i in self.order if i in self.items), through):
+            raise Fallback("rolled cut passed a boundary")  # its summary leaves the view
         hidden = {i for i in self.order if i <= through}
         self.through = through
         if not hidden:

@@ -11,8 +11,9 @@ trims the chat messages), so the model must not also see them raw.
 ``rolled_through`` is hidden. It runs **after** ``filter_compacted`` (the
 compaction boundary), on the history it left, so compaction and rolling
 compose: either may cut first and the other then sees the shorter history (a
-compaction summarizes only what the cut left; a rolling that went past a
-boundary hides the compaction messages too). Message ids sort by creation
+compaction summarizes only what the cut left; a rolling that holds all a
+compaction summarized hides the compaction's messages too:
+:func:`passed_boundaries`). Message ids sort by creation
 (``sessions.ids``), so the cut is a prefix of the session by id.
 
 The cut is a projection rule like the others: nothing leaves the log (the chat
@@ -53,8 +54,39 @@ def rolled_through(blocks: Mapping[str, Mapping[str, Any]]) -> str | None:
 
 
 def drop_rolled(history: Iterable[Item], through: str | None) -> list[Item]:
-    """``history`` without the messages whose id is ``<= through`` (order kept)."""
+    """``history`` without the messages whose id is ``<= through``, and without the
+    compactions the cut passed (:func:`passed_boundaries`); order kept."""
     items = list(history)
     if through is None:
         return items
-    return [item for item in items if str(item["info"]["id"]) > through]
+    passed = passed_boundaries(items, through)
+    return [
+        item
+        for item in items
+        if str(item["info"]["id"]) > through and str(item["info"]["id"]) not in passed
+    ]
+
+
+def passed_boundaries(history: Iterable[Mapping[str, Any]], through: str) -> set[str]:
+    """The ids of the compaction messages (the request and its summary) whose summarized
+    turns the rolled cut ``through`` holds: its kept tail starts at or before the cut, or
+    (no tail kept) the cut is past the request. Their ids are newer than the turns they
+    summarize, so the cut by id kept them, and a turn rolled after a compaction reached
+    the model twice, in the compaction's summary and in the block's (QA)."""
+    items = list(history)
+    passed: set[str] = set()
+    for item in items:
+        message_id = str(item["info"]["id"])
+        for part in item["parts"]:
+            if part.get("type") != "compaction":
+                continue
+            tail = part.get("tail_start_id")
+            if (tail and str(tail) <= through) or message_id <= through:
+                passed.add(message_id)
+    if passed:
+        passed.update(
+            str(item["info"]["id"])
+            for item in items
+            if item["info"].get("summary") and str(item["info"].get("parent_id")) in passed
+        )
+    return passed

@@ -55,8 +55,17 @@ def test_a_compaction_first_then_a_rolling_past_its_boundary():
     history += [user("m09"), reply("m10", "m09")]
     # rolled through m08: the boundary (and its kept tail) are behind the cut too
     assert visible(history, "m08") == ["m09", "m10"]
-    # rolled through m03 only: the boundary stands, the cut takes the tail's first message
-    assert visible(history, "m03") == ["m05", "m06", "m04", "m07", "m08", "m09", "m10"]
+    # rolled through m03, the kept tail's first message: the block holds all that the
+    # summary summarized (m01-m02), so the summary leaves too (QA: the model read m01-m02
+    # twice, in the compaction's summary and in the block's)
+    assert visible(history, "m03") == ["m04", "m07", "m08", "m09", "m10"]
+    # rolled through m02 only, short of the tail: the boundary stands
+    assert visible(history, "m02") == ["m05", "m06", "m03", "m04", "m07", "m08", "m09", "m10"]
+    # no tail kept: the summary leaves once the cut is past its request
+    no_tail = [*OLD, user("m05", compaction={"tail_start_id": None})]
+    no_tail += [reply("m06", "m05", summary=True), user("m07"), reply("m08", "m07")]
+    assert visible(no_tail, "m04") == ["m05", "m06", "m07", "m08"]
+    assert visible(no_tail, "m07") == ["m08"]
 
 
 def test_the_block_in_force_names_the_cut():
@@ -193,10 +202,15 @@ def test_compaction_then_a_rolling_past_the_boundary_from_the_store(session):
     history, start = read_history(session, reply_id(session, later[1]))
     assert start == reply_id(session, later[1])
     assert len(history) == 3  # the rolled reply itself, and turn 5
-    # rolled only into the kept tail: the boundary stands
+    # rolled into the kept tail: all the summary summarized is rolled, and it leaves too
     roll(session, prompts[2])
-    assert contents(session)[1:] == ["COMPACTED", "answer 2", "ask 3", "answer 3", "ask 4",
-                                     "answer 4", "ask 5", "answer 5"]  # fmt: skip
+    assert contents(session) == ["answer 2", "ask 3", "answer 3", "ask 4", "answer 4", "ask 5",
+                                 "answer 5"]  # fmt: skip
+    assert_every_derivation_agrees(session)
+    # rolled short of the kept tail: the boundary stands
+    roll(session, prompts[1])
+    assert contents(session)[1:] == ["COMPACTED", "ask 2", "answer 2", "ask 3", "answer 3",
+                                     "ask 4", "answer 4", "ask 5", "answer 5"]  # fmt: skip
     assert_every_derivation_agrees(session)
 
 
