@@ -71,7 +71,9 @@ logger = logging.getLogger(__name__)
 # as the lists grow (each snapshot packed them whole: O(n) per snapshot).
 # 5: the blocks' keys in canonical order (``sessions.log.in_canonical_order``); a
 # version 4 snapshot on PostgreSQL holds them in jsonb's order.
-VERSION = 5
+# 6: the rolled cut also hides the compactions it holds all of
+# (``rolled.passed_boundaries``): a version 5 ``order`` may still show their summaries.
+VERSION = 6
 MAGIC = b"FCS" + bytes([VERSION])
 LEVEL = 1  # zlib: the fastest level; the text compresses ~10x at it already
 MAX_CHUNKS = 16  # of a kind; more, and the newest two merge whatever their sizes
