@@ -69,6 +69,16 @@ def test_plain_output_names_what_was_rolled(cores):
     assert "1 candidate cores: 1 rolled" in text
 
 
+def test_a_keep_over_the_threshold_is_capped_and_said(cores):
+    """QA (LOW): ``--keep 50`` rolled with keep at ``threshold - 1`` and said nothing."""
+    err = io.StringIO()
+    call_command(
+        "roll_dialogs", "--once", "--threshold", "4", "--keep", "50", "--dry-run",
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert "--keep 50 is capped at 3 (--threshold - 1)" in err.getvalue()
+
+
 def test_dry_run_writes_nothing(cores):
     before = counts()
     report = json.loads(run("--dry-run", "--json", "--threshold", "2", "--idle-after", "0.001"))

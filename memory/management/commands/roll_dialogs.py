@@ -58,6 +58,11 @@ class Command(BaseCommand):
             )
         except InvalidRollingOption as exc:
             raise CommandError(_option_message(str(exc))) from None
+        if options["keep"] is not None and rolling.keep < options["keep"]:
+            self.stderr.write(
+                f"--keep {options['keep']} is capped at {rolling.keep} (--threshold - 1): a "
+                "rolling leaves at most that many messages unrolled"
+            )
         interval = options["interval"]
         if not math.isfinite(interval) or not 0 < interval <= MAX_INTERVAL:
             # (NaN passed ``<= 0`` and swept ~500 times a second; inf failed in wait())
