@@ -32,6 +32,7 @@ from django.db import connection
 
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
+from accounts.times import format_time
 from forge.models import NANOS
 
 from . import selectors, services
@@ -54,7 +55,8 @@ class BudgetExceeded(ForgeError):
 
     @property
     def extra(self) -> dict[str, object]:
-        extra: dict[str, object] = {"resets_at": self.resets_at.isoformat().replace("+00:00", "Z")}
+        # A wire time as every other (CONTRACT §2: milliseconds); it lacked them (QA).
+        extra: dict[str, object] = {"resets_at": format_time(self.resets_at)}
         if self.running:
             extra["running"] = self.running
         return extra

@@ -35,7 +35,7 @@ def test_http_refuses_with_429_and_when_it_resets(api, spent):
     assert response.status_code == 429
     error = response.json()["error"]
     assert error["code"] == "budget_exceeded"
-    assert error["resets_at"].endswith("T00:00:00Z")
+    assert error["resets_at"].endswith("T00:00:00.000Z")  # a wire time, milliseconds too
     assert "100 tokens" in error["message"]
     assert int(response["Retry-After"]) > 0
     assert events(spent) == before  # nothing written
