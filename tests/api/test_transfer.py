@@ -715,3 +715,35 @@ def test_exporting_a_log_that_does_not_verify_writes_it_and_fails(compacted, tmp
     with pytest.raises(CommandError):  # to standard output, the same
         call_command("export_session", compacted.pk)
     assert len(capsys.readouterr().out.splitlines()) == len(lines)
+
+
+@pytest.mark.django_db(transaction=True)  # committed: the command runs in its own process
+def test_export_to_a_pipe_closed_early_is_no_traceback(compacted):
+    """QA (LOW): ``export_session ID | head -1`` printed a ``BrokenPipeError`` traceback.
+    A reader that stops early is not an error of the export: nothing on stderr."""
+    import subprocess
+    import sys
+
+    from tests.live import server_env
+
+    message = Message.objects.filter(session=compacted).order_by("id").first()
+    assert message is not None
+    for _ in range(8):  # past a pipe's buffer (64 KiB), so that writing meets the close
+        services.update_part(
+            session=compacted, part={"message_id": message.pk, "type": "text", "text": "x" * 50_000}
+        )
+    root = Path(__file__).resolve().parents[2]
+    export = subprocess.Popen(
+        [sys.executable, "manage.py", "export_session", compacted.pk],
+        cwd=root,
+        env=server_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert export.stdout is not None
+    export.stdout.readline()  # the header, as head -1 reads it
+    export.stdout.close()
+    _, err = export.communicate(timeout=60)
+    assert b"no session" not in err  # it read the test's database
+    assert b"Traceback" not in err, err.decode()
+    assert b"BrokenPipeError" not in err

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import sys
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -36,8 +38,15 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot write {path}: {exc}") from None
             self.stderr.write(f"exported {session.pk} to {path}")
         else:
-            for line in lines:
-                self.stdout.write(line, ending="")
+            try:
+                for line in lines:
+                    self.stdout.write(line, ending="")
+                self.stdout.flush()
+            except BrokenPipeError:
+                # The reader stopped early (``| head``): not the export's error. Python
+                # would report the pipe again when it flushes stdout at exit.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return
         problems = selectors.verify_log(tenant=session.tenant, session=session)
         if problems:
             first = problems[0]
