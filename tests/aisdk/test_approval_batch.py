@@ -45,18 +45,23 @@ SCRIPT = [
 ]
 
 
-@pytest.fixture
-def two_asks(tmp_path: Path, agents: Any) -> Any:
+def two_asks_daphne(tmp_path: Path, name: str, **env: str) -> Any:
     """A daphne whose model makes one step with two ``list_files`` calls, both asked."""
     path = tmp_path / "script.json"
     path.write_text(json.dumps(SCRIPT))
-    with daphne(
+    return daphne(
         tmp_path,
-        "two",
+        name,
         FORGE_MODEL="offline/script",
         FORGE_SCRIPT=str(path),
         FORGE_TOOL_APPROVAL=json.dumps({"list_files": "ask"}),
-    ) as live:
+        **env,
+    )
+
+
+@pytest.fixture
+def two_asks(tmp_path: Path, agents: Any) -> Any:
+    with two_asks_daphne(tmp_path, "two") as live:
         yield live
 
 
@@ -98,13 +103,18 @@ def answers(chat_id: str, message_id: str, parts: list[dict[str, Any]]) -> dict[
 
 
 def answered(
-    live: LiveServer, token: str, chat_id: str, asked: Chunks, parts: list[dict[str, Any]]
+    live: LiveServer,
+    token: str,
+    chat_id: str,
+    asked: Chunks,
+    parts: list[dict[str, Any]],
+    timeout: float = 60,
 ) -> Chunks:
     """Post the answer request of ``parts`` for the reply ``asked`` read, and read the
     rest of that reply (200) into the same UI message."""
     body = answers(chat_id, str(asked.ui.id), parts)
     with httpx.stream(
-        "POST", f"{live.url}/api/chat", json=body, headers=headers(token), timeout=60
+        "POST", f"{live.url}/api/chat", json=body, headers=headers(token), timeout=timeout
     ) as response:
         assert response.status_code == 200, response.read()
         reader = Chunks(response)
@@ -206,27 +216,12 @@ def test_denying_one_call_while_another_waits_ends_the_stream_at_once(
     and took no lease, so no ``idle`` status came, and the answer's stream stayed open
     until the next heartbeat (15 s by default) noticed the reply was suspended. The
     answers publish the session's ``idle`` then; the stream ends with the denial."""
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    with daphne(
-        tmp_path,
-        "slowbeat",
-        FORGE_MODEL="offline/script",
-        FORGE_SCRIPT=str(path),
-        FORGE_TOOL_APPROVAL=json.dumps({"list_files": "ask"}),
-        FORGE_SSE_HEARTBEAT="600",  # no heartbeat ends it here
-    ) as live:
+    # No heartbeat ends the stream here: without the fix, a read timeout (30 s).
+    with two_asks_daphne(tmp_path, "slowbeat", FORGE_SSE_HEARTBEAT="600") as live:
         chat = "denyone"
         asked = ask(live, token, chat)
         asked.ui.respond("call_b", False)
-        body = answers(chat, str(asked.ui.id), [responded("call_b", False)])
-        with httpx.stream(
-            "POST", f"{live.url}/api/chat", json=body, headers=headers(token), timeout=30
-        ) as response:
-            assert response.status_code == 200, response.read()
-            reader = Chunks(response)
-            reader.ui = asked.ui
-            reader.rest()  # a read timeout (30 s) without the fix
+        reader = answered(live, token, chat, asked, [responded("call_b", False)], timeout=30)
     assert reader.ui.finish_reason == "tool-calls"
     shown = {p.get("toolCallId"): p for p in reader.ui.parts if p.get("toolCallId")}
     assert shown["call_b"]["state"] == "output-denied"

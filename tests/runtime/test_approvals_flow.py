@@ -209,22 +209,30 @@ async def test_a_turn_after_an_expiry_runs_to_its_end_beside_the_janitor(
     ]
 
 
-async def test_a_turn_going_on_after_an_expiry_can_be_aborted_from_the_server_loop(
-    session, agents, settings, script, user
-):
-    """Its task belongs to the continuations loop: the abort stops it there, thread-safely,
-    and waits for its end from here."""
-    from forge.runtime import abort_turn
+async def _going_on_after_expiry(session: Any, settings: Any, script: Any) -> Any:
+    """A call that expires, the janitor's sweep, and the task of the turn that goes on
+    (10 s of reply) in the continuations loop, not this one."""
     from tests.replies import paced, words
 
     settings.FORGE_APPROVAL_TIMEOUT = 0.2
     await _suspended(
         session, settings, script, [tool_reply("write_file", WRITE), paced(words(100), 0.1)]
     )
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # past the expiry (a timestamp, not a timing assertion)
     assert await asyncio.to_thread(_sweep) == 1
     task = await _until(lambda: asyncio.sleep(0, running_turn(session.pk)))
     assert task.get_loop() is not asyncio.get_running_loop()
+    return task
+
+
+async def test_a_turn_going_on_after_an_expiry_can_be_aborted_from_the_server_loop(
+    session, agents, settings, script, user
+):
+    """Its task belongs to the continuations loop: the abort stops it there, thread-safely,
+    and waits for its end from here."""
+    from forge.runtime import abort_turn
+
+    task = await _going_on_after_expiry(session, settings, script)
     await abort_turn(session=session)
     assert task.done()
     reply = await _finished(session)
@@ -239,17 +247,9 @@ async def test_a_stopping_server_ends_a_turn_going_on_after_an_expiry(
     expiry, in the continuations loop (a daemon thread), died with the process mid-reply,
     the reply open and the session busy until its lease expired (QA, carried)."""
     from forge.runtime.shutdown import _stop_turns
-    from tests.replies import paced, words
 
-    settings.FORGE_APPROVAL_TIMEOUT = 0.2
     settings.FORGE_SHUTDOWN_GRACE = 0
-    await _suspended(
-        session, settings, script, [tool_reply("write_file", WRITE), paced(words(100), 0.1)]
-    )
-    await asyncio.sleep(0.3)
-    assert await asyncio.to_thread(_sweep) == 1
-    task = await _until(lambda: asyncio.sleep(0, running_turn(session.pk)))
-    assert task.get_loop() is not asyncio.get_running_loop()
+    task = await _going_on_after_expiry(session, settings, script)
     await _stop_turns()
     assert task.done()
     reply = await _finished(session)
