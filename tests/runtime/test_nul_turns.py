@@ -130,9 +130,10 @@ async def test_a_tool_name_and_a_provider_error_with_nul_are_stored_with_u_fffd(
     await run(session, "go")
     reply = reply_of(await ahistory(session))
     part = tool_part(reply)
-    assert part["tool"] == "rm\ufffdrf"
+    # No function can have that name: logged as invalid_tool, the error naming it.
+    assert part["tool"] == "invalid_tool"
     assert part["state"]["status"] == "error"
-    assert "unknown tool" in part["state"]["error"]
+    assert "unknown tool 'rm\ufffdrf'" in part["state"]["error"]
     assert reply["info"]["error"]["name"] == "API\ufffdError"
     assert reply["info"]["error"]["message"] == "upstream said \ufffd"
 
@@ -217,7 +218,8 @@ async def test_a_models_lone_surrogates_become_u_fffd_and_the_reply_completes(
     reply_item = reply_of(await ahistory(session))
     assert texts(reply_item) == ["smile \U0001f600 done bad \ufffd half", "then \ufffd"]
     assert texts(reply_item, "reasoning") == ["hmm \ufffd"]
-    assert tool_part(reply_item)["tool"] == "rm\ufffdrf"
+    assert tool_part(reply_item)["tool"] == "invalid_tool"
+    assert "unknown tool 'rm\ufffdrf'" in tool_part(reply_item)["state"]["error"]
     assert reply_item["info"]["completed_at"] is not None
     assert "down \ufffd (after part" in reply_item["info"]["error"]["message"]
     streamed = "".join(f["delta"] for f in frames if f["kind"] == "delta")
