@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
@@ -58,53 +57,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
-
-
-# Floats whose canonical text PostgreSQL's ``jsonb`` does not give back: it stores a
-# number as ``numeric``, so ``1e+20`` (Python writes an exponent from 1e16 on) reads back
-# as the integer 100000000000000000000, and ``-0.0`` as ``0.0``. Their event's hash,
-# over the text as written, then no longer matched what the log read back (QA, HIGH).
-_EXPONENT_FROM = 1e16
-
-
-def _unstored(number: float) -> bool:
-    return abs(number) >= _EXPONENT_FROM or (number == 0.0 and math.copysign(1.0, number) < 0)
-
-
-def may_hold_unstored_number(text: str) -> bool:
-    """Whether the canonical JSON ``text`` may hold such a float (a cheap test of the
-    text, for the append path: only then is the value walked)."""
-    return "e+" in text or "-0.0" in text
-
-
-def unstored_number(value: Any, path: str = "data") -> str | None:
-    """The path of the first float in ``value`` that ``jsonb`` would not give back as
-    :func:`canonical_json` writes it (None: none)."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, float):
-            if _unstored(item):
-                return where
-        elif isinstance(item, Mapping):
-            stack.extend((child, f"{where}.{key}") for key, child in item.items())
-        elif isinstance(item, list | tuple):
-            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
-    return None
-
-
-def with_stored_numbers(value: Any) -> Any:
-    """``value`` with each float :func:`unstored_number` finds written as ``jsonb`` gives
-    it back, on every engine (a log reads the same on both): a float of 1e16 or more is
-    the integer it is (every such double is one), ``-0.0`` is ``0.0``. Same numbers,
-    text that survives the round trip."""
-    if isinstance(value, float) and _unstored(value):
-        return 0.0 if value == 0.0 else int(value)
-    if isinstance(value, Mapping):
-        return {key: with_stored_numbers(child) for key, child in value.items()}
-    if isinstance(value, list | tuple):
-        return [with_stored_numbers(child) for child in value]
-    return value
 
 
 def in_canonical_order(value: Any) -> Any:

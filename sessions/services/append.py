@@ -27,13 +27,16 @@ from ..log import (
     chain_hash_text,
     event_body,
     format_time,
-    may_hold_unstored_number,
     now_ms,
+)
+from ..models import Session, SessionEvent, row_held_keys
+from ..shapes import (
+    may_hold_unstored_number,
+    nul_path,
+    surrogate_path,
     unstored_number,
     with_stored_numbers,
 )
-from ..models import Session, SessionEvent, row_held_keys
-from ..shapes import nul_path, surrogate_path
 
 Build = Callable[[sql.Head], tuple[str, dict[str, Any]]]
 

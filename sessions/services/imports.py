@@ -21,7 +21,6 @@ from ..log import (
     LOG_VERSION,
     format_time,
     parse_time,
-    unstored_number,
     verify_chain,
 )
 from ..models import Message, Part, Session, SessionEvent
@@ -32,6 +31,7 @@ from ..shapes import (
     normalize_part,
     nul_path,
     surrogate_path,
+    unstored_number,
     v_time,
 )
 from ..signals import history_copied, session_imported
