@@ -7,6 +7,8 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import lookups
         from .tokens import hide_keys
 
         hide_keys()
+        lookups.install()

@@ -4,8 +4,10 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin
-from django.http import Http404, HttpRequest, HttpResponse
+from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -16,16 +18,19 @@ from accounts.admin import BoundedSearchAdmin, RelatedOnlyFilter, TenantScopedAd
 from forge.context import COMPACTION_PROMPT, request_for
 from forge.context.compacted import filter_compacted
 from forge.context.pruning import PLACEHOLDER_START, is_pruned
-from forge.context.rolled import drop_rolled, rolled_through
+from forge.context.rolled import drop_rolled, rolled_kept, rolled_through
+from forge.errors import SessionBusy, UnknownModel
 from forge.params import parse_seq
+from forge.providers import check_model
 from forge.tools import all_tools
 from sessions import selectors
 from sessions.admin import SessionAdmin
-from sessions.exceptions import InvalidCursor
+from sessions.exceptions import InvalidCursor, NotFound
 from sessions.models import Session
 from sessions.projector import fold_context
 
 from .models import Agent, PendingApproval, SessionLease
+from .runtime import lease
 from .tools.mcp.spec import MASK, McpSpecError, has_mask, parse_servers, redacted, with_secrets_kept
 from .usage import admin as usage_admin  # noqa: F401 - registers Usage and Budget
 
@@ -67,6 +72,15 @@ class AgentForm(forms.ModelForm):
         # refused.
         if self.instance.pk is not None:
             self.initial["mcp_servers"] = redacted(self.instance.mcp_servers)
+
+    def clean_model(self) -> str:
+        model = str(self.cleaned_data.get("model") or "").strip()
+        if model:
+            try:
+                check_model(model)
+            except UnknownModel as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return model
 
     def clean_mcp_servers(self) -> Any:
         value = self.cleaned_data.get("mcp_servers")
@@ -197,7 +211,54 @@ class PendingApprovalAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
 class ContextSessionAdmin(SessionAdmin):
     """The session's admin page, with "what the model sees": the derived request at the
-    head or at a seq the operator picks, hidden and pruned items marked."""
+    head or at a seq the operator picks, hidden and pruned items marked.
+
+    Deleting goes through the runtime's lease (``lease.delete_session``), as the API's
+    ``DELETE`` does: a session running a turn is not deleted (the store's admin deleted
+    it under the turn, whose reply was then counted nowhere; QA)."""
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        try:  # (the view's transaction, its LogEntry included, rolls back)
+            return super().delete_view(request, object_id, extra_context)
+        except SessionBusy as exc:
+            self.message_user(request, f"Not deleted: {exc}.", messages.ERROR)
+            change = reverse("admin:forge_sessions_session_change", args=[object_id])
+            return HttpResponseRedirect(change)
+        except NotFound:  # deleted meanwhile (another operator, the API)
+            self.message_user(request, "That session was deleted meanwhile.", messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:forge_sessions_session_changelist"))
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """Django's bulk delete, over the selected sessions that run no turn: it logs and
+        counts every selected row before deleting, so busy ones were reported deleted
+        beside the error saying they were not (review)."""
+        actions: dict[str, Any] = super().get_actions(request)
+        found = actions.get("delete_selected")
+        if found is not None:
+            actions["delete_selected"] = (_delete_idle_sessions, found[1], found[2])
+        return actions
+
+    def delete_model(self, request: HttpRequest, obj: Session) -> None:
+        lease.delete_session(session=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        """Each session that runs no turn; those that do stay, and the operator is told."""
+        busy = []
+        for session in queryset:
+            try:
+                lease.delete_session(session=session)
+            except SessionBusy:
+                busy.append(session.pk)
+            except NotFound:  # deleted meanwhile
+                pass
+        if busy:
+            self.message_user(
+                request,
+                f"Not deleted, running a turn (wait for it or abort it): {', '.join(busy)}.",
+                messages.ERROR,
+            )
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [*super().get_fields(request, obj), "model_view"]
@@ -244,7 +305,7 @@ class ContextSessionAdmin(SessionAdmin):
         )
         compacted = filter_compacted(history)
         through = rolled_through(blocks)
-        visible = drop_rolled(compacted, through)
+        visible = drop_rolled(compacted, through, rolled_kept(blocks))
         pruned = [
             {"tool": p.get("tool"), "id": p.get("id")}
             for item in visible
@@ -291,6 +352,25 @@ class ContextSessionAdmin(SessionAdmin):
             else None,
         )
         return TemplateResponse(request, "admin/forge_sessions/session/context.html", context)
+
+
+def _delete_idle_sessions(
+    modeladmin: ContextSessionAdmin, request: HttpRequest, queryset: QuerySet[Session]
+) -> Any:
+    running = set(
+        SessionLease.objects.filter(
+            session__in=queryset, expires_at__gt=timezone.now()
+        ).values_list("session_id", flat=True)
+    )
+    if running:
+        modeladmin.message_user(
+            request,
+            "Left out, running a turn (wait for it or abort it): "
+            + ", ".join(sorted(running))
+            + ".",
+            messages.WARNING,
+        )
+    return delete_selected(modeladmin, request, queryset.exclude(pk__in=running))
 
 
 admin.site.unregister(Session)

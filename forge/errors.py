@@ -92,9 +92,19 @@ class Conflict(ForgeError):
 
 
 class SessionBusy(Conflict):
-    """The session runs a turn already (one turn at a time per session)."""
+    """The session runs a turn already (one turn at a time per session). ``retry_after``
+    (seconds) when the lease's holder is taken for dead: when its lease expires and the
+    session can be taken over (a live holder's turn ends when it ends: no hint)."""
 
     code = "busy"
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def extra(self) -> dict[str, object]:
+        return {} if self.retry_after is None else {"retry_after": self.retry_after}
 
 
 class NotRunning(Conflict):

@@ -1,5 +1,5 @@
-"""Forge's middleware: the tenants a request may see, and the Content-Security-Policy
-response header of Forge's own pages.
+"""Forge's middleware: the tenants a request may see, the Content-Security-Policy
+response header of Forge's own pages, and no caching of private responses.
 
 The header:
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils.cache import patch_cache_control
 
 from accounts import tenancy
 from accounts.models import Membership
@@ -43,6 +44,23 @@ class ContentSecurityPolicyMiddleware:
             and not request.path.startswith(tuple(settings.FORGE_CSP_EXEMPT))
         ):
             response["Content-Security-Policy"] = policy(request)
+        return response
+
+
+class PrivateResponsesMiddleware:
+    """``Cache-Control: no-store, private`` on every dynamic response that says nothing
+    of caching: the chat page (the user's name, a CSRF token), the API's sessions,
+    messages, exports and memory. Browsers kept them in the back/forward cache after a
+    logout, and a misconfigured shared cache could keep them (QA); the admin and login
+    pages already said so. Static files never reach this (WhiteNoise answers first)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if "Cache-Control" not in response:
+            patch_cache_control(response, no_store=True, private=True)
         return response
 
 

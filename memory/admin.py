@@ -24,6 +24,7 @@ from accounts.admin import ReadOnlyAdmin, RelatedOnlyFilter, TenantScopedAdmin
 from . import selectors, services
 from .exceptions import MemoryStoreError
 from .models import DialogueMessage, MemoryCore, MemoryMessage, MemorySlice, MemoryUnit
+from .rolling.options import RollingOptions
 from .times import format_time
 
 UNIT_MESSAGES_SHOWN = 500
@@ -217,6 +218,8 @@ class MemoryCoreAdmin(TenantScopedAdmin, admin.ModelAdmin):
                     f"Core {core.pk}: {outcome.error['code']}: {outcome.error['message']}",
                     messages.ERROR,
                 )
+            elif outcome.status == "not_due":  # forced: nothing past what rolling keeps
+                self.message_user(request, _not_rolled(core), messages.INFO)
             else:
                 self.message_user(
                     request, f"Core {core.pk}: {outcome.status.replace('_', ' ')}", messages.INFO
@@ -440,3 +443,23 @@ class DialogueMessageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     @admin.display(description="text")
     def text_brief(self, obj: DialogueMessage) -> str:
         return _brief(obj.text)
+
+
+def _not_rolled(core: MemoryCore) -> str:
+    """Why a core asked to roll now was not (QA: "not due" said nothing): a forced
+    rolling leaves the newest ``keep`` messages, and never splits a turn."""
+    count = MemoryCore.objects.filter(pk=core.pk).values_list("window_count", flat=True).first()
+    keep = RollingOptions.build().keep
+    if not count:
+        return f"Core {core.pk}: not rolled: its window is empty"
+    held = f"its window holds {count} message{'s' if count != 1 else ''}"
+    if count <= keep:
+        return (
+            f"Core {core.pk}: not rolled: {held}, and rolling keeps the newest {keep} "
+            "(FORGE_MEMORY_ROLL_KEEP)"
+        )
+    return (
+        f"Core {core.pk}: not rolled: {held}; rolling keeps the newest {keep} "
+        "(FORGE_MEMORY_ROLL_KEEP) and never splits a turn, and the turn they begin in "
+        "holds the older ones"
+    )

@@ -290,6 +290,30 @@ def last_rolled_message(
     return newest
 
 
+def rolled_among(
+    *, tenant: Tenant, core: MemoryCore, messages: Sequence[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Those of ``messages`` (``(session id, message id)`` pairs) that the core has
+    rolled (one of its units holds them). One read of the index ``memorymessage_session``
+    per session and 500 ids."""
+    if core.tenant_id != tenant.pk:
+        raise NotFound(f"no memory core {core.pk!r}")
+    by_session: dict[str, list[str]] = defaultdict(list)
+    for session_id, message_id in messages:
+        by_session[session_id].append(message_id)
+    rolled: set[tuple[str, str]] = set()
+    for session_id, ids in by_session.items():
+        for start in range(0, len(ids), 500):
+            found = MemoryMessage.objects.filter(
+                tenant=tenant,
+                unit__core=core,
+                session_id=session_id,
+                message_id__in=ids[start : start + 500],
+            ).values_list("message_id", flat=True)
+            rolled.update((session_id, message_id) for message_id in found)
+    return rolled
+
+
 def history_block(
     *, core: MemoryCore, unit: MemoryUnit, newest_first: list[MemorySlice], older: bool = False
 ) -> dict[str, Any]:

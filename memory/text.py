@@ -8,11 +8,14 @@ slices for the same query, and a query is cut exactly as the documents were.
 How a text becomes tokens:
 
 1. **Fold.** NFKC (full-width letters and digits become ASCII, half-width
-   katakana full-width), case folded, and diacritics removed from every letter
-   outside the CJK scripts (``café`` → ``cafe``, ``Ångström`` → ``angstrom``);
-   kana and Hangul keep their marks (``が`` is not ``か``).
+   katakana full-width), case folded, and diacritics (every mark) removed from every
+   letter outside the paired scripts below (``café`` → ``cafe``, ``Ångström`` →
+   ``angstrom``, ``किताब`` → ``कतब``); letters that have no decomposition become
+   their plain letters (``søren`` → ``soren``, ``æsir`` → ``aesir``, ``łódź`` →
+   ``lodz``); kana and Hangul keep their marks (``が`` is not ``か``).
 2. **Cut** into runs of letters and digits. A run of CJK characters (Han,
-   hiragana, katakana, Hangul) gives its **unigrams** and its overlapping
+   hiragana, katakana, Hangul), or of a script written without spaces (Thai, Lao,
+   Myanmar, Khmer: their marks kept), gives its **unigrams** and its overlapping
    **bigrams**, in documents and in queries: ``我昨天喝了咖啡`` holds ``咖啡``;
    a bigram, rarer, weighs more, and the unigrams let a paraphrase that shares
    characters but no pair still match (and a one-character query find a word
@@ -61,8 +64,52 @@ _CJK_RANGES = (
     "\uf900-\ufaff"
     "\U00020000-\U0003134f"
 )
-_RUN = re.compile(rf"([{_CJK_RANGES}]+)|((?:(?![{_CJK_RANGES}])[^\W_])+)")
-_CJK_CHAR = re.compile(rf"[{_CJK_RANGES}]")
+# Scripts of South and South-East Asia written without spaces between words: Thai, Lao,
+# Myanmar (and its extensions), Khmer (and its symbols), Tai Le, New Tai Lue, Buginese,
+# Tai Tham, Balinese, Javanese, Tai Viet. Cut into pairs as CJK is, their vowel and tone
+# marks kept (QA: a Thai mark, not a letter, cut the run it stood in, and a word was not
+# found inside a sentence); their punctuation and symbols end a run (``_Fold``).
+_NO_SPACE_RANGES = (
+    "\u0e00-\u0e7f"
+    "\u0e80-\u0eff"
+    "\u1000-\u109f"
+    "\u1780-\u17ff"
+    "\u1950-\u197f"
+    "\u1980-\u19df"
+    "\u19e0-\u19ff"
+    "\u1a00-\u1a1f"
+    "\u1a20-\u1aaf"
+    "\u1b00-\u1b7f"
+    "\ua980-\ua9df"
+    "\ua9e0-\ua9ff"
+    "\uaa60-\uaa7f"
+    "\uaa80-\uaadf"
+)
+_NO_SPACE_CHAR = re.compile(f"[{_NO_SPACE_RANGES}]")
+_PAIRED_RANGES = _CJK_RANGES + _NO_SPACE_RANGES
+_RUN = re.compile(rf"([{_PAIRED_RANGES}]+)|((?:(?![{_PAIRED_RANGES}])[^\W_])+)")
+_CJK_CHAR = re.compile(rf"[{_PAIRED_RANGES}]")
+
+# Latin letters with no Unicode decomposition, as their plain letters (QA: "Soren" did
+# not find "Søren"); after case folding, so lower case only.
+_PLAIN_LETTERS = str.maketrans(
+    {
+        "ø": "o",
+        "ł": "l",
+        "đ": "d",
+        "ð": "d",
+        "æ": "ae",
+        "œ": "oe",
+        "þ": "th",
+        "ħ": "h",
+        "\u0131": "i",  # dotless i
+        "ŧ": "t",
+        "ŀ": "l",
+        "ƀ": "b",
+        "ɨ": "i",
+        "ʉ": "u",
+    }
+)
 
 # English stop words (the Snowball list PostgreSQL's ``english`` configuration uses).
 _STOP_WORDS = """
@@ -87,12 +134,16 @@ class _Fold(dict[int, str]):
 
     def __missing__(self, code: int) -> str:
         char = chr(code)
-        if _CJK_CHAR.match(char):
+        if _NO_SPACE_CHAR.match(char) and unicodedata.category(char)[0] in "PSZ":
+            folded = " "  # (``။``, ``฿``: a query of them alone has no tokens)
+        elif _CJK_CHAR.match(char):
             folded = char
         else:
+            # Every mark goes, spacing ones too (a Devanagari vowel sign, not a letter,
+            # cut the word it stood in into letters: QA).
             decomposed = unicodedata.normalize("NFKD", char)
-            folded = "".join(c for c in decomposed if not unicodedata.combining(c))
-            folded = unicodedata.normalize("NFC", folded)
+            folded = "".join(c for c in decomposed if unicodedata.category(c)[0] != "M")
+            folded = unicodedata.normalize("NFC", folded).translate(_PLAIN_LETTERS)
         self[code] = folded
         return folded
 
@@ -241,15 +292,19 @@ def locate(text: str, wanted: set[str] | frozenset[str]) -> tuple[int, int] | No
     def span(first: int, last: int) -> tuple[int, int]:
         return (first, last + 1) if where is None else (where[first], where[last] + 1)
 
+    # A word or a pair first, wherever it is: a single character (a Thai mark, 的) is
+    # everywhere, and a snippet around its first place missed the match (review).
+    single = None
     for cjk, run, start in _runs(folded):
         if cjk:
             for i in range(len(run)):
-                for size in (2, 1):
-                    if i + size <= len(run) and run[i : i + size] in wanted:
-                        return span(start + i, start + i + size - 1)
+                if i + 2 <= len(run) and run[i : i + 2] in wanted:
+                    return span(start + i, start + i + 1)
+                if single is None and run[i] in wanted:
+                    single = span(start + i, start + i)
         elif _word(run) in wanted:
             return span(start, start + len(run) - 1)
-    return None
+    return single
 
 
 def has_cjk(text: str) -> bool:

@@ -149,8 +149,9 @@ def verify_chain(
             return problems
         if session_id is not None and event.get("session_id") != session_id:
             problems.append(ChainProblem(seq, "event belongs to another session"))
-        if event.get("type") not in EVENT_TYPES:
-            problems.append(ChainProblem(seq, f"unknown event type {event.get('type')!r}"))
+        kind = event.get("type")
+        if not isinstance(kind, str) or kind not in EVENT_TYPES:  # (a dict: unhashable)
+            problems.append(ChainProblem(seq, f"unknown event type {repr(kind)[:200]}"))
         body = event_body(
             seq=seq,
             id=event.get("id", ""),

@@ -190,14 +190,24 @@ def rolled_through_moved(
     its summaries stand for) named in the copy's ids: the copy's newest message whose
     original is at or before it (``new_ids``: original id -> copy's id, both in creation
     order). Left as it was, it named the original's message, older than every copied
-    one, so the copy showed the rolled turns raw and summarized at once."""
+    one, so the copy showed the rolled turns raw and summarized at once. The messages it
+    keeps in view below the cut (``rolled_kept``: other agents' and speakers') are named
+    in the copy's ids too, those not copied left out."""
     moved = []
     for block in blocks:
         through = block.get("rolled_through")
         if (block.get("kind"), block.get("key")) != ROLLED_BLOCK or not isinstance(through, str):
             continue
         covered = [original for original in new_ids if original <= through]
-        moved.append({**block, "rolled_through": new_ids[max(covered)] if covered else None})
+        cut = new_ids[max(covered)] if covered else None
+        renamed = {**block, "rolled_through": cut}
+        renamed.pop("rolled_kept", None)
+        kept = block.get("rolled_kept")
+        if cut is not None and isinstance(kept, list):
+            copies = [new_ids[k] for k in kept if isinstance(k, str) and k in new_ids]
+            if copies:
+                renamed["rolled_kept"] = copies
+        moved.append(renamed)
     return moved
 
 

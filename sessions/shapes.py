@@ -231,16 +231,16 @@ def v_opt_time(path: str, value: Any) -> str | None:
 MAX_DEPTH = 64
 
 
-def too_deep(value: Any) -> bool:
-    """Whether ``value`` nests objects and lists deeper than :data:`MAX_DEPTH` (iterative:
-    no recursion of its own)."""
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests objects and lists deeper than ``limit`` (iterative: no
+    recursion of its own)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         children = item.values() if isinstance(item, Mapping) else item
         if not isinstance(item, Mapping | list | tuple):
             continue
-        if depth > MAX_DEPTH:
+        if depth > limit:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
@@ -344,10 +344,15 @@ def v_opt_count(path: str, value: Any) -> int | None:
     return None if value is None else v_count(path, value)
 
 
+# The largest id a user can have: what a 64-bit signed key holds, on every engine. (A
+# larger one in an imported log reached SQLite's driver and overflowed it: a 500.)
+MAX_USER_ID = 2**63 - 1
+
+
 def v_user_id(path: str, value: Any) -> int:
-    """A user's id (the speaker of a turn): a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(path, "a user id (a positive integer)", value)
+    """A user's id (the speaker of a turn): a positive integer a 64-bit key holds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_USER_ID:
+        raise _fail(path, "a user id (a positive integer below 2**63)", value)
     return value
 
 

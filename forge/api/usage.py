@@ -79,7 +79,10 @@ def _day(raw: str | None, *, name: str, default: dt.date) -> dt.date:
 
 
 def _user(raw: str | None, request: Request) -> int | None:
-    staff = bool(request.user.is_staff)
+    """Whose usage: staff who may view usage (``forge.view_usage``, as the dashboard
+    asks; superusers) see their tenant's, and any user of it; everyone else themselves.
+    Staff alone was enough here, while the admin refused them (QA)."""
+    staff = bool(request.user.is_staff) and request.user.has_perm("forge.view_usage")
     own = int(str(request.user.pk))
     if raw is None or raw == "":
         return None if staff else own
@@ -87,7 +90,9 @@ def _user(raw: str | None, request: Request) -> int | None:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ValidationError({"user": f"expected a user id, got {raw[:40]!r}"})
     if not staff and int(raw) != own:
-        raise PermissionDenied("only staff see the usage of other users")
+        raise PermissionDenied(
+            "only staff with the forge.view_usage permission see the usage of other users"
+        )
     return int(raw)
 
 

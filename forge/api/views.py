@@ -150,8 +150,10 @@ class SessionViewSet(GenericViewSet):
         session = self.get_object()
         try:
             runtime.delete_session(session=session)
-        except SessionBusy:
-            raise SessionBusy("the session is running a turn; abort it first") from None
+        except SessionBusy as exc:
+            raise SessionBusy(
+                "the session is running a turn; abort it first", retry_after=exc.retry_after
+            ) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # --- history and prompts ----------------------------------------------------------
@@ -225,7 +227,9 @@ class SessionViewSet(GenericViewSet):
             raise ValidationError({"text": "send an object: {text, agent?, files?}"})
         if hasattr(data, "getlist"):  # multipart: text and agent fields, files as uploads
             uploads = [
-                runtime.Attachment(filename=f.name, content=f.read(), mime=f.content_type or "")
+                runtime.Attachment(
+                    filename=f.name or "", content=f.read(), mime=f.content_type or ""
+                )
                 for f in request.FILES.getlist("files")
             ]
             text = data.get("text")
@@ -327,7 +331,7 @@ class SessionViewSet(GenericViewSet):
         (400 on an empty session or with nothing new since the last compaction, 409
         while busy)."""
         session = self.get_object()
-        runtime.compact(session=session)
+        runtime.compact(session=session, requester_id=request.user.pk)
         return Response(
             {"compacting": True, "session": self._session_body(session)},
             status=status.HTTP_202_ACCEPTED,

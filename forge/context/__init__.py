@@ -45,7 +45,7 @@ from sessions.projector import fold_context
 from .compacted import filter_compacted
 from .incremental import cache
 from .messages import COMPACTION_PROMPT, build_request, derive_messages, model_of
-from .rolled import drop_rolled, rolled_through
+from .rolled import drop_rolled, rolled_kept, rolled_through
 
 __all__ = [
     "COMPACTION_PROMPT",
@@ -105,6 +105,7 @@ def request_for(session: Session, *, at: int | None = None) -> tuple[str, ModelR
     history = drop_rolled(
         filter_compacted(selectors.history_at(tenant=tenant, session=session, seq=at)),
         rolled_through(blocks),
+        rolled_kept(blocks),
     )
     model = model_of(blocks)
     _, _, name = model.partition("/")

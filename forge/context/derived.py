@@ -43,7 +43,7 @@ from .compacted import filter_compacted
 from .folding import Fallback, Folding
 from .messages import item_messages, model_of, request_with
 from .pruning import choose
-from .rolled import drop_rolled, rolled_through
+from .rolled import drop_rolled, rolled_kept, rolled_through
 from .sizing import (
     MESSAGE_OVERHEAD,
     STATE_OVERHEAD,
@@ -167,8 +167,9 @@ class Derived(Folding):
         tenant = session.tenant
         seq, head_hash = selectors.log_head(tenant=tenant, session=session)
         blocks = fold_context(selectors.context_updates(tenant=tenant, session=session))
-        through = rolled_through(blocks)
-        read, start = read_history(session, through)
+        through, kept_below = rolled_through(blocks), rolled_kept(blocks)
+        # Messages kept in view below the cut are older than it: read from the boundary.
+        read, start = read_history(session, None if kept_below else through)
         history: list[dict[str, Any]] = []
         sizes: dict[str, list[int]] = {}
         for item in read:
@@ -177,7 +178,7 @@ class Derived(Folding):
             history.append({"info": info, "parts": [part for part, _ in parts]})
             sizes[str(info["id"])] = [info_size, 0, *(size for _, size in parts)]
         blocks, blocks_bytes = held(blocks)
-        visible = drop_rolled(filter_compacted(history), through)
+        visible = drop_rolled(filter_compacted(history), through, kept_below)
         kept = drop_superseded(visible)
         derived = cls(
             tenant_id=session.tenant_id,

@@ -15,7 +15,7 @@ from sessions.projector import apply_context
 
 from .messages import item_messages
 from .pruning import candidate_tokens
-from .rolled import is_generated, passed_boundaries, rolled_through
+from .rolled import is_generated, passed_boundaries, rolled_kept, rolled_through
 from .sizing import MESSAGE_OVERHEAD, held, held_info, held_part, rendering_bytes
 from .superseded import is_reply
 
@@ -88,11 +88,12 @@ class Folding:
         elif type == "part.updated":
             self._part(data)
         elif type == "context.updated":
+            kept_before = rolled_kept(self.blocks)
             apply_context(self.blocks, data)
             self.blocks, size = held(self.blocks)  # the blocks, not the state: a few per turn
             self.nbytes += size - self.blocks_bytes
             self.blocks_bytes = size
-            self._cut(rolled_through(self.blocks))
+            self._cut(rolled_through(self.blocks), kept_before, rolled_kept(self.blocks))
         elif type not in ("session.created", "session.updated"):  # those change no input
             raise Fallback(type)  # session.compacted, removals, anything new
         self.seq, self.hash = seq, event_hash
@@ -135,11 +136,14 @@ class Folding:
                 self.tail_start = len(self.messages)
                 self.messages.extend(rendering)
 
-    def _cut(self, through: str | None) -> None:
+    def _cut(self, through: str | None, kept_before: frozenset[str], kept: frozenset[str]) -> None:
         """Apply the rolled cut in force after a ``context.updated``: forward, the
-        messages it now hides leave the view; back or removed, fall back."""
-        if through == self.through:
+        messages it now hides leave the view; back or removed, or keeping messages in
+        view below it (other agents' or speakers', rare), fall back."""
+        if through == self.through and kept == kept_before:
             return
+        if kept or kept_before:
+            raise Fallback("rolled cut keeps messages in view")
         if through is None or not ordered(self.through, through):
             raise Fallback("rolled cut moved back")
         if passed_boundaries((self.items[i] for i in self.order if i in self.items), through):

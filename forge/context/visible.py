@@ -11,7 +11,7 @@ from sessions.models import Session
 from sessions.projector import fold_context
 
 from .compacted import filter_compacted, find_boundary
-from .rolled import drop_rolled, is_generated, rolled_through
+from .rolled import drop_rolled, is_generated, rolled_kept, rolled_through
 
 
 def _behind(marker: Mapping[str, Any] | None, through: str | None) -> bool:
@@ -79,5 +79,6 @@ def visible_history(
     force (``blocks``: the folded context blocks, read from the log when not given)."""
     if blocks is None:
         blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
-    through = rolled_through(blocks)
-    return drop_rolled(filter_compacted(read_history(session, through)[0]), through)
+    through, kept = rolled_through(blocks), rolled_kept(blocks)
+    read = read_history(session, None if kept else through)[0]  # kept: older than the cut
+    return drop_rolled(filter_compacted(read), through, kept)

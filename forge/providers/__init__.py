@@ -52,6 +52,21 @@ def split_model(model: str) -> tuple[str, str]:
     return provider, name
 
 
+def check_model(model: str) -> None:
+    """``UnknownModel`` unless ``model`` is ``provider/model`` for a registered provider,
+    its name printable and unspaced, with no empty segment between slashes (what an
+    agent's model is checked against when it is saved: any string was taken, and
+    failed every turn of the agent). A name may hold slashes (``openai/org/model``, as
+    OpenRouter names models)."""
+    provider, name = split_model(model)
+    if provider not in _factories:
+        raise UnknownModel(f"unknown provider {provider!r}; known: {sorted(_factories)}")
+    if not name.isprintable() or any(char.isspace() for char in name):
+        raise UnknownModel(f"a model's name has no spaces or control characters: {name!r}")
+    if "" in name.split("/"):
+        raise UnknownModel(f"a model's name has no empty segment between slashes: {name!r}")
+
+
 def resolve(model: str) -> Provider:
     provider, name = split_model(model)
     factory = _factories.get(provider)

@@ -132,6 +132,29 @@ class Error:
     status: int | None = None  # HTTP status, when there was one
     type = "error"
 
+    @property
+    def overflowed(self) -> bool:
+        """The request did not fit the model's context window: a ``ContextOverflowError``,
+        or a refusal that says so (OpenAI's ``context_length_exceeded``, "prompt is too
+        long", ...) with no status or a 400 / 413. A retryable failure never is: a 429
+        "too many tokens per minute" or a 503 naming a "context window cache" is a rate
+        limit or an outage, which compacting the session would not cure (QA: such
+        errors compacted the session and ran the retries twice)."""
+        if self.name == OVERFLOW_ERROR:
+            return True
+        if self.retryable or self.status not in _OVERFLOW_STATUSES:
+            return False
+        return bool(_OVERFLOW.search(self.message or ""))
+
+
+OVERFLOW_ERROR = "ContextOverflowError"
+_OVERFLOW_STATUSES = frozenset({None, 400, 413})
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context window|context length|"
+    r"prompt is too long|too many tokens|reduce the length",
+    re.IGNORECASE,
+)
+
 
 StreamEvent = (
     StartStep

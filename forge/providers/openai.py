@@ -49,6 +49,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import openai
@@ -61,12 +62,17 @@ from .events import (
     StartStep,
     StreamEvent,
 )
-from .openai_chunks import ChunkMapper
+from .openai_chunks import ChunkMapper, bound_usage
 from .retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 __all__ = ["OpenAIProvider"]
 
 logger = logging.getLogger(__name__)
+
+# Seconds to wait, once the finish reason came, for the usage chunk (some proxies send it
+# seconds later: cut at 2 s, the step was billed nothing; QA), then for each chunk after it.
+USAGE_GRACE = 15.0
+FINISHED_GRACE = 2.0
 
 Sleep = Callable[[float], Awaitable[object]]
 Clock = Callable[[], float]
@@ -157,10 +163,11 @@ class OpenAIProvider:
         """One model call (one step) as normalized events; see the module docstring."""
         yield StartStep()
         params = self.request_params(request)
+        bounds = partial(bound_usage, params=params, max_output=request.max_output_tokens)
         started_at = self._clock()
         attempt = 1
         while True:
-            mapper = ChunkMapper()
+            mapper = ChunkMapper(bounds=bounds)
             try:
                 async with aclosing(self._attempt(params, mapper)) as events:
                     async for event in events:
@@ -192,7 +199,13 @@ class OpenAIProvider:
             )
             if next_at is None:
                 tries = "attempt" if attempt == 1 else "attempts"
-                yield failure.error(suffix=f"gave up after {attempt} {tries}")
+                why = f"gave up after {attempt} {tries}"
+                if failure.retry_after is not None and attempt < self.policy.max_attempts:
+                    why += (
+                        f"; the server asked to wait {failure.retry_after:.0f} s, "
+                        "past the retry window"
+                    )
+                yield failure.error(suffix=why)
                 return
             attempt += 1
             logger.warning(
@@ -220,7 +233,15 @@ class OpenAIProvider:
         async with response:
             chunks = response.__aiter__()
             while True:
-                deadline = asyncio.timeout(self.timeout)
+                # Once the finish reason is in, only the usage and [DONE] are to come:
+                # a server that sends neither, nor ends the body, held the step (and the
+                # session) for the whole timeout (QA). The body is still read to its end
+                # when it comes: a connection left mid-body is not reused.
+                wait = self.timeout
+                if mapper.finished:  # the usage is awaited longer than [DONE] after it
+                    grace = FINISHED_GRACE if mapper.usage_seen else USAGE_GRACE
+                    wait = min(self.timeout, grace)
+                deadline = asyncio.timeout(wait)
                 try:
                     async with deadline:
                         chunk = await chunks.__anext__()
@@ -229,6 +250,14 @@ class OpenAIProvider:
                 except TimeoutError as exc:
                     if not deadline.expired():
                         raise
+                    if mapper.finished:  # the answer is whole; the server never ended the body
+                        if not mapper.usage_seen:
+                            logger.warning(
+                                "openai provider: no usage within %.0f s of the finish "
+                                "reason; the step is counted as reported so far",
+                                wait,
+                            )
+                        break
                     raise openai.APITimeoutError(request=response.response.request) from exc
                 except (ValueError, TypeError) as exc:  # bad JSON in an SSE data line
                     raise _MalformedChunk(str(exc)) from exc

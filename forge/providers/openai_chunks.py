@@ -4,7 +4,9 @@ for which fields map to which blocks)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai import BaseModel
@@ -29,6 +31,8 @@ from .events import (
     Usage,
 )
 
+logger = logging.getLogger("forge.providers.openai")
+
 # OpenAI finish reasons, as Forge's.
 FINISH_REASONS = {
     "stop": "stop",
@@ -52,12 +56,16 @@ class _ToolInput:
 
 @dataclass
 class ChunkMapper:
-    """Turns the chunks of one streamed response into stream events."""
+    """Turns the chunks of one streamed response into stream events. ``bounds``: what
+    the usage reported is kept within (:func:`bound_usage`), when the caller knows the
+    request."""
 
     content: bool = False  # a content event (text, reasoning, tool input) was produced
     finish_reason: str | None = None
     finished: bool = False
     usage: Usage = field(default_factory=Usage)
+    bounds: Callable[[Usage], Usage] | None = None
+    usage_seen: bool = False  # a chunk carried the usage
     _text: str | None = None  # id of the open text block
     _reasoning: str | None = None  # id of the open reasoning block
     # A high surrogate that ended the open block's last delta, held for the next one
@@ -76,6 +84,7 @@ class ChunkMapper:
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             self.usage = _usage(usage)
+            self.usage_seen = True
         for choice in getattr(chunk, "choices", None) or ():
             # Fields a lenient server leaves out are simply missing (the SDK does not
             # validate chunks), hence getattr.
@@ -105,13 +114,20 @@ class ChunkMapper:
         return out
 
     def close(self) -> list[StreamEvent]:
-        """Close every open block and complete every tool call, in index order."""
+        """Close every open block and complete every tool call, in index order. After a
+        ``length`` finish a call whose arguments are not whole JSON is left begun and
+        never called: the model hit its output limit inside them, and the runtime ends
+        such a call as "ended before this call's input was complete" (before, it ran
+        with the cut text and failed as invalid JSON, the model then shown ``{}``)."""
         out = self.close_blocks()
+        cut = self.finish_reason == "length"
         for call in sorted(self._calls, key=lambda c: c.index):
             if call.done:
                 continue
             out += self._start_tool(call)
             call.done = True
+            if cut and not _whole_json(call.arguments):
+                continue
             out.append(ToolInputEnd(call_id=call.call_id))
             out.append(ToolCall(call_id=call.call_id, tool=call.tool, input=call.arguments or "{}"))
         return out
@@ -128,7 +144,8 @@ class ChunkMapper:
             # nothing): the calls are what the step asked for, and their results go
             # back to the model. ("length" keeps its name: the calls may be cut.)
             finish = "tool-calls"
-        return [*self.close(), FinishStep(finish_reason=finish, usage=self.usage)]
+        usage = self.usage if self.bounds is None else self.bounds(self.usage)
+        return [*self.close(), FinishStep(finish_reason=finish, usage=usage)]
 
     def _end_text(self) -> list[StreamEvent]:
         if self._text is None:
@@ -270,6 +287,14 @@ def _reasoning_text(delta: Any) -> str | None:
     return None
 
 
+def _whole_json(text: str) -> bool:
+    try:
+        json.loads(text or "{}")
+    except ValueError:
+        return False
+    return True
+
+
 def _usage(usage: CompletionUsage) -> Usage:
     def count(obj: object, name: str) -> int:
         """The server's count, within what the log takes (a negative or absurd count
@@ -286,3 +311,48 @@ def _usage(usage: CompletionUsage) -> Usage:
         cache_read=count(getattr(usage, "prompt_tokens_details", None), "cached_tokens"),
         cache_write=0,
     )
+
+
+# Usage past these cannot be true of the request it reports on (:func:`bound_usage`).
+# Input counts under this are kept without a look: the check encodes the request, and
+# a long session's steps report over 32,768 tokens as a rule (review).
+INPUT_CHECKED_ABOVE = 200_000
+# Output tokens of one call when the request set no maximum: above every model's output
+# limit today (reasoning included), far under an absurd count (QA: 1,000,000 let a "Hi"
+# bill a million output and a million reasoning tokens).
+OUTPUT_CEILING = 262_144
+_PER_ITEM = 8  # the chat template's tokens around a message or a tool, at most
+
+
+def bound_usage(usage: Usage, *, params: Mapping[str, Any], max_output: int | None) -> Usage:
+    """``usage`` within what the request ``params`` could have cost: input tokens at most
+    the request's messages and tools in UTF-8 bytes (every token of a byte-level
+    tokenizer covers at least one byte), plus :data:`_PER_ITEM` a message or tool for the
+    chat template; output at most ``max_output`` (the request's ``max_output_tokens``),
+    else :data:`OUTPUT_CEILING`; cached input and reasoning within them. A broken or
+    hostile server reporting 10**18 tokens for a short prompt billed ~$750,000 against
+    the budgets and compacted the session at its next turn (QA). The request is
+    encoded only when the input reported is over :data:`INPUT_CHECKED_ABOVE`."""
+    input_tokens = usage.input
+    if input_tokens > INPUT_CHECKED_ABOVE:
+        messages = params.get("messages") or []
+        tools = params.get("tools") or []
+        sent = json.dumps([messages, tools], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        input_tokens = min(input_tokens, len(sent) + _PER_ITEM * (len(messages) + len(tools)))
+    output = min(usage.output, OUTPUT_CEILING if max_output is None else max(max_output, 0))
+    bounded = replace(
+        usage,
+        input=input_tokens,
+        output=output,
+        reasoning=min(usage.reasoning, output),
+        cache_read=min(usage.cache_read, input_tokens),
+        cache_write=min(usage.cache_write, input_tokens),
+    )
+    if bounded != usage:
+        logger.warning(
+            "openai provider: the server reported usage no request of this size could "
+            "cost (%s); counted %s",
+            usage.as_tokens(),
+            bounded.as_tokens(),
+        )
+    return bounded

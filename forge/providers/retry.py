@@ -32,8 +32,9 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float) -> float | None
     """Seconds to wait according to the response headers, or None when they do not say.
 
     Reads ``retry-after-ms`` (milliseconds, as OpenAI sends), then ``retry-after``
-    as seconds or as an HTTP date (relative to ``now``, a UNIX time). Negative
-    values become 0; unparseable or non-finite values are ignored.
+    as seconds or as an HTTP date (relative to ``now``, a UNIX time; one in the past
+    is 0). Negative, unparseable or non-finite numbers are ignored: a negative wait
+    taken as 0 made the attempts come 50 ms apart (QA).
     """
     for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         raw = headers.get(name)
@@ -43,8 +44,8 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float) -> float | None
             seconds = float(raw.strip()) / divisor
         except ValueError:
             continue
-        if math.isfinite(seconds):
-            return max(0.0, seconds)
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
     raw = headers.get("retry-after")
     if raw is None:
         return None

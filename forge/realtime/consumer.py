@@ -37,7 +37,6 @@ from sessions.frames import (
     is_deleted_frame,
     is_delta,
     pong_frame,
-    snapshot_frame,
 )
 from sessions.models import Session
 from sessions.shapes import holds_surrogate, surrogate_path
@@ -330,10 +329,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _snapshot(self, content: dict[str, Any]) -> None:
         if not await self._still_admitted():
             return
+        assert self.stream is not None  # (receive() takes no frame before connect ends)
         for snapshot in await runtime.snapshots(self.session.pk):
-            if self.stream is not None:
-                self.stream.sent[snapshot["part_id"]] = len(snapshot["text"])
-            await self._send(snapshot_frame(snapshot))
+            # Checked at each send: the forwarding task may have sent the part's end
+            # (its whole text) while the snapshots were read or the earlier ones sent.
+            frame = self.stream.snapshot_for_client(snapshot)
+            if frame is not None:
+                await self._send(frame)
 
     async def _prompt(self, content: dict[str, Any]) -> None:
         client_id = content.get("client_id")

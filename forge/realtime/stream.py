@@ -153,11 +153,20 @@ class SessionStream:
         for snapshot in await self.snapshots(self.session.pk):
             if only is not None and snapshot["part_id"] != only:
                 continue
-            if snapshot["part_id"] in self.ended:
-                continue
-            self.sent[snapshot["part_id"]] = len(snapshot["text"])
-            frames.append(snapshot_frame(snapshot))
+            if (frame := self.snapshot_for_client(snapshot)) is not None:
+                frames.append(frame)
         return frames
+
+    def snapshot_for_client(self, snapshot: dict[str, Any]) -> Frame | None:
+        """The frame of a snapshot for this client (the backlog's, a repair's, or one the
+        socket's client asked for), or None for a part whose end this client was sent:
+        the in-flight store can still hold such a part (its buffer is dropped only once
+        its end is written), stale or empty, and a client applying it after the end
+        blanked the finished part (QA: the socket's own ``snapshot`` did not check)."""
+        if snapshot["part_id"] in self.ended:
+            return None
+        self.sent[snapshot["part_id"]] = len(snapshot["text"])
+        return snapshot_frame(snapshot)
 
     def _note_event(self, frame: Frame) -> None:
         self.last_seq = max(self.last_seq, frame["seq"])

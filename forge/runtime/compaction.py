@@ -36,6 +36,9 @@ from forge.context import derive_messages, visible_history
 from forge.context.boundary import record_compaction
 from forge.context.compacted import compaction_part
 from forge.context.incremental import ContextCacheMismatch
+from forge.context.rolled import BLOCK as ROLLED_BLOCK_KEY
+from forge.context.rolled import rolled_kept, rolled_through
+from forge.context.visible import visible_history as visible_from_log
 from forge.db.worker import db
 from forge.errors import CompactionFailed, NothingToCompact, SessionBusy, UnknownModel
 from forge.providers import events as ev
@@ -47,22 +50,18 @@ from sessions import bus, selectors, services
 from sessions.frames import error_frame
 from sessions.ids import new_message_id
 from sessions.models import Session
+from sessions.projector import fold_context
 
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import any_waiting
 from .finalize import INTERRUPTED, finalize_open_messages, message_error
 from .model_calls import price
-from .small_model import ask
+from .small_model import ask_within_window
 
 logger = logging.getLogger(__name__)
 
-OVERFLOW_ERROR = "ContextOverflowError"
-_PROVIDER_OVERFLOW = re.compile(
-    r"context_length_exceeded|maximum context length|context window|context length|"
-    r"prompt is too long|too many tokens|reduce the length",
-    re.IGNORECASE,
-)
+OVERFLOW_ERROR = ev.OVERFLOW_ERROR
 
 SUMMARY_SYSTEM = (
     "You summarize a conversation between a user and an AI coding assistant so that "
@@ -129,8 +128,9 @@ def over_limit(
 
 
 def is_provider_overflow(error: ev.Error) -> bool:
-    """A provider's error saying the request does not fit the model's window."""
-    return error.name == OVERFLOW_ERROR or bool(_PROVIDER_OVERFLOW.search(error.message or ""))
+    """A provider's error saying the request does not fit the model's window
+    (:attr:`~forge.providers.events.Error.overflowed`)."""
+    return error.overflowed
 
 
 def overflow_error(message: str) -> dict[str, Any]:
@@ -161,6 +161,9 @@ def plan(session: Session, *, keep_from: str | None = None) -> Plan:
     """
     tenant = session.tenant
     visible = visible_history(session)
+    others = _view_without_the_cut(session, visible)
+    if others is not None:
+        visible = visible_from_log(session, others)
     if not visible:
         raise NothingToCompact("the session is empty: there is nothing to compact")
     if not selectors.progress_since_compaction(tenant=tenant, session=session):
@@ -197,6 +200,38 @@ def plan(session: Session, *, keep_from: str | None = None) -> Plan:
     return Plan(to_summarize=to_summarize, tail_start_id=tail)
 
 
+def _view_without_the_cut(
+    session: Session, visible: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The context blocks whose view a compaction summarizes when not the model's (None:
+    the model's, from the cache): for a session of several agents or speakers (memory's
+    block keeps messages of others in view below its cut, ``rolled_kept``, or the view
+    holds turns of more than one agent or speaker: a review finding, another member's
+    turns above the cut), those in force without memory's block, so without its cut.
+    ``visible``: the model's view. The boundary hides what it summarized from every
+    agent's and speaker's view, and the others' blocks do not hold what this core
+    rolled: summarized from this view alone, their models lost those turns (QA, HIGH).
+    The core's own rolled turns are then in the summary and in its block both. A
+    session of one agent and speaker summarizes what the cut left."""
+    blocks = fold_context(selectors.context_updates(tenant=session.tenant, session=session))
+    if rolled_through(blocks) is None:
+        return None
+    if not rolled_kept(blocks) and not _several_speakers(visible):
+        return None
+    return {key: block for key, block in blocks.items() if key != ROLLED_BLOCK_KEY}
+
+
+def _several_speakers(items: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether these messages hold turns of more than one agent or speaker (those that
+    name a speaker; a compaction's request and summary name none)."""
+    who = {
+        (item["info"].get("agent"), str(item["info"]["user_id"]))
+        for item in items
+        if item["info"].get("user_id") is not None and not item["info"].get("summary")
+    }
+    return len(who) > 1
+
+
 # --- the summary ------------------------------------------------------------------------
 
 
@@ -207,6 +242,11 @@ def _clip(text: str, cap: int = _TRANSCRIPT_CAP) -> str:
 
 def transcript(items: Sequence[Mapping[str, Any]]) -> str:
     """The history to summarize as plain text, one line per message or tool call."""
+    return "\n".join(transcript_lines(items))
+
+
+def transcript_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """:func:`transcript`'s lines, oldest first."""
     lines: list[str] = []
     for message in derive_messages(items):
         role = message["role"]
@@ -218,7 +258,7 @@ def transcript(items: Sequence[Mapping[str, Any]]) -> str:
         for call in message.get("tool_calls", []):
             function = call["function"]
             lines.append(f"tool call: {function['name']} {_clip(function['arguments'], 300)}")
-    return "\n".join(lines)
+    return lines
 
 
 def _files(items: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -275,7 +315,9 @@ async def summarize(
         summary = extractive_summary(items)
         return summary, ev.Usage(input=_size(items), output=len(summary) // 4)
     try:
-        answer = await ask(SUMMARY_SYSTEM, f"{transcript(items)}\n\n{SUMMARY_ASK}", model=model)
+        answer = await ask_within_window(
+            SUMMARY_SYSTEM, transcript_lines(items), after=f"\n\n{SUMMARY_ASK}", model=model
+        )
     except UnknownModel as exc:
         raise CompactionFailed(f"the summary model: {exc}") from None
     except Exception as exc:  # the model's error, a tool call, a dropped connection
@@ -316,11 +358,13 @@ async def compact(
     )
 
 
-def prepare_manual(session: Session) -> str:
+def prepare_manual(session: Session, requester_id: int | None = None) -> str:
     """Check that the session can be compacted now and take its lease (one unit of
     work): ``NothingToCompact`` (400), ``SessionBusy`` (409: a turn runs, or a reply
     waits for its tool calls to be answered) or ``BudgetExceeded`` (429), nothing
-    written.
+    written. The summary is billed to the session's owner; ``requester_id``, the member
+    asking for it, must be within budget too (QA: a member over budget compacted a
+    teammate's session, spending on the owner's budget).
     Returns the lease's placeholder id."""
     placeholder = new_message_id()
     with transaction.atomic():
@@ -336,6 +380,8 @@ def prepare_manual(session: Session) -> str:
         # up gets 429 budget_exceeded here too, as a prompt does.
         # (No owner left: the tenant's budget alone; no user has id 0.)
         check_budget(tenant=session.tenant, user_id=session.user_id or 0)
+        if requester_id is not None and requester_id != session.user_id:
+            check_budget(tenant=session.tenant, user_id=requester_id)
         if lease.acquire(session=session, message_id=placeholder) is not None:
             finalize_open_messages(session=session, reason=INTERRUPTED)
         plan(session)

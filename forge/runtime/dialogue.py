@@ -39,7 +39,7 @@ block (their memory tools still read the speaker's memory, which they inherit).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -48,6 +48,7 @@ from django.db import connection, transaction
 from accounts.selectors import member
 from forge.context import store_snapshot
 from forge.context.blocks import blocks_in_force, set_blocks
+from forge.context.rolled import MAX_KEPT, cut_among, is_others
 from memory import selectors as memory_selectors
 from memory import services as memory_services
 from memory import turn_sql as memory_turn_sql
@@ -220,13 +221,95 @@ def memory_blocks(
     if block is None:
         return removed
     through = _rolled_through(session, core, before=keep_from)
+    if current is None:
+        current = blocks_in_force(session)  # (read once, for the two uses below)
     # A fork or an imported copy holds turns the core rolled under their original ids:
     # the copy's block names the copy's own newest one (``sessions.services.transfer``),
     # which the core's rows cannot say; that cut stands while the block is this core's.
     logged = _logged_through(session, core_id=core.pk, current=current)
     if logged is not None and (keep_from is None or logged < keep_from):
         through = logged if through is None else max(through, logged)
-    return [{**block, "rolled_through": _between_turns(session, core, through)}]
+    through = _between_turns(session, core, through)
+    return [_with_cut(block, *_kept_in_view(session, core, through, current=current))]
+
+
+def _with_cut(block: dict[str, Any], through: str | None, kept: list[str]) -> dict[str, Any]:
+    """The block with its cut, and the messages below it kept in view when there are any
+    (a session of one agent and speaker logs no ``rolled_kept``)."""
+    return {**block, "rolled_through": through, **({"rolled_kept": kept} if kept else {})}
+
+
+def _kept_in_view(
+    session: Session,
+    core: Any,
+    through: str | None,
+    *,
+    current: Mapping[str, Mapping[str, Any]] | None,
+    copy: bool = False,
+) -> tuple[str | None, list[str]]:
+    """``(cut, kept)``: the cut at ``through`` hides only the core's own messages; those
+    of another agent or speaker below it are kept in view (``forge.context.rolled``:
+    ``cut_among``). Only the messages above the core's cut in force are read, and none
+    while the cut stays where it is (every turn between two rollings)."""
+    if through is None:
+        return None, []
+    if current is None:
+        current = blocks_in_force(session)
+    block = current.get("dialog_history:memory")
+    start, kept = None, []
+    if block is not None and block.get("core_id") == core.pk:
+        logged = block.get("rolled_through")
+        if isinstance(logged, str) and logged <= through:
+            start = logged
+            kept = [item for item in block.get("rolled_kept") or () if isinstance(item, str)]
+    if start == through or (start is not None and len(kept) >= MAX_KEPT):
+        # (At the limit the cut stays where it stopped, below another's message: the
+        # range from it would stop at once.)
+        return start if start is not None else through, kept
+    infos = selectors.message_infos_between(
+        tenant=session.tenant, session=session, after=start, upto=through
+    )
+    return cut_among(
+        infos,
+        start=start,
+        through=through,
+        kept=kept,
+        agent=core.agent,
+        user_id=core.user_id,
+        is_other=(
+            _copies_told_apart(session, core, after=start, upto=through)
+            if copy or session.copied_through is not None
+            else None
+        ),
+    )
+
+
+def _copies_told_apart(
+    session: Session, core: Any, *, after: str | None, upto: str
+) -> Callable[[Mapping[str, Any]], bool] | None:
+    """For a copy (a fork, an import's copy) with copied messages in the range: how a
+    message is told another's there. A copied turn is the core's when the core rolled
+    its original (``CopiedMessage``); its ``user_id`` may not say whose it was (an
+    import's copy names the importing user as every message's speaker: another
+    member's turns were taken for the core's, hidden, and lost, QA). Other messages,
+    and copied ones that name no speaker (a compaction's), are told by their agent and
+    speaker. None: nothing copied in the range."""
+    origins = selectors.copy_origins(tenant=session.tenant, session=session, after=after, upto=upto)
+    if not origins:
+        return None
+    rolled = memory_selectors.rolled_among(
+        tenant=session.tenant,
+        core=core,
+        messages=[origin for found in origins.values() for origin in found],
+    )
+
+    def is_other(info: Mapping[str, Any]) -> bool:
+        found = origins.get(str(info["id"]))
+        if found is None or info.get("user_id") is None or info.get("summary"):
+            return is_others(info, agent=core.agent, user_id=core.user_id)
+        return not any(origin in rolled for origin in found)
+
+    return is_other
 
 
 def _between_turns(session: Session, core: Any, through: str | None) -> str | None:
@@ -327,10 +410,15 @@ def on_history_copied(
     covered = [original for original in new_ids if through is not None and original <= through]
     if not covered:
         return
-    cut = new_ids[max(covered)]
-    logged = _logged_through(copy, core_id=core.pk, current=None)
-    if logged is not None and logged >= cut:
+    # The cut never hides the prompt of a reply it shows (a regenerated one), as at a
+    # turn (QA: the copy's request began with an answer).
+    cut = _between_turns(copy, core, new_ids[max(covered)])
+    current = blocks_in_force(copy)
+    logged = _logged_through(copy, core_id=core.pk, current=current)
+    if cut is None or (logged is not None and logged >= cut):
         return
     block = memory_selectors.dialog_history_block(tenant=tenant, core=core)
     if block is not None:
-        set_blocks(copy, [{**block, "rolled_through": cut}])
+        # (Called as the copy is made: its ``copied_through`` is not set yet.)
+        kept = _kept_in_view(copy, core, cut, current=current, copy=True)
+        set_blocks(copy, [_with_cut(block, *kept)])

@@ -61,6 +61,7 @@ def finalize_open_messages(
     agent: str = "",
     deny_waiting: str | None = None,
     billed: bool = True,
+    cut_step_end: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Finalize unfinished assistant messages of the session (or just ``message_id``).
 
@@ -74,11 +75,19 @@ def finalize_open_messages(
     A message with calls awaiting approval stays open (crash recovery, an import),
     unless ``deny_waiting`` is given (a user's abort): those calls are then denied
     with that reason (``expired`` when overdue, as every denial), ``by`` the system,
-    and the message is finalized like any other.
+    and the message is finalized like any other. A waiting call of a step that never
+    finished (no ``step-finish`` after it: the process died in the middle of the model's
+    stream) is denied so too, with ``reason``: approved, it ran with the next step as if
+    its step had succeeded (QA), where a model error there denies it
+    (``steps._fail``).
 
     ``billed``: whether each ending is counted (usage, turn metrics), as every reply
     this server ran is. False for an import's ending of the replies its log left open:
     they ran elsewhere, and usage counts only this server's model calls.
+
+    ``cut_step_end``: the ``step-finish`` of a step the model was streaming when its
+    turn was stopped (``Processor.cut_step_end``), logged once that message's open
+    parts are closed, before its completion (which bills it).
     """
     texts = texts or {}
     finished: list[str] = []
@@ -88,9 +97,11 @@ def finalize_open_messages(
         if message_id is not None and info["id"] != message_id:
             continue
         waits = False
+        unfinished = _in_unfinished_step(item["parts"])
         for part in item["parts"]:
-            if _awaits(part) and deny_waiting is not None:
-                why = EXPIRED if is_expired(part, now) else deny_waiting
+            if _awaits(part) and (deny_waiting is not None or part["id"] in unfinished):
+                why = deny_waiting if deny_waiting is not None else reason
+                why = EXPIRED if is_expired(part, now) else why
                 denied = denied_state(part, reason=why, at=now, by=SYSTEM)
                 services.update_part(session=session, part={"id": part["id"], "state": denied})
                 continue
@@ -98,6 +109,9 @@ def finalize_open_messages(
             _close_part(
                 session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
             )
+        if cut_step_end is not None and cut_step_end["message_id"] == info["id"]:
+            written = services.update_part(session=session, part=dict(cut_step_end))
+            item = {**item, "parts": [*item["parts"], written.data]}
         if waits:
             # A reply whose calls await an answer is suspended, not broken: it stays
             # open for the answer (forge.runtime.approvals), from any process, later.
@@ -176,6 +190,20 @@ def _close_part(
                 },
             },
         )
+
+
+def _in_unfinished_step(parts: list[dict[str, Any]]) -> set[str]:
+    """The ids of the parts after a reply's last ``step-finish`` when a ``step-start``
+    follows it (or none came before): the parts of a step whose end was never logged."""
+    last_start = last_finish = -1
+    for index, part in enumerate(parts):
+        if part["type"] == "step-start":
+            last_start = index
+        elif part["type"] == "step-finish":
+            last_finish = index
+    if last_start <= last_finish:
+        return set()
+    return {part["id"] for part in parts[last_start + 1 :]}
 
 
 def _awaits(part: Mapping[str, Any]) -> bool:

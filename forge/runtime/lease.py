@@ -15,6 +15,7 @@ renew, release) name it, so that under Citus each runs on the tenant's one shard
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -134,7 +135,6 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
     now = timezone.now()
     adapt = connection.ops.adapt_datetimefield_value
     expires = now + timedelta(seconds=lease_seconds())
-    busy = SessionBusy(f"session {session.pk} is running a turn; wait for it or abort it")
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             at, until = adapt(now), adapt(expires)
@@ -147,7 +147,7 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
                 raise NotFound(f"no session {session.pk!r}")
             owner, held_for, taken = row
             if not taken:
-                raise busy
+                raise _busy(session, now)
             return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
         cursor.execute(  # SQLite: the transaction's BEGIN IMMEDIATE is the lock
             f"SELECT l.owner, l.message_id, l.expires_at > %s FROM {SESSION} s "
@@ -159,7 +159,7 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
             raise NotFound(f"no session {session.pk!r}")
         owner, held_for, live = row
         if owner is not None and live:
-            raise busy
+            raise _busy(session, now)
         cursor.execute(
             _TAKE,
             [
@@ -173,6 +173,23 @@ def acquire(*, session: Session, message_id: str) -> DeadLease | None:
             ],
         )
     return None if owner is None else DeadLease(owner=owner, message_id=held_for or "")
+
+
+def _busy(session: Session, now: datetime) -> SessionBusy:
+    """The refusal of a session whose lease is live: with ``retry_after``, the seconds
+    until the lease expires, when its holder is taken for dead (:func:`judged_dead`):
+    until then every prompt, answer and deletion is refused with no word of when to
+    try again (QA). Read only on this path, off the prompt's normal two statements."""
+    message = f"session {session.pk} is running a turn; wait for it or abort it"
+    held = SessionLease.objects.filter(session_id=session.pk, tenant_id=session.tenant_id).first()
+    if held is None or not judged_dead(held, now=now):
+        return SessionBusy(message)
+    wait = max(1, math.ceil((held.expires_at - now).total_seconds()))
+    return SessionBusy(
+        f"{message} (its process stopped renewing the lease: the session can be taken "
+        f"over in {wait} s)",
+        retry_after=wait,
+    )
 
 
 def renew(*, session_id: str, tenant_id: int | None = None) -> datetime | None:

@@ -132,6 +132,12 @@ class Processor(ToolCalls, Patches):
         self.running: list[services.Write] = []  # their running states, held at the step's end
         self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
+        # The step in flight: its request (set by the loop before the model is asked),
+        # whether its step-start is held, and the characters of its blocks closed so
+        # far: what an aborted step bills (:meth:`hold_cut_step_end`).
+        self.step_request: Any = None
+        self.step_open = False
+        self.step_output_chars = 0
         self.step_calls = 0  # the tool calls the current step's stream opened
         # Whether a retry was announced (``retry``) and no event came after it yet: the
         # next one announces ``busy`` again, or the status said "retrying" for the rest
@@ -389,6 +395,7 @@ class Processor(ToolCalls, Patches):
         # Its buffer (and mirror keys) go once the write is in (:meth:`write`); a write
         # that fails leaves them for finalizing.
         self.finished.append(block.part_id)
+        self.step_output_chars += len(text)
         if block.kind == "text" and tracing.capturing_content():
             self.step_texts.append(text)  # the completion, for the model call's span
         part = {
@@ -404,6 +411,32 @@ class Processor(ToolCalls, Patches):
     async def close_open_blocks(self) -> None:
         for block_id in list(self.blocks):
             await self._close(block_id)
+
+    def cut_step_end(self, estimate: Callable[[Any], int]) -> dict[str, Any] | None:
+        """The end of a step the model was streaming when the turn was stopped, or None:
+        a ``step-finish`` of reason ``aborted`` whose tokens are estimated, since the
+        provider's count comes with a finish that never came: the request's (characters
+        / 4, as compaction estimates them) in, the text and reasoning streamed out. The
+        provider bills what it was sent and what it streamed; unbilled, an aborted reply
+        cost nothing, and stopping every reply went past any budget (QA, HIGH).
+        Finalizing logs it after the step's open parts are closed
+        (``finalize_open_messages``): a client's step ends after its text."""
+        if not self.step_open or self.step_request is None:
+            return None
+        streamed = self.step_output_chars + sum(
+            len(buffer.text(block.part_id)) for block in self.blocks.values()
+        )
+        usage = ev.Usage(input=estimate(self.step_request), output=streamed // 4)
+        self.step_open, self.step_request = False, None
+        return {
+            "id": new_part_id(),
+            "message_id": self.turn.message_id,
+            "type": "step-finish",
+            "reason": "aborted",
+            "snapshot": self.snapshot_before.hash if self.snapshot_before else None,
+            "tokens": usage.as_tokens(),
+            "cost": price(self.turn.model, usage),
+        }
 
     def streamed_texts(self) -> dict[str, str]:
         """The text streamed so far of every part still open or whose finished write is
@@ -443,6 +476,7 @@ class Processor(ToolCalls, Patches):
 
     async def _start_step(self) -> None:
         self.step_calls = 0
+        self.step_open, self.step_output_chars = True, 0
         self.snapshot_before = await self._workspace()
         self._hold(
             {
@@ -468,6 +502,7 @@ class Processor(ToolCalls, Patches):
         self.running = []
         after = await self._workspace()
         cost = price(turn.model, event.usage)
+        self.step_open, self.step_request = False, None
         self.step_end = _StepEnd(part_id=new_part_id(), hash=after.hash)
         self._hold(
             {

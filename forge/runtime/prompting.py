@@ -14,8 +14,9 @@ from __future__ import annotations
 import html
 import mimetypes
 import re
+import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 # Text attachments inlined for the model, in all, per prompt: the files after that are
 # saved in the workspace and announced (as a larger one is), for its tools to read.
 MAX_INLINE_TEXT = 100_000
+# MCP tools left out that the agent's notice names, one by one (a server may list thousands).
+MAX_LEFT_OUT_SHOWN = 20
 # A closing tag inside an inlined file would end its frame early (``</file>``, any case).
 _FILE_CLOSER = re.compile(r"</(?=file\b)", re.IGNORECASE)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -132,6 +135,27 @@ def clean_files(files: Sequence[Attachment]) -> list[Attachment]:
     return cleaned
 
 
+class McpServersStarting(Exception):
+    """Raised before anything is written when the turn's agent has MCP servers whose
+    listing would wait for a start (``mcp.will_wait``): the caller starts them off the
+    runtime's one database thread (``runner``), then begins again with the listing
+    made there (``mcp_listing``), used as it is: listing again could start a server
+    that just failed a second time. Started on the database thread, a server slow to
+    start held up every session of the process: their prompts, aborts and answers
+    (QA, HIGH)."""
+
+    def __init__(self, servers: Mapping[str, Any]) -> None:
+        super().__init__("the agent's MCP servers are starting")
+        self.servers = servers
+
+
+def starting_check(agent: AgentConfig, *, mcp_listing: mcp.Listing | None) -> None:
+    """:class:`McpServersStarting` when ``agent``'s MCP servers must be started first
+    (no ``mcp_listing`` of them made off the database thread yet)."""
+    if agent.mcp_servers and mcp_listing is None and mcp.will_wait(agent.mcp_servers):
+        raise McpServersStarting(agent.mcp_servers)
+
+
 def choose_agent(session: Session, text: str, agent: Any) -> tuple[AgentConfig, bool]:
     """The turn's agent, and whether the prompt named it with ``@name``."""
     if agent is not None and not isinstance(agent, str):
@@ -146,12 +170,14 @@ def choose_agent(session: Session, text: str, agent: Any) -> tuple[AgentConfig, 
     return default_agent(), False
 
 
-def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
+def agent_blocks(agent: AgentConfig, listing: mcp.Listing | None = None) -> list[dict[str, Any]]:
     """The context blocks an agent contributes: its system prompt, its tools (its MCP
     servers' among them), its settings, and a notice naming any MCP server whose tools
     are missing (the model and the operator both see it). Starts the agent's MCP
-    servers not running yet: call it outside a transaction."""
-    listing = mcp.list_tools(agent.mcp_servers) if agent.mcp_servers else mcp.Listing()
+    servers not running yet, unless ``listing`` (of them, just made) is given: call it
+    outside a transaction."""
+    if listing is None:
+        listing = mcp.list_tools(agent.mcp_servers) if agent.mcp_servers else mcp.Listing()
     specs = [spec.as_dict() for spec in tool_specs(agent.tools or None)]
     specs += [ToolSpec(t.name, t.description, t.parameters).as_dict() for t in listing.tools]
     notice: dict[str, Any] = {"kind": "mcp", "key": "agent", "removed": True}
@@ -162,10 +188,11 @@ def agent_blocks(agent: AgentConfig) -> list[dict[str, Any]]:
             + "; ".join(f"{name}: {why}" for name, why in sorted(listing.failures.items()))
         )
     if listing.left_out:
-        said.append(
-            "These MCP tools are left out, their names being taken: "
-            + "; ".join(f"{name} ({why})" for name, why in sorted(listing.left_out.items()))
-        )
+        left_out = sorted(listing.left_out.items())
+        shown = [f"{name} ({why[:300]})" for name, why in left_out[:MAX_LEFT_OUT_SHOWN]]
+        if len(left_out) > MAX_LEFT_OUT_SHOWN:
+            shown.append(f"and {len(left_out) - MAX_LEFT_OUT_SHOWN} more")
+        said.append("These MCP tools are left out: " + "; ".join(shown))
     if said:
         notice = {"kind": "mcp", "key": "agent", "text": "\n".join(said)}
     return [
@@ -326,6 +353,8 @@ def begin(
     files: Sequence[Attachment],
     depth: int = 0,
     speaker: AbstractBaseUser | None = None,
+    *,
+    mcp_listing: mcp.Listing | None = None,
 ) -> tuple[Turn, dict[str, Any]]:
     """Validate, take the lease, and log the prompt (one unit of work).
 
@@ -342,6 +371,7 @@ def begin(
     text = clean_text(text)
     attachments = clean_files(files)
     agent, mentioned = choose_agent(session, text, agent_name)
+    starting_check(agent, mcp_listing=mcp_listing)  # before anything is stored
     model = agent.resolved_model
     model_of_messages = model_info(agent)
     user_id, assistant_id = new_message_id(), new_message_id()
@@ -364,9 +394,11 @@ def begin(
                 in_workspace, written = put_in_workspace(session, name, attachment.content)
                 saved.append(written)
             file_parts.append((part_id, attachment, file_url(session.pk, part_id), in_workspace))
-        own_blocks = agent_blocks(agent)  # before the transaction: it may start MCP servers
+        # Before the transaction: it may start MCP servers.
+        own_blocks = agent_blocks(agent, mcp_listing)
         # One transaction: the lease, any recovery it calls for, and the prompt's
-        # events as one batch.
+        # events as one batch. The lease is counted from before it.
+        lease_asked_at = time.monotonic()
         with transaction.atomic():
             if lease.acquire(session=session, message_id=assistant_id) is not None:
                 finalize_dead_turn(session)  # an expired lease: its runner died
@@ -422,5 +454,6 @@ def begin(
         model=model,
         depth=depth,
         speaker=speaker,
+        lease_asked_at=lease_asked_at,
     )
     return turn, {"info": user_info, "parts": user_parts}

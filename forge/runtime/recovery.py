@@ -112,7 +112,7 @@ def _lock(session: Session) -> None:
     Session.objects.select_for_update(no_key=True).filter(pk=session.pk).values("pk").first()
 
 
-def abort_unheld(session: Session) -> SessionLease | None:
+def abort_unheld(session: Session, *, only: str | None = None) -> SessionLease | None:
     """A user's abort of a session no live runner holds: end what is open, as aborted.
 
     Under the session's lock, so that no answer or prompt takes the lease meanwhile.
@@ -127,7 +127,11 @@ def abort_unheld(session: Session) -> SessionLease | None:
 
     Raises ``NotRunning`` when nothing was open (nothing is written then). Reads first
     without the lock: an abort of an idle session (the common mistake) takes no
-    write lock, and a live lease needs none."""
+    write lock, and a live lease needs none.
+
+    ``only``: the reply to end (one whose runner ended as it was told to stop, its
+    reply left open: ``runner.abort_turn``); None, doing nothing, once it is not open
+    (a prompt ended it and may run the session's next turn)."""
     held = lease.current(session_id=session.pk)
     if held is not None and held.expires_at > timezone.now():
         return held
@@ -135,6 +139,8 @@ def abort_unheld(session: Session) -> SessionLease | None:
         raise NotRunning("no turn is running in this session")
     with transaction.atomic():
         _lock(session)
+        if only is not None and not reply_open(session, only):
+            return None
         held = lease.current(session_id=session.pk)
         if held is not None and held.expires_at > timezone.now():
             return held
@@ -146,6 +152,14 @@ def abort_unheld(session: Session) -> SessionLease | None:
         if not finalize_open_messages(session=session, reason=ABORTED, deny_waiting=ABORTED):
             raise NotRunning("no turn is running in this session")
         return None
+
+
+def reply_open(session: Session, message_id: str) -> bool:
+    """Whether the session's reply ``message_id`` is not completed (running, or waiting
+    for approval with no process running it)."""
+    return Message.objects.filter(
+        tenant_id=session.tenant_id, session=session, pk=message_id, data__completed_at=None
+    ).exists()
 
 
 def _open_replies(session: Session) -> bool:

@@ -18,6 +18,7 @@ the new reply will fill (one batch). A refusal raises before anything is written
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -31,6 +32,7 @@ from forge.errors import (
     NotLastReply,
     UnknownAgent,
 )
+from forge.tools import mcp
 from sessions import selectors, services
 from sessions.exceptions import NotFound
 from sessions.ids import is_valid_id, new_message_id
@@ -46,6 +48,7 @@ from .prompting import (
     hold_budget,
     model_info,
     reply_message,
+    starting_check,
     within_budget,
 )
 from .recovery import finalize_dead_turn
@@ -153,7 +156,11 @@ def _to_answer(session: Session, message_id: Any) -> tuple[dict[str, Any] | None
 
 
 def begin_regeneration(
-    session: Session, message_id: Any = None, speaker: AbstractBaseUser | None = None
+    session: Session,
+    message_id: Any = None,
+    speaker: AbstractBaseUser | None = None,
+    *,
+    mcp_listing: mcp.Listing | None = None,
 ) -> tuple[Turn, dict[str, Any]]:
     """Take the lease and log a new, empty reply to the last reply's prompt.
 
@@ -171,6 +178,7 @@ def begin_regeneration(
     speaker = check_speaker(session, speaker)
     budgets = within_budget(session, speaker)
     assistant_id = new_message_id()
+    lease_asked_at = time.monotonic()  # the lease is counted from before its transaction
     with transaction.atomic():
         if lease.acquire(session=session, message_id=assistant_id) is not None:
             finalize_dead_turn(session)  # an expired lease: its runner died
@@ -181,12 +189,15 @@ def begin_regeneration(
             agent = _agent_named(asked["info"].get("agent"))
         except UnknownAgent as exc:
             raise UnknownAgent(f"the agent that answered is gone: {exc}") from None
+        # (Before any write: the transaction, the lease with it, is rolled back.)
+        starting_check(agent, mcp_listing=mcp_listing)
         model = model_info(agent)  # InvalidPrompt: a model that is not configured
         hold_budget(session, speaker, budgets, agent.resolved_model)
         # The prompt answered again reaches the model even if memory rolled it.
         current = blocks_in_force(session)  # one read for both
         memory = memory_blocks(session, agent.name, speaker, keep_from=user_id, current=current)
-        blocks = blocks_update(session, [*agent_blocks(agent), *memory], current=current)
+        own = agent_blocks(agent, mcp_listing)
+        blocks = blocks_update(session, [*own, *memory], current=current)
         reply = reply_message(
             message_id=assistant_id, parent_id=user_id, agent=agent, model=model, speaker=speaker
         )
@@ -199,5 +210,6 @@ def begin_regeneration(
         model=agent.resolved_model,
         supersedes=old,
         speaker=speaker,
+        lease_asked_at=lease_asked_at,
     )
     return turn, asked

@@ -12,12 +12,13 @@ stops the session's turn if this process runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -25,15 +26,16 @@ from django.utils import timezone
 
 from accounts import tenancy
 from forge.db.worker import db
-from forge.errors import StillRunning
+from forge.errors import ForgeError, NotRunning, StillRunning
 from forge.telemetry import tracing
+from forge.tools import mcp
 from sessions import services
 from sessions.models import Session
 
 from . import heartbeat, inbox, lease
 from .compaction import prepare_manual, run_manual
-from .prompting import Attachment
-from .recovery import abort_dead_holder, abort_unheld
+from .prompting import Attachment, McpServersStarting
+from .recovery import abort_dead_holder, abort_unheld, reply_open
 from .regenerate import begin_regeneration
 from .steps import Resume, begin_turn, run_turn
 from .subtask import subtask_runner
@@ -41,6 +43,7 @@ from .title import title_later
 from .turn import Turn
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,32 @@ class _Runner:
 
 # The turns this process runs, by session id.
 _runners: dict[str, _Runner] = {}
+# Sessions whose turn is starting here (``starting``): its transaction may have taken
+# the lease, and committed, before its runner is registered (``_start``). An abort that
+# arrives meanwhile is kept in ``_aborted_early`` (the reply it is for: the lease's
+# message id) and stops that turn as it starts: it was dropped, the turn ran to its end,
+# and the abort answered that it had stopped it (QA, twice: a stop right after a prompt
+# or an approval, on this process or another).
+_starting: dict[str, int] = {}
+_aborted_early: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def starting(session_id: str) -> Iterator[None]:
+    """While a turn of the session is being started on this loop (its lease taken, its
+    prompt or answers logged), up to its runner's registration: an abort arriving
+    meanwhile stops it as it starts. One that starts nothing leaves no trace."""
+    _starting[session_id] = _starting.get(session_id, 0) + 1
+    try:
+        yield
+    finally:
+        left = _starting.pop(session_id) - 1
+        if left:
+            _starting[session_id] = left
+        else:
+            _aborted_early.pop(session_id, None)
+
+
 # Every task the runtime started (turns, titles, listeners' cleanup), until it ends.
 _background: set[asyncio.Task[Any]] = set()
 
@@ -95,8 +124,15 @@ def _abort_arrived(message: dict[str, Any]) -> bool:
     the inbox (it returns False for every message)."""
     if message.get("type") != "forge.abort":
         return False
-    runner = _runners.get(str(message.get("session_id")))
-    if runner is None or runner.task.done():
+    session_id = str(message.get("session_id"))
+    # The reply it is for (the lease's, when it was sent): an abort of a turn that has
+    # ended since never stops the session's next one.
+    reply = str(message.get("message_id") or "")
+    runner = _runners.get(session_id)
+    if (runner is None or runner.task.done()) and session_id in _starting:
+        _aborted_early[session_id] = reply  # its runner stops it as it starts (``_start``)
+        return False
+    if runner is None or runner.task.done() or reply not in ("", runner.turn.message_id):
         return False
     if runner.task.get_loop() is asyncio.get_running_loop():  # another loop has its own inbox
         _stop(runner)
@@ -106,10 +142,15 @@ def _abort_arrived(message: dict[str, Any]) -> bool:
 def _stop(runner: Any) -> None:
     """Abort a turn running on this loop: once. A second cancel of a task already
     ending its abort broke it out of the ending (two aborts at once, through the
-    layer, left the reply open for good with its lease released)."""
+    layer, left the reply open for good with its lease released). A turn whose task
+    has not begun to run is not cancelled (a task cancelled then never runs its code,
+    and its reply stayed open): it sees ``abort`` as its steps begin and ends aborted.
+    Nor is a turn already told to stop (``abort`` set: its cancel may have been taken
+    back, ``_run``), whose ending a second cancel would break (a review finding)."""
+    told = runner.turn.abort.is_set()
     runner.turn.stopped_by_user = True
     runner.turn.abort.set()
-    if not runner.task.cancelling():
+    if runner.turn.running and not told and not runner.task.cancelling():
         runner.task.cancel()
 
 
@@ -135,8 +176,45 @@ async def start_turn(
     Raises ``InvalidPrompt`` / ``PromptTooLarge`` / ``UnknownAgent`` for bad input
     (nothing written) and ``SessionBusy`` while another turn of the session runs.
     """
-    turn, user_message = await db(begin_turn)(session, text, agent, files, depth, speaker)
-    return _start(turn, user_message)
+    try:
+        return await _begin(
+            session, lambda: db(begin_turn)(session, text, agent, files, depth, speaker)
+        )
+    except McpServersStarting as unlisted:  # (nothing written, no lease taken)
+        listing = await list_mcp_tools(unlisted.servers)
+    return await _begin(
+        session,
+        lambda: db(begin_turn)(session, text, agent, files, depth, speaker, mcp_listing=listing),
+    )
+
+
+async def _begin(
+    session: Session, begin: Callable[[], Awaitable[tuple[Turn, dict[str, Any]]]]
+) -> StartedTurn:
+    """``begin()`` (the transaction of a prompt or a regeneration), then its turn's
+    runner, as one: a caller cancelled meanwhile (a closed socket, a server stopping)
+    does not stop the transaction, which goes on in the database's thread and may
+    commit (the prompt logged, the reply opened, the lease taken); the turn is started
+    all the same, then the cancel is honoured. It left no runner: the session busy and
+    the reply open until the lease expired and the janitor ended it (review)."""
+
+    async def begin_and_start() -> StartedTurn:
+        with starting(session.pk):
+            turn, user_message = await begin()
+            return _start(turn, user_message)
+
+    return await run_through_cancel(begin_and_start())
+
+
+async def list_mcp_tools(servers: Mapping[str, Any]) -> mcp.Listing:
+    """An agent's MCP tools, its servers started on the MCP loop and awaited here, not on
+    the runtime's database thread (``prompting.McpServersStarting``), nor on a thread
+    of the loop's small default pool that sync tools share. A listing past its own
+    deadline (the start timeout, and some) leaves every server out, said in the notice."""
+    try:
+        return await mcp.alist_tools(servers)
+    except TimeoutError:
+        return mcp.Listing(failures={str(name): "did not answer in time" for name in servers})
 
 
 async def start_regeneration(
@@ -147,19 +225,29 @@ async def start_regeneration(
     prompt; ``speaker`` is the user asking (as for :func:`start_turn`). Raises
     ``NothingToRegenerate`` / ``NotLastReply`` / ``SessionBusy`` before anything is
     written."""
-    turn, user_message = await db(begin_regeneration)(session, message_id, speaker)
-    return _start(turn, user_message)
+    try:
+        return await _begin(session, lambda: db(begin_regeneration)(session, message_id, speaker))
+    except McpServersStarting as unlisted:  # (nothing written, no lease taken)
+        listing = await list_mcp_tools(unlisted.servers)
+    return await _begin(
+        session,
+        lambda: db(begin_regeneration)(session, message_id, speaker, mcp_listing=listing),
+    )
 
 
 def _start(
     turn: Turn, user_message: dict[str, Any], resume: list[Resume] | None = None
 ) -> StartedTurn:
     session = turn.session
-    turn.run_subtask = subtask_runner(turn, start_turn)
-    # (Taken a moment ago, by the prompt's transaction: counted from its start.)
-    heartbeat.confirmed(turn, turn.started_at)
+    turn.run_subtask = subtask_runner(turn, start_turn, stop_started)
+    # Taken a moment ago, by the prompt's (or the answers') transaction: counted from
+    # before that transaction, which may have taken long on a loaded database.
+    asked_at = turn.lease_asked_at if turn.lease_asked_at is not None else turn.started_at
+    heartbeat.confirmed(turn, asked_at)
     task = _spawn(_run(turn, resume), tenant_id=session.tenant_id, name=f"forge-turn-{session.pk}")
-    _runners[session.pk] = _Runner(turn=turn, task=task)
+    _runners[session.pk] = runner = _Runner(turn=turn, task=task)
+    if _aborted_early.pop(session.pk, None) in ("", turn.message_id):  # came as it started
+        _stop(runner)
     return StartedTurn(
         session_id=session.pk,
         message=user_message,
@@ -168,10 +256,43 @@ def _start(
     )
 
 
+def stop_started(started: StartedTurn) -> None:
+    """Stop a turn :func:`start_turn` started on this loop, whether or not its task has
+    begun to run (``_stop``): a subtask whose parent was stopped as it started."""
+    runner = _runners.get(started.session_id)
+    if runner is not None and runner.task is started.task:
+        _stop(runner)
+
+
 def start_resumed(turn: Turn, resume: list[Resume]) -> asyncio.Task[None]:
     """Go on with a suspended turn from its answered calls, logged together (the caller
     took the lease, in the transaction that logged them: ``forge.runtime.approvals``)."""
     return _start(turn, {}, resume).task
+
+
+async def run_through_cancel(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``, run as a task of its own: a cancel of the caller meanwhile lets it
+    finish (a turn it starts is started), then is honoured. (``processor.
+    finish_then_cancel`` for work that starts a turn: what it raises, once the caller
+    has gone, is retrieved here rather than logged as never retrieved.)"""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Whatever it raises, once the caller has gone, is retrieved (even if a second
+        # cancel ends the wait), and logged unless it is a refusal (``ForgeError``).
+        task.add_done_callback(_gone_callers_result)
+        await asyncio.wait({task})
+        raise
+
+
+def _gone_callers_result(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    # A refusal, or the signal to list an agent's MCP tools first, is no failure.
+    if error is not None and not isinstance(error, ForgeError | McpServersStarting):
+        logger.error("work whose caller had gone failed", exc_info=error)
 
 
 async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:
@@ -179,11 +300,22 @@ async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:
     me = asyncio.current_task()
     assert me is not None
     renewing: asyncio.Task[None] | None = None
+    turn.running = True
     try:
         renewing = asyncio.create_task(heartbeat.run(turn, me))
-        await inbox.join(session_id, _abort_arrived)
+        try:
+            await inbox.join(session_id, _abort_arrived)
+        except asyncio.CancelledError:
+            if not turn.abort.is_set():
+                raise
+            me.uncancel()  # an abort or a shutdown: its steps end the reply as aborted
         await run_turn(turn, resume)
     finally:
+        # The turn has ended (completed, failed, aborted or suspended): an abort from now
+        # on is not to cancel this cleanup, which gives the lease back (a cancelled one
+        # left the runner registered and the lease held until it expired: review).
+        # ``abort_turn`` sees a reply left open, waiting, and ends it.
+        turn.running = False
         if renewing is not None:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
@@ -205,16 +337,19 @@ async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:
 # --- compacting on demand ------------------------------------------------------------
 
 
-async def start_compaction(*, session: Session) -> asyncio.Task[dict[str, Any]]:
+async def start_compaction(
+    *, session: Session, requester_id: int | None = None
+) -> asyncio.Task[dict[str, Any]]:
     """Check, take the session's lease, and start compacting it as a task of the running
     loop (the manual entry: the ``compact/`` route and ``compact_session``).
 
     Raises ``NothingToCompact`` (an empty session, no progress since the last
     boundary) and ``SessionBusy`` before anything is written. The task's result
     is the boundary's marker; a failed summary writes nothing and is published
-    as an error frame.
+    as an error frame. ``requester_id``: the member asking, who must be within budget
+    as the owner must (``prepare_manual``).
     """
-    await db(prepare_manual)(session)
+    await db(prepare_manual)(session, requester_id)
     task: asyncio.Task[dict[str, Any]] = _spawn(
         run_manual(session), tenant_id=session.tenant_id, name=f"forge-compact-{session.pk}"
     )
@@ -246,13 +381,31 @@ async def stop_turns(*, grace: float, timeout: float = 10.0) -> int:
         await asyncio.wait({r.task for r in runners}, timeout=left)
     runners = running()
     for runner in runners:
+        told = runner.turn.abort.is_set()
         runner.turn.stopped_by_shutdown = True
-        runner.turn.abort.set()
-        if not runner.task.cancelling():
+        runner.turn.abort.set()  # (seen as its steps begin, if its task has not run: ``_stop``)
+        if runner.turn.running and not told and not runner.task.cancelling():
             runner.task.cancel()
     if runners:
         await asyncio.wait({r.task for r in runners}, timeout=timeout)
     return len(runners)
+
+
+async def _stop_here(runner: _Runner, timeout: float) -> None:
+    """Stop a turn this process runs and wait (up to ``timeout``) for its end."""
+    home = runner.task.get_loop()
+    if home is asyncio.get_running_loop():
+        _stop(runner)
+        await asyncio.wait({runner.task}, timeout=timeout)
+        return
+    # A turn of another loop of this process (one going on after an expired approval:
+    # ``approvals.services.continuations``): stopped in its own loop's thread, and its
+    # end watched from here (a task is no other loop's to await).
+    home.call_soon_threadsafe(_stop, runner)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not runner.task.done() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
 
 
 def running_turn(session_id: str) -> asyncio.Task[None] | None:
@@ -279,31 +432,67 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     A runner that may be alive is never finalized: when ``timeout`` passes before it
     stops or is judged dead, this raises ``StillRunning`` (409 ``still_running``, the
     session stays ``busy``; ``retry_after``: when it would be judged dead). Raises
-    ``NotRunning`` when nothing is open."""
+    ``NotRunning`` when nothing is open.
+
+    A turn that suspends for approval as the abort reaches it ends with its reply open,
+    waiting, and its lease given back (its runner saw the abort too late, or never: the
+    inbox drops an abort for a turn that has ended): the abort goes on with that reply
+    as one no runner holds. It had answered that it stopped the reply, which stayed
+    open (review)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    reply = await _abort_once(session, timeout)
+    # Checked whatever the time: past the deadline, a reply left open by a runner that has
+    # ended is still ended (quickly: no runner to wait for), one whose runner goes on is
+    # ``StillRunning``; an abort never answers success with its reply open (review).
+    while reply is not None and await db(reply_open)(session, reply):
+        runner = _runners.get(session.pk)
+        left = deadline - loop.time()
+        if (
+            left <= 0
+            and runner is not None
+            and not runner.task.done()
+            and runner.turn.message_id == reply
+        ):
+            raise StillRunning("this turn was told to stop and has not ended yet", retry_after=1)
+        try:
+            reply = await _abort_once(session, max(0.0, left), only=reply)
+        except NotRunning:
+            return  # completed meanwhile (the race's other side)
+
+
+async def _abort_once(session: Session, timeout: float, only: str | None = None) -> str | None:
+    """:func:`abort_turn` once: the reply whose runner was stopped (or seen to end), or
+    None when this finalized it. Raises ``NotRunning`` when nothing was open.
+
+    ``only``: the reply a first pass stopped, found open since: nothing but it is
+    stopped. Another reply's turn runs when a prompt (or an answer's resumed turn)
+    ended it meanwhile, and an abort never stops the session's next turn."""
     runner = _runners.get(session.pk)
     if runner is not None and not runner.task.done():
-        home = runner.task.get_loop()
-        if home is asyncio.get_running_loop():
-            _stop(runner)
-            await asyncio.wait({runner.task}, timeout=timeout)
-            return
-        # A turn of another loop of this process (one going on after an expired
-        # approval: ``approvals.services.continuations``): stopped in its own loop's
-        # thread, and its end watched from here (a task is no other loop's to await).
-        home.call_soon_threadsafe(_stop, runner)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not runner.task.done() and loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        return
-    held = await db(abort_unheld)(session)
-    if held is None:
-        return
-    layer = get_channel_layer()
-    if layer is not None:  # to the inbox of the process that holds the lease
-        await layer.group_send(
-            inbox.runner_group(held.owner), {"type": "forge.abort", "session_id": session.pk}
-        )
+        if only is not None and runner.turn.message_id != only:
+            return None
+        await _stop_here(runner, timeout)
+        return runner.turn.message_id
+    held = await db(abort_unheld)(session, only=only)
+    if held is None or (only is not None and held.message_id != only):
+        return None
+    runner = _runners.get(session.pk)
+    if held.owner == lease.OWNER and runner is not None and not runner.task.done():
+        if runner.turn.message_id == held.message_id:  # registered meanwhile
+            await _stop_here(runner, timeout)
+            return held.message_id
+    elif held.owner == lease.OWNER and session.pk in _starting:
+        # Its turn is starting here, its runner not registered yet: stopped as it starts
+        # (the inbox may not be joined yet, or at all on the in-memory layer).
+        _aborted_early[session.pk] = held.message_id
+    else:
+        layer = get_channel_layer()
+        if layer is not None:  # to the inbox of the process that holds the lease
+            await layer.group_send(
+                inbox.runner_group(held.owner),
+                {"type": "forge.abort", "session_id": session.pk, "message_id": held.message_id},
+            )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -313,10 +502,10 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
             held.owner,
             held.acquired_at,
         ):
-            return  # its runner ended the turn (and the session may run another since)
+            return held.message_id  # its runner ended (the session may run another since)
         if lease.judged_dead(current):
             if await db(abort_dead_holder)(session, current):
-                return
+                return None
             continue  # it renewed meanwhile: alive
         if loop.time() > deadline:
             wait = (lease.overdue_at(current) - timezone.now()).total_seconds()

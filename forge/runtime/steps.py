@@ -39,7 +39,14 @@ from sessions.models import Session
 
 from .approvals.asking import approval_action
 from .approvals.pending import ABORTED, waiting
-from .compaction import auto_enabled, compact, is_provider_overflow, over_limit, overflow_error
+from .compaction import (
+    auto_enabled,
+    compact,
+    estimate_tokens,
+    is_provider_overflow,
+    over_limit,
+    overflow_error,
+)
 from .dialogue import complete_reply
 from .finalize import SHUT_DOWN, finalize_open_messages, message_error
 from .processor import Processor, StepResult, finish_then_cancel
@@ -124,8 +131,10 @@ async def _run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
     session = turn.session
     processor = Processor(turn)
     provider: Provider | None = None
-    await services.apublish_status(session_id=session.pk, status="busy")
     try:
+        if turn.abort.is_set():  # stopped as it started (``runner._stop``): nothing ran
+            raise asyncio.CancelledError
+        await services.apublish_status(session_id=session.pk, status="busy")
         try:
             provider = resolve(turn.model)
         except UnknownModel as exc:
@@ -168,6 +177,11 @@ async def _run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
             agent=turn.agent.name,
         )
     finally:
+        # Ended (completed, failed, aborted or suspended): an abort from now on is not to
+        # cancel this clean-up, nor the runner's (``runner._stop``). A late one cancelled
+        # it, the provider's pool left open (review); ``abort_turn`` ends a reply left
+        # open, waiting.
+        turn.running = False
         await asyncio.shield(processor.forget())
         close = getattr(provider, "aclose", None)  # providers holding a connection pool
         if close is not None:
@@ -213,6 +227,7 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
         tracing.model_call(provider=provider, model=model, messages=request.messages) as call,
     ):
         processor.step_texts.clear()
+        processor.step_request = request  # what a cut step bills (estimated then)
         result = await processor.run_step(loop.provider.stream(request))
         tracing.model_result(
             call,
@@ -286,6 +301,9 @@ async def _resume(turn: Turn, processor: Processor, resume: list[Resume], loop: 
     wait (suspended again) or the reply was completed at its step limit."""
     for answered in resume:
         if answered.approved:
+            # As between a step's own calls (``run_deferred``): a tool that swallowed the
+            # abort's cancellation must not let the next approved call run (QA).
+            turn.raise_if_aborted()
             await _run_approved(turn, processor, answered)
     if await db(_still_waiting)(turn):
         return False
@@ -374,6 +392,7 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
         message_id=turn.message_id,
         agent=turn.agent.name,
         deny_waiting=ABORTED if turn.stopped_by_user else None,
+        cut_step_end=processor.cut_step_end(estimate_tokens),
     )
 
 
@@ -411,12 +430,16 @@ def begin_turn(
     files: Sequence[Attachment],
     depth: int = 0,
     speaker: Any = None,
+    *,
+    mcp_listing: Any = None,
 ) -> tuple[Turn, dict[str, Any]]:
     """``prompting.begin``, then the first step's start read in the same hop to the
     database thread (``Turn.first_step``): one hop less per turn. The prompt is
     committed first; a failure to read the start leaves it to the run loop, which
     reads it again (and finalizes the reply if that fails too)."""
-    turn, user_message = begin(session, text, agent_name, files, depth, speaker)
+    turn, user_message = begin(
+        session, text, agent_name, files, depth, speaker, mcp_listing=mcp_listing
+    )
     try:
         turn.first_step = _start_steps(turn.session)
     except Exception:

@@ -88,9 +88,10 @@ async def task(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def subtask_runner(
-    parent: Turn, start: StartTurn
+    parent: Turn, start: StartTurn, stop: Callable[[Any], None]
 ) -> Callable[[str, str, str], Awaitable[ToolResult]]:
-    """What ``parent``'s ``task`` tool calls: run ``agent`` on ``prompt`` in a child session."""
+    """What ``parent``'s ``task`` tool calls: run ``agent`` on ``prompt`` in a child session.
+    ``stop``: stops a turn ``start`` started (``runner.stop_started``)."""
 
     async def run_subtask(agent: str, prompt: str, description: str) -> ToolResult:
         if parent.depth >= MAX_SUBTASK_DEPTH:
@@ -100,13 +101,28 @@ def subtask_runner(
         except UnknownAgent as exc:
             raise ToolError(str(exc)) from None
         # The child's turn is the parent's speaker's: its memory tools read their memory.
-        started = await start(
-            session=child,
-            text=prompt,
-            agent=agent,
-            depth=parent.depth + 1,
-            speaker=parent.speaker,
+        begun = asyncio.ensure_future(
+            start(
+                session=child,
+                text=prompt,
+                agent=agent,
+                depth=parent.depth + 1,
+                speaker=parent.speaker,
+            )
         )
+        try:
+            started = await asyncio.shield(begun)
+        except asyncio.CancelledError:
+            # Stopped as the child's turn was starting: its start goes on to its end (a
+            # committed prompt's turn is started: ``runner._begin``), and the child is
+            # stopped once started. It ran to its end unwatched, its tools and tokens
+            # spent after the user's stop (review).
+            # (By a callback: a second cancel, ending this wait, must not skip the stop.)
+            begun.add_done_callback(_stop_once_started(stop))
+            await asyncio.wait({begun})
+            if not begun.cancelled() and begun.exception() is None:
+                await asyncio.wait({begun.result().task})
+            raise
         try:
             await asyncio.shield(started.task)
         except asyncio.CancelledError:
@@ -119,13 +135,26 @@ def subtask_runner(
                 f"the {agent} subtask failed: {reply['error']['message']}",
                 metadata={"child_session_id": child.pk},
             )
+        output = reply["text"] or "(the subtask gave no answer)"
+        if reply["finish"] in _CUT_SHORT:
+            # Said, not passed off as its answer (QA: a subtask that used up its steps
+            # read as a finished, empty answer).
+            output += f"\n\n[{_CUT_SHORT[reply['finish']]}; its session is {child.pk}]"
         return ToolResult(
-            output=reply["text"] or "(the subtask gave no answer)",
+            output=output,
             title=description,
             metadata={"child_session_id": child.pk, "subtask_part_id": part_id},
         )
 
     return run_subtask
+
+
+def _stop_once_started(stop: Callable[[Any], None]) -> Callable[[asyncio.Future[Any]], None]:
+    def stop_it(begun: asyncio.Future[Any]) -> None:
+        if not begun.cancelled() and begun.exception() is None:
+            stop(begun.result())
+
+    return stop_it
 
 
 def _open_subtask(parent: Turn, agent: str, prompt: str, description: str) -> tuple[Session, str]:
@@ -154,12 +183,21 @@ def _open_subtask(parent: Turn, agent: str, prompt: str, description: str) -> tu
     return child, event.data["id"]
 
 
+# A subtask's reply that ended before its answer, as its ``finish`` says.
+_CUT_SHORT = {
+    "step-limit": "the subtask stopped at its agent's step limit before it answered",
+    "length": "the subtask's answer was cut at the model's output limit",
+    "content-filter": "the subtask's answer was cut by the model's content filter",
+}
+
+
 def _final_text(session: Session, message_id: str) -> dict[str, Any]:
     try:
         reply = selectors.get_message(
             tenant=session.tenant, session_id=session.pk, message_id=message_id
         )
     except NotFound:
-        return {"text": "", "error": {"message": "the subtask's reply is missing"}}
+        return {"text": "", "error": {"message": "the subtask's reply is missing"}, "finish": None}
     text = "\n".join(p["text"] for p in reply["parts"] if p["type"] == "text").strip()
-    return {"text": text, "error": reply["info"].get("error")}
+    info = reply["info"]
+    return {"text": text, "error": info.get("error"), "finish": info.get("finish")}

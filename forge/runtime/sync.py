@@ -112,18 +112,20 @@ def abort(*, session: Session) -> None:
     async_to_sync(abort_turn)(session=session)
 
 
-def compact(*, session: Session, wait: bool = False) -> dict[str, Any] | None:
+def compact(
+    *, session: Session, wait: bool = False, requester_id: int | None = None
+) -> dict[str, Any] | None:
     """:func:`~forge.runtime.runner.start_compaction` from synchronous code. Returns the
     boundary's marker when it waited for the summary (always where no server loop
     runs); raises ``CompactionFailed`` then if the summary failed."""
     loop = bus.server_loop()
     release_connections()
     if loop is not None and not wait:
-        async_to_sync(start_compaction)(session=session)
+        async_to_sync(start_compaction)(session=session, requester_id=requester_id)
         return None
 
     async def whole() -> dict[str, Any]:
-        task = await start_compaction(session=session)
+        task = await start_compaction(session=session, requester_id=requester_id)
         try:
             return await task
         finally:

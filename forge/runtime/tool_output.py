@@ -68,7 +68,8 @@ def spill_if_oversized(
     url = file_url(session.pk, part_id)
     note = (
         f"\n\n[output of {len(data)} bytes, over the log's limit of {cap} bytes: stored "
-        f"whole as file part {part_id} ({url}); above are its first {{kept}} characters]"
+        f"whole as file part {part_id} ({url}); above are its first {{kept}} characters; "
+        f"history_read with part_id {part_id!r} and an offset reads the rest]"
     )
     # The head the log keeps: what the model is shown at most, and at most half the cap
     # in bytes (QA: 48,065 three-byte characters, 144 KB, kept under a 20 KB cap, and a

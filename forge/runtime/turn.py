@@ -55,6 +55,16 @@ class Turn:
     # a little before the lease's expiry. Past it, another process may find the lease
     # expired and finalize the reply: the turn must stop, and publish nothing more.
     lease_until: float = float("inf")
+    # When (this process's monotonic clock) the statement that took the lease for this
+    # turn was sent, or a moment before: the lease's expiry is counted from there
+    # (``heartbeat.confirmed``), not from when the turn was built after its transaction
+    # committed. None: from ``started_at``.
+    lease_asked_at: float | None = None
+    # Whether its task has begun to run (``runner._run``): from then on an abort or a
+    # shutdown cancels it, and the reply ends as aborted; before, they only set
+    # ``abort``, which its steps see as they begin (a task cancelled before it runs
+    # never runs its code: the reply stayed open, its lease held).
+    running: bool = False
     # Whether the turn stopped because its lease was lost or could not be confirmed in
     # time: then its reply is no longer its own to finalize, publish or give back.
     lease_lost: bool = False

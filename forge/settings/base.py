@@ -64,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "forge.middleware.ContentSecurityPolicyMiddleware",
+    "forge.middleware.PrivateResponsesMiddleware",
 ]
 # Pages served with their own defaults instead of Forge's Content-Security-Policy.
 # Where the Vercel AI SDK's chat routes live (useChat's default is /api/chat): the chat,

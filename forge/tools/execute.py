@@ -18,6 +18,8 @@ from typing import Any
 from django.conf import settings
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 from forge.telemetry import metrics
 from sessions.shapes import (
@@ -77,6 +79,11 @@ def _storable(error: ToolError) -> ToolError:
 
 def _path_of(error: ValidationError) -> str:
     return ".".join(str(part) for part in error.absolute_path)
+
+
+# Where a schema's references are looked up: nowhere but the schema itself. The default
+# (jsonschema's deprecated resolver) fetched a remote ``$ref`` with ``urlopen`` (QA).
+_NOWHERE: Registry = Registry()
 
 
 def prepare_call(
@@ -155,15 +162,39 @@ def prepare_call(
             f"not {type(parsed).__name__ if parsed is not None else 'null'}",
             metadata={"input": {}},
         )
-    errors = list(Draft202012Validator(item.parameters).iter_errors(args))
+    try:
+        validator = Draft202012Validator(item.parameters, registry=_NOWHERE)
+        errors = list(validator.iter_errors(args))
+    except Unresolvable as exc:  # a reference the registry's check would have refused
+        raise ToolError(
+            f"invalid schema of {name}: a reference in it cannot be resolved ({exc})",
+            metadata={"input": args},
+        ) from None
     if errors:
         error = best_match(errors)
         where = _path_of(error)
-        message = f"invalid input for {name}: " + (f"{where}: " if where else "") + error.message
+        message = f"invalid input for {name}: " + (f"{where}: " if where else "") + _said(error)
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise ToolError(_truncate(message, MAX_ERROR_CHARS), metadata={"input": args})
     return item, _whole_numbers(name, item.parameters, args)
+
+
+SHOWN_VALUE_CHARS = 60  # of a quoted value an error message repeats
+_LONG_QUOTED = re.compile(
+    rf"'(?:[^'\\]|\\.){{{2 * SHOWN_VALUE_CHARS},}}'|\"(?:[^\"\\]|\\.){{{2 * SHOWN_VALUE_CHARS},}}\""
+)
+
+
+def _said(error: ValidationError) -> str:
+    """``error``'s message, each long quoted value in it shortened (QA: a 10,000-character
+    query came back whole, up to the message's 2,000 characters; so did an unexpected
+    property's name), the failing value's length said."""
+    message = _LONG_QUOTED.sub(lambda m: m.group()[:SHOWN_VALUE_CHARS] + "\u2026", error.message)
+    value = error.instance
+    if message != error.message and isinstance(value, str) and repr(value) in error.message:
+        message += f" ({len(value)} character{'s' if len(value) != 1 else ''})"
+    return message
 
 
 def _no_constant(name: str) -> Any:

@@ -171,6 +171,14 @@ async def history_read(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     return ToolResult(output=output, title=f"history_read: {len(items)} message(s)")
 
 
+def _spilled_to(part: dict[str, Any]) -> str | None:
+    """The id of the file part a tool part's output was stored in, if any."""
+    if part.get("type") != "tool":
+        return None
+    stored = ((part.get("state") or {}).get("metadata") or {}).get("output_file") or {}
+    return stored.get("part_id") if isinstance(stored, dict) else None
+
+
 async def _output_page(ctx: ToolContext, part_id: str, offset: int) -> ToolResult:
     """A page of tool part ``part_id``'s whole output, from character ``offset``."""
 
@@ -182,7 +190,12 @@ async def _output_page(ctx: ToolContext, part_id: str, offset: int) -> ToolResul
             if owner is not None
             else []
         )
-        parts = [p for item in items for p in item["parts"] if p.get("id") == part_id]
+        everything = [p for item in items for p in item["parts"]]
+        parts = [p for p in everything if p.get("id") == part_id]
+        if parts and parts[0].get("type") == "file":
+            # The file an output over the log's limit was stored in (its note names it):
+            # read as the tool part that names it (QA: the model was told of this id only).
+            parts = [p for p in everything if _spilled_to(p) == part_id]
         if not parts or parts[0].get("type") != "tool":
             raise InvalidCursor(f"no tool part {part_id!r} in this conversation")
         if (parts[0].get("state") or {}).get("status") != "completed":

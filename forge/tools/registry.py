@@ -63,7 +63,44 @@ def check_parameters(name: str, parameters: object) -> dict[str, Any]:
         ) from exc
     if parameters.get("type") != "object":
         raise ValueError(f'tool {name!r}: parameters must have a top-level "type": "object"')
+    elsewhere = reference_elsewhere(parameters)
+    if elsewhere is not None:
+        raise ValueError(
+            f"tool {name!r}: parameters refers to a schema elsewhere ({elsewhere[:200]!r}); "
+            'only references within the schema ("#...") are taken'
+        )
     return parameters
+
+
+_REFERENCES = ("$ref", "$dynamicRef")
+
+
+def reference_elsewhere(schema: object) -> str | None:
+    """The first ``$ref`` / ``$dynamicRef`` of ``schema`` that does not point inside it
+    (not ``#...``), or None. Validating against such a schema made jsonschema fetch the
+    URL (``urlopen``, on the turn's event loop): a request from this server to wherever
+    an MCP server's schema pointed, and a stalled process while it answered (QA)."""
+    stack: list[object] = [schema]  # schemas (or lists of them)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in _REFERENCES and isinstance(value, str) and not value.startswith("#"):
+                return value
+            if key in _NAMED and isinstance(value, dict):
+                stack.extend(value.values())  # names, then schemas: any name is a name
+            elif key not in _INSTANCES:  # values, not schemas: a "$ref" there is data
+                stack.append(value)
+    return None
+
+
+_INSTANCES = ("default", "const", "enum", "examples")
+# Keywords whose value maps names (a property's, a definition's) to schemas.
+_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def check_timeout(name: str, timeout: object) -> float | None:

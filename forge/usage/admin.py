@@ -78,6 +78,13 @@ class BudgetForm(forms.ModelForm):
         # every prompt ("the budget of 0 tokens is used up") while this form, checking
         # that some limit is set, took it for none (QA).
         for name in ("monthly_tokens", "monthly_cost"):
+            raw = self.data.get(self.add_prefix(name))
+            if isinstance(raw, str) and (not raw.isascii() or "_" in raw):
+                # The field read other scripts' digits and "5_000" as numbers, which
+                # ``set_budget`` refuses (QA): the typed text is checked as it refuses it.
+                self.add_error(name, f"{name.replace('_', ' ')}: expected a number, got {raw!r}")
+                data.pop(name, None)
+                continue
             if data.get(name) == 0:
                 data[name] = None
             try:

@@ -278,6 +278,10 @@ def clean_limit(value: Any, *, name: str, integer: bool) -> Any:
     form check the same: the form took 9e18 tokens, which the command refused)."""
     if value is None:
         return None
+    # Decimal also reads "1_000" and other scripts' digits (U+FF15, U+0663): a limit is written
+    # in ASCII digits, as the API's numbers are (QA).
+    if isinstance(value, str) and (not value.isascii() or "_" in value):
+        raise InvalidBudget(f"{name}: expected a number, got {value!r}")
     try:
         number = Decimal(str(value))
     except ArithmeticError:

@@ -35,7 +35,7 @@ from .context import (  # noqa: F401 - re-exported
     placed_context_updates,
     progress_since_compaction,
 )
-from .copies import copy_sources, copy_through  # noqa: F401 - re-exported
+from .copies import copy_origins, copy_sources, copy_through  # noqa: F401 - re-exported
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200
@@ -464,6 +464,18 @@ def message_after(*, tenant: Tenant, session: Session, message_id: str) -> dict[
         .first()
     )
     return row
+
+
+def message_infos_between(
+    *, tenant: Tenant, session: Session, after: str | None, upto: str
+) -> list[dict[str, Any]]:
+    """The infos of the session's messages whose id is above ``after`` (None: from the
+    first) and at most ``upto``, oldest first. One range read of the index
+    ``message_session_id``."""
+    rows = Message.objects.filter(tenant=tenant, session=session, id__lte=upto)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
+    return list(rows.order_by("id").values_list("data", flat=True))
 
 
 def newest_replies(*, tenant: Tenant, session: Session, parent_ids: list[str]) -> dict[str, str]:

@@ -60,3 +60,21 @@ def copy_through(
         rows.order_by("-source_message_id").values_list("message_id", flat=True).first()
     )
     return newest
+
+
+def copy_origins(
+    *, tenant: Tenant, session: Session, after: str | None, upto: str
+) -> dict[str, list[tuple[str, str]]]:
+    """``{copy's message id: [(source session id, source message id), ...]}`` for the
+    messages of ``session`` copied from elsewhere whose id is above ``after`` (None:
+    from the first) and at most ``upto``: every origin up a chain of copies. Read for
+    the cut of a copy (``forge.runtime.dialogue``), when it moves."""
+    rows = CopiedMessage.objects.filter(tenant=tenant, session_id=session.pk, message_id__lte=upto)
+    if after is not None:
+        rows = rows.filter(message_id__gt=after)
+    origins: dict[str, list[tuple[str, str]]] = {}
+    for message_id, source_session, source_message in rows.values_list(
+        "message_id", "source_session_id", "source_message_id"
+    ):
+        origins.setdefault(message_id, []).append((source_session, source_message))
+    return origins

@@ -26,11 +26,13 @@ from ..log import (
 from ..models import Message, Part, Session, SessionEvent
 from ..projector import with_rolled_through_moved
 from ..shapes import (
+    MAX_DEPTH,
     ShapeError,
     normalize_message,
     normalize_part,
     nul_path,
     surrogate_path,
+    too_deep,
     unstored_number,
     v_time,
 )
@@ -159,6 +161,15 @@ def import_log(
     session_id = events[0].get("session_id")
     if not is_valid_id(session_id):
         raise LogIntegrityError("the first event names no session")
+    # Hashing encodes each event recursively: one nested past what any shape takes (a
+    # part's ``MAX_DEPTH`` and the few levels of the event around it) is
+    # refused first, in the words the shapes use (a 900-deep tool input was hashed at
+    # the edge of Python's recursion limit: a 500 once the request's stack grew).
+    for event in events:
+        if too_deep(event.get("data"), MAX_DEPTH + 16):
+            raise LogIntegrityError(
+                f"seq {event.get('seq')!r}: nested deeper than {MAX_DEPTH} levels"
+            )
     try:
         problems = verify_chain(events, session_id=session_id)
     except UnicodeEncodeError:  # JSON's "\ud800" decodes to what no UTF-8 text holds
@@ -179,8 +190,8 @@ def import_log(
         )
     first = events[0]
     if (
-        first["type"] != "session.created"
-        or not isinstance(first["data"], dict)
+        first.get("type") != "session.created"
+        or not isinstance(first.get("data"), dict)
         or first["data"].get("id") != session_id
     ):
         raise LogIntegrityError("a log starts with its session.created event")

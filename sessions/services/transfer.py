@@ -4,7 +4,7 @@ renaming and batched writes, which an import's copy (``imports``) shares."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -153,6 +153,29 @@ def mark_copied(*, session: Session) -> int:
     return head
 
 
+def _before_cut(
+    history: Iterable[dict[str, Any]], before_message_id: str
+) -> Iterator[dict[str, Any]]:
+    """The messages of ``history`` (oldest first) before ``before_message_id``, but for
+    a compaction's request left last: its summary is at or past the cut (a fork at the
+    summary). Copied alone it was no boundary, and every request of the fork sent the
+    model its "Summarize the conversation" as a prompt no one typed (QA); a compaction
+    cut in two is left out as if it never happened. (A failed summary writes nothing:
+    no finished log holds a request without its summary elsewhere.)"""
+    held: dict[str, Any] | None = None
+    for item in history:
+        if item["info"]["id"] >= before_message_id:
+            break
+        if held is not None:
+            yield held
+        held = item
+    if held is not None and not (
+        held["info"].get("role") == "user"
+        and any(part.get("type") == "compaction" for part in held["parts"])
+    ):
+        yield held
+
+
 def _copy_history(session: Session, fork: Session, *, before_message_id: str) -> None:
     """Copy the messages before ``before_message_id``, and the source's context
     updates where they were among them.
@@ -178,10 +201,10 @@ def _copy_history(session: Session, fork: Session, *, before_message_id: str) ->
             moved = with_rolled_through_moved(blocks, new_ids)
             writes.add(AppendEvent(type="context.updated", data={"blocks": moved}))
 
-    for item in selectors.iter_history(tenant=tenant, session_id=session.pk):
+    for item in _before_cut(
+        selectors.iter_history(tenant=tenant, session_id=session.pk), before_message_id
+    ):
         info = item["info"]
-        if info["id"] >= before_message_id:
-            break
         updates_before(info["id"])
         new_ids[info["id"]] = new_message_id()
         copy = {**remap_ids(info, new_ids), "session_id": fork.pk}

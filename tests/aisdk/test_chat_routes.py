@@ -233,7 +233,11 @@ def test_stop_aborts_and_resume_replays_the_running_reply(server: LiveServer, se
     reply = stored(session.pk)
     assert reply["info"]["error"]["name"] == "MessageAbortedError"
     assert again.ui.parts == expected_parts(reply)
-    assert again.ui.parts[-1]["text"].startswith("w0 w1 w2 w3")
+    texts = [p for p in again.ui.parts if p["type"] == "text"]
+    assert texts[-1]["text"].startswith("w0 w1 w2 w3")
+    # The cut step's end comes after its text, its tokens estimated (billed: QA, HIGH).
+    assert again.ui.parts[-1]["type"] == "data-step-finish"
+    assert again.ui.parts[-1]["data"]["reason"] == "aborted"
     assert httpx.get(f"{base}/stream", headers=headers(token)).status_code == 204
 
 

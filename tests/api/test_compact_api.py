@@ -66,3 +66,34 @@ def test_compact_a_busy_session_is_409(api, session, agents):
 
 def test_compact_another_tenants_session_is_404(stranger, session, agents):
     assert stranger.post(f"/api/sessions/{session.pk}/compact/").status_code == 404
+
+
+def test_a_prompt_refused_by_a_dead_holders_live_lease_says_when_to_try_again(api, session, agents):
+    """QA (LOW): for up to a lease period after its process died, every prompt, answer
+    and deletion was a bare 409 ``busy``, while an abort said when to retry. A live
+    holder's turn ends when it ends: no hint then."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from forge.models import SessionLease
+
+    lease.acquire(session=session, message_id="msg_running")
+    live = api.post(f"/api/sessions/{session.pk}/messages/", {"text": "hi"}, format="json")
+    assert live.status_code == 409
+    assert "Retry-After" not in live
+    assert "retry_after" not in error(live)
+    now = timezone.now()
+    SessionLease.objects.filter(session=session).update(
+        owner="dead-host:1:x",
+        heartbeat_at=now - dt.timedelta(seconds=14),
+        expires_at=now + dt.timedelta(seconds=1),
+    )
+    for response in (
+        api.post(f"/api/sessions/{session.pk}/messages/", {"text": "hi"}, format="json"),
+        api.delete(f"/api/sessions/{session.pk}/"),
+    ):
+        assert response.status_code == 409
+        assert error(response)["code"] == "busy"
+        assert 1 <= error(response)["retry_after"] <= 2
+        assert response["Retry-After"] == str(error(response)["retry_after"])

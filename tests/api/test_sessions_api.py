@@ -160,6 +160,21 @@ def test_a_number_with_white_space_is_400(api, session, user_message, query):
     assert error(response)["code"] == "invalid_cursor"
 
 
+def test_a_number_too_long_is_400_saying_so(api, session, user_message):
+    """QA (LOW): ``at=9223372036854775807`` was refused as "must be a non-negative
+    integer", which it is; leading zeros counted toward the length."""
+    url = f"/api/sessions/{session.pk}/context/?at="
+    response = api.get(url + "9223372036854775807")
+    assert response.status_code == 400
+    assert error(response)["message"].startswith("at must be at most 18 digits long")
+    assert api.get(url + "0" * 30 + "1").status_code == 200
+    # Past int()'s 4,300 digits, zeros included: a 400 still, not a 500 (review).
+    assert api.get(url + "0" * 5000 + "1").status_code == 200
+    events = f"/api/sessions/{session.pk}/events/?after="
+    assert api.get(events + "0" * 5000).status_code == 200
+    assert api.get(events + "0" * 5000 + "9" * 19).status_code == 400
+
+
 def test_events_after_a_seq_are_paged(api, session, user_message):
     for n in range(5):
         services.update_part(

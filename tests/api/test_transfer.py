@@ -110,8 +110,10 @@ def _rehash(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     previous = GENESIS_HASH
     for event in lines[1:]:
-        fields = ("seq", "id", "session_id", "type", "at", "data")
-        event["hash"] = previous = chain_hash(previous, event_body(**{k: event[k] for k in fields}))
+        names = ("seq", "id", "session_id", "type", "at", "data")
+        fields: dict[str, Any] = {k: event.get(k) for k in names}  # a tampered one may lack one
+        body = event_body(**fields)
+        event["hash"] = previous = chain_hash(previous, body)
     lines[0]["head_hash"] = previous
     return lines
 
@@ -307,6 +309,19 @@ def _first_data(value: Any) -> Any:
     return tamper
 
 
+def _first_without_data(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    del lines[1]["data"]
+    return lines
+
+
+def _event_type(value: Any) -> Any:
+    def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines[2]["type"] = value
+        return lines
+
+    return tamper
+
+
 def _created_at(value: Any) -> Any:
     def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         lines[1]["data"]["created_at"] = value
@@ -394,6 +409,13 @@ MALFORMED = [
     ("infinity", _pad(float("inf")), False, "Infinity is not a JSON value"),
     ("data-list", _first_data([1, 2]), True, "starts with its session.created"),
     ("data-string", _first_data("session"), True, "starts with its session.created"),
+    # QA (HIGH): a 500 each (KeyError 'data'; TypeError: unhashable type 'dict').
+    ("first-without-data", _first_without_data, True, "starts with its session.created"),
+    ("type-object", _event_type({"a": 1}), True, "seq 2: unknown event type {'a': 1}"),
+    ("type-list", _event_type(["x"]), True, "seq 2: unknown event type ['x']"),
+    # QA (MEDIUM, SQLite): past a 64-bit key, the driver overflowed (a 500).
+    ("user-id-2**63", _data_of("message.updated", user_id=2**63), True, "a user id"),
+    ("user-id-10**20", _data_of("message.updated", user_id=10**20), True, "a user id"),
     ("created-at-integer", _created_at(1764547200), True, "seq 1"),
     # A third-round finding: 2**63 - 3001 tokens summed past the usage table's 64-bit
     # integers (a float in the report, every member's budget used up, rebuild_usage a
@@ -602,6 +624,35 @@ def test_a_fork_of_a_compacted_session_keeps_its_boundary(compacted):
     assert contents(fork) == expected
 
 
+def test_a_fork_at_a_summary_leaves_out_its_compaction_request(compacted):
+    """QA (MEDIUM): forked at a compaction's summary, the fork kept the compaction's
+    request (a user message with a ``compaction`` part) without its summary: every
+    request of the fork then sent the model "What did we do so far? Summarize …" as a
+    prompt no one typed, before the fork's own. A compaction cut in two is left out,
+    as it never happened: the fork's model sees the history before it."""
+    from forge.context.messages import COMPACTION_PROMPT
+
+    items = list(selectors.iter_history(tenant=compacted.tenant, session_id=compacted.pk))
+    request_at = next(i for i, item in enumerate(items) if item["info"].get("summary")) - 1
+    request_id = items[request_at]["info"]["id"]
+    summary_id = items[request_at + 1]["info"]["id"]
+    fork = services.fork_session(
+        session=compacted, user=compacted.user, before_message_id=summary_id
+    )
+    fork_items = list(selectors.iter_history(tenant=fork.tenant, session_id=fork.pk))
+    assert len(fork_items) == request_at
+    assert not any(p["type"] == "compaction" for item in fork_items for p in item["parts"])
+    seen = contents(fork)
+    assert COMPACTION_PROMPT not in seen
+    # What the source's model saw before the compaction was logged.
+    compaction_from = min(
+        e.seq
+        for e in SessionEvent.objects.filter(session=compacted)
+        if request_id in json.dumps(e.data)
+    )
+    assert seen == contents(compacted, at=compaction_from - 1)
+
+
 def _header(**change: Any) -> Any:
     def tamper(lines: list[Any]) -> list[Any]:
         lines[0].update(change)
@@ -747,3 +798,93 @@ def test_export_to_a_pipe_closed_early_is_no_traceback(compacted):
     assert b"no session" not in err  # it read the test's database
     assert b"Traceback" not in err, err.decode()
     assert b"BrokenPipeError" not in err
+
+
+@pytest.mark.django_db(transaction=True)  # committed: the command runs in its own process
+def test_export_to_a_file_that_cannot_be_written_whole_leaves_the_file_as_it_was(
+    compacted, tmp_path
+):
+    """QA (LOW): with the disk full (here: a 4 KB file-size limit) ``export_session -o`` left
+    a truncated file at the target, and printed an "Exception ignored" traceback of the
+    log's cursor after its error. The file is written beside the target and renamed into
+    place once whole."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.live import server_env
+
+    message = Message.objects.filter(session=compacted).order_by("id").first()
+    assert message is not None
+    services.update_part(
+        session=compacted, part={"message_id": message.pk, "type": "text", "text": "x" * 20_000}
+    )
+    target = tmp_path / "log.jsonl"
+    target.write_text("an earlier export\n")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    root = Path(__file__).resolve().parents[2]
+    export = subprocess.run(
+        [sys.executable, "manage.py", "export_session", compacted.pk, "-o", str(target)],
+        cwd=root,
+        env=server_env(),
+        capture_output=True,
+        preexec_fn=small_files,
+        timeout=60,
+        check=False,
+    )
+    err = export.stderr.decode()
+    assert export.returncode == 1, err
+    assert "cannot write" in err
+    assert "Traceback" not in err
+    assert "Exception ignored" not in err
+    assert target.read_text() == "an earlier export\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["log.jsonl"]  # nothing left beside it
+    done = subprocess.run(
+        [sys.executable, "manage.py", "export_session", compacted.pk, "-o", str(target)],
+        cwd=root,
+        env=server_env(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert target.read_text().startswith('{"')
+
+
+def test_export_over_a_file_keeps_its_mode_follows_a_link_and_writes_a_descriptor_in_place(
+    compacted, tmp_path
+):
+    """The whole-or-nothing write (a file beside the target, renamed) made an operator's
+    0600 export 0644, replaced a link by a file (the file it pointed to kept its old
+    export), and refused ``-o /proc/self/fd/N`` (QA)."""
+    import os
+
+    private = tmp_path / "private.jsonl"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    call_command("export_session", compacted.pk, "-o", str(private))
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert private.read_text().startswith('{"')
+
+    real = tmp_path / "real.jsonl"
+    real.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    call_command("export_session", compacted.pk, "-o", str(link))
+    assert link.is_symlink()
+    assert real.read_text().startswith('{"')
+
+    through = tmp_path / "through-fd.jsonl"
+    with through.open("w") as opened:
+        call_command("export_session", compacted.pk, "-o", f"/proc/self/fd/{opened.fileno()}")
+    assert through.read_text().startswith('{"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "link.jsonl",
+        "private.jsonl",
+        "real.jsonl",
+        "through-fd.jsonl",
+    ]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]

@@ -83,6 +83,12 @@ def _prompt(url: str, session: Any, token: str, *, status: str = "awaiting-appro
     if status:
         parts = parts.filter(data__state__status=status)
     _wait(parts.exists, f"the tool part ({status or 'any state'})")
+    if status == "awaiting-approval":
+        # Suspended: the step's end is logged too. A call is logged waiting as soon as the
+        # model names it, the step-finish at the stream's end; a process killed between
+        # the two left a step that never finished, whose call recovery denies.
+        finished = Part.objects.filter(message_id=reply_id, data__type="step-finish")
+        _wait(finished.exists, "the step's end")
     return reply_id
 
 

@@ -70,13 +70,26 @@ async def test_renewals_that_keep_failing_stop_the_turn_before_the_lease_expires
         raise OperationalError("terminating connection due to administrator command")
 
     monkeypatch.setattr(lease, "renew", renew)
-    began = time.monotonic()
+    # The lease expires LEASE after the statement that took it, not after the prompt's
+    # transaction committed: a transaction slow after taking it (0.2 s of a loaded CI
+    # pass, here 0.3 s) made the turn count on its lease past its expiry.
+    taken: list[float] = []
+    acquire = lease.acquire
+
+    def slowly(**kwargs: Any) -> Any:
+        taken.append(time.monotonic())
+        expired = acquire(**kwargs)
+        time.sleep(0.3)  # twice the margin (0.15 s) the runner keeps
+        return expired
+
+    monkeypatch.setattr(lease, "acquire", slowly)
     started = await start_turn(session=session, text=" ".join(["word"] * 300))
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(started.task, 10)
     ended = time.monotonic()
-    assert ended - began < LEASE, "the turn ran past its unconfirmed lease"
-    assert _streamed(frames, after=began + LEASE) == 0
+    [asked_at] = taken
+    assert ended - asked_at < LEASE, "the turn ran past its unconfirmed lease"
+    assert _streamed(frames, after=asked_at + LEASE) == 0
     # It neither finalized the reply nor gave the lease back: the lease expires, and
     # whoever finds it expired finalizes the reply from what streamed (the mirror).
     reply = await database_sync_to_async(selectors.get_message)(

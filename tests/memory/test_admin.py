@@ -148,6 +148,38 @@ def test_roll_now_action_rolls_with_the_same_engine(tenant, user, settings):
     assert item.unit.core_id == core.pk
 
 
+def test_roll_now_says_why_a_small_core_was_not_rolled(tenant, user, settings):
+    """QA (LOW): an operator who asked to roll a core of 8 messages was told "not due",
+    not why: rolling keeps the newest ``keep`` messages, and there was nothing older."""
+    settings.FORGE_MEMORY_ROLL_KEEP = 8
+    core = talk(tenant=tenant, user=user, turns=4)  # 8 messages
+    client = staff_client(tenant, "acme-operator")
+    response = client.post(
+        url("memorycore_changelist"),
+        {"action": "roll_now", "_selected_action": [core.pk]},
+        follow=True,
+    )
+    assert "Rolled 0 cores." in response.text
+    assert (
+        f"Core {core.pk}: not rolled: its window holds 8 messages, and rolling keeps the "
+        "newest 8 (FORGE_MEMORY_ROLL_KEEP)"
+    ) in response.text
+    assert not MemorySlice.objects.exists()
+    # One message past keep, in the turn the kept one is in: a turn is never split.
+    settings.FORGE_MEMORY_ROLL_KEEP = 1
+    one_turn = talk(tenant=tenant, user=user, agent="other", turns=1)  # 2 messages
+    response = client.post(
+        url("memorycore_changelist"),
+        {"action": "roll_now", "_selected_action": [one_turn.pk]},
+        follow=True,
+    )
+    assert "Rolled 0 cores." in response.text
+    assert (
+        f"Core {one_turn.pk}: not rolled: its window holds 2 messages; rolling keeps the "
+        "newest 1 (FORGE_MEMORY_ROLL_KEEP) and never splits a turn"
+    ) in response.text
+
+
 def test_a_core_is_deleted_as_a_whole(admin_client, rolled):
     confirm = admin_client.get(url("memorycore_delete", rolled.pk))
     assert confirm.status_code == 200

@@ -132,6 +132,8 @@ def test_core_option_rolls_only_that_core_and_force_rolls_under_the_threshold(co
         (["--core", "mco_NOPE"], "no memory core 'mco_NOPE'"),
         (["--core", "'; drop table"], "no memory core"),
         (["--force"], "--force needs --core"),
+        (["--interval", "5"], "--interval needs --loop"),
+        (["--once", "--interval", "5"], "--interval needs --loop"),
         (["--once", "--loop"], "not allowed with argument"),
         (["--threshold", "many"], "invalid int value"),
     ],

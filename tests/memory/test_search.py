@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test import TestCase
 
-from memory import search, selectors, services
+from memory import search, selectors, services, text
 from memory.exceptions import InvalidQuery
 from memory.models import MemorySlice
 
@@ -242,6 +242,66 @@ def test_unicode_words_match(tenant, user):
     assert ids(selectors.search_slices(tenant=tenant, query="咖啡")) == [item.pk]
     assert ids(selectors.search_slices(tenant=tenant, query="CAFÉ")) == [item.pk]
     assert ids(selectors.search_slices(tenant=tenant, query="cafe")) == [item.pk]  # both engines
+
+
+@pytest.mark.parametrize(
+    ("said", "query"),
+    [
+        ("Søren came from Århus", "Soren"),
+        ("We drove to Łódź in May", "lodz"),
+        ("Đorđe plays the oboe", "Dorde"),
+        ("the Æsir of old", "aesir"),
+        ("her œuvre is large", "oeuvre"),
+        ("Þórunn wrote back", "thorunn"),
+        ("Soren came from Arhus", "Søren"),
+    ],
+)
+def test_letters_without_a_decomposition_fold_as_their_plain_letters(tenant, user, said, query):
+    """QA (MEDIUM): ``ø ł đ æ œ þ`` have no Unicode decomposition, so folding accents
+    (NFKD, marks dropped) kept them: "Soren" did not find "Søren"."""
+    item = write_slice(tenant, user, "build", said)
+    assert ids(selectors.search_slices(tenant=tenant, query=query)) == [item.pk]
+
+
+@pytest.mark.parametrize(
+    ("said", "query"),
+    [
+        ("ฉันชอบกินข้าวผัดที่กรุงเทพ", "ข้าวผัด"),  # Thai: "fried rice"
+        ("ฉันชอบกินข้าวผัดที่กรุงเทพ", "กิน"),
+        ("ຂ້ອຍມັກກິນເຂົ້າໜຽວ", "ເຂົ້າໜຽວ"),  # Lao: "sticky rice"
+        ("ကျွန်တော်မနက်ဖြန်ရန်ကုန်ကိုသွားမယ်", "ရန်ကုန်"),  # Burmese: "Yangon"
+        ("मैंने कल एक किताब पढ़ी", "किताब"),  # Hindi: a vowel sign inside the word
+        ("ꦲꦏꦸꦱꦼꦤꦼꦁꦩꦔꦤ꧀ꦱꦼꦒ", "ꦱꦼꦒ"),  # Javanese: "rice" (review: marks folded, one token)
+    ],
+)
+def test_words_of_scripts_with_marks_and_without_spaces_are_found(tenant, user, said, query):
+    """QA (MEDIUM): a Thai vowel or tone mark (not a letter, kept by the fold) cut the
+    run it stood in, so a sentence's pieces depended on what came before and a word
+    was not found inside it; Thai, Lao and Burmese, written without spaces, are cut
+    into character pairs as CJK is. A Devanagari vowel sign cut a word into letters."""
+    item = write_slice(tenant, user, "build", said)
+    write_slice(tenant, user, "build", "an unrelated slice about the weather")
+    assert ids(selectors.search_slices(tenant=tenant, query=query)) == [item.pk]
+
+
+@pytest.mark.parametrize("query", ["။", "។", "๚", "฿", "၊ ။"])
+def test_punctuation_of_the_paired_scripts_alone_finds_nothing(tenant, user, query):
+    """Review (LOW): Burmese, Khmer and Thai punctuation and symbols were tokens: a query
+    of "။" alone found every Burmese slice, where one of punctuation has none."""
+    write_slice(tenant, user, "build", "ကျွန်တော် ရန်ကုန်ကို သွားမယ်။ ตั้งแต่ ๚ ฿100 ។")
+    assert text.query_tokens(query) == []
+    assert selectors.search_slices(tenant=tenant, query=query) == []
+
+
+def test_a_snippet_is_around_a_pair_not_a_single_character_met_first():
+    """Review (LOW): a Thai query's single characters (a mark, a common letter) are
+    everywhere; the snippet stood around the first of them, far from the match."""
+    said = "ฉันชอบ" * 50 + "กินข้าวผัด"
+    found = text.locate(said, set(text.query_tokens("ข้าวผัด")))
+    assert found is not None
+    start, end = found
+    assert said[start:end] in "ข้าวผัด"
+    assert start > 300
 
 
 def test_rolling_keeps_the_index_current_and_a_sweep_catches_up(tenant, user):

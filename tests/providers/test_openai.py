@@ -448,6 +448,8 @@ async def test_retry_after_beyond_the_window_gives_up(
     assert isinstance(error, Error)
     assert (error.name, error.retryable, error.status) == ("APIError", True, 429)
     assert "come back later" in error.message
+    # Why it gave up after one attempt (QA: "gave up after 1 attempt" alone).
+    assert "the server asked to wait 60 s, past the retry window" in error.message
     assert clock.sleeps == []
     assert len(fake_openai.requests) == 1
 
@@ -1055,3 +1057,85 @@ async def test_a_credential_in_the_servers_error_is_not_passed_on(
         "HTTP 401 from the model server: Incorrect API key provided: Bearer [redacted] "
         "(also [redacted])"
     )
+
+
+@pytest.mark.parametrize("max_output", [None, 500])
+async def test_usage_no_request_could_cost_is_bounded(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, max_output
+):
+    """A server reporting 10**18 tokens for a two-letter prompt billed ~$750,000 and
+    compacted the session at its next turn (QA). Input is counted at most as the
+    request's bytes (every token covers at least one byte, plus a few per message for
+    the chat template), output at most the request's ``max_output_tokens`` or a million;
+    cached and reasoning tokens within them. Plausible counts are kept as reported."""
+    huge = 10**18
+    fake_openai.push(reply(text=["Hi"], usage=usage_chunk(huge, huge, reasoning=huge, cached=huge)))
+    request = ModelRequest(
+        model="gpt-fake", messages=[{"role": "user", "content": "hi"}], max_output_tokens=max_output
+    )
+    events = await collect(make_provider(), request)
+    finish = events[-1]
+    assert isinstance(finish, FinishStep)
+    usage = finish.usage
+    assert 0 < usage.input < 1_000
+    assert usage.output == (max_output or 262_144)
+    assert usage.reasoning == usage.output
+    assert usage.cache_read == usage.input
+
+
+@pytest.mark.parametrize("usage", [True, False])
+async def test_a_finished_answer_is_not_held_open_by_a_server_that_never_ends_it(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, usage, monkeypatch
+):
+    """A server that sent the finish reason (and the usage) but neither ``[DONE]`` nor the
+    end of the body kept the step, and so the session, busy for the whole provider
+    timeout (120 s by default; QA). Reading stops at the usage that follows the finish
+    reason, or ``FINISHED_GRACE`` seconds after the finish reason without one."""
+    monkeypatch.setattr("forge.providers.openai.FINISHED_GRACE", 0.5)
+    monkeypatch.setattr("forge.providers.openai.USAGE_GRACE", 0.5)
+    stream = reply(text=["Hel", "lo"], usage=usage_chunk(7, 2))
+    if not usage:
+        stream.chunks.pop()
+    stream.done, stream.stall = False, 30.0
+    fake_openai.push(stream)
+    started = time.monotonic()
+    events = await collect(make_provider(timeout=25.0))
+    assert time.monotonic() - started < 10  # not the 25 s timeout, nor the 30 s stall
+    assert events[1:-1] == HELLO_EVENTS[:-1]
+    assert events[-1] == FinishStep("stop", Usage(input=7, output=2) if usage else Usage())
+
+
+async def test_a_call_cut_by_the_output_limit_is_begun_and_never_called(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+):
+    """After ``finish_reason: length`` a call whose arguments are not whole JSON was
+    called with the cut text (it failed as invalid JSON, and the model was then shown
+    ``{}``; QA). It is left begun: the runtime ends it as cut. A whole one is called."""
+    fake_openai.push(
+        reply(
+            tool_calls=[
+                ToolCallScript("a", "f", ['{"x": 1}']),
+                ToolCallScript("b", "g", ['{"path": "a.txt", "content": "unfin'], index=1),
+            ],
+            finish_reason="length",
+        )
+    )
+    events = await collect(make_provider())
+    calls = [e.call_id for e in events if isinstance(e, ToolCall)]
+    begun = [e.call_id for e in events if isinstance(e, ToolInputStart)]
+    assert (calls, begun) == (["a"], ["a", "b"])
+    assert events[-1] == FinishStep(finish_reason="length", usage=Usage(input=10, output=5))
+
+
+async def test_usage_that_comes_seconds_after_the_finish_reason_is_counted(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, monkeypatch
+):
+    """Some proxies send the usage chunk seconds after the finish reason: cut at the 2 s
+    given to [DONE], the step was billed nothing (QA). The usage has its own, longer
+    grace; [DONE] after it keeps the short one. (Here every chunk comes 0.6 s after the
+    last, against a [DONE] grace of 0.3 s.)"""
+    monkeypatch.setattr("forge.providers.openai.FINISHED_GRACE", 0.3)
+    monkeypatch.setattr("forge.providers.openai.USAGE_GRACE", 5.0)
+    fake_openai.push(reply(text=["Hi"], usage=usage_chunk(5_000, 700), delay=0.6))
+    events = await collect(make_provider(timeout=25.0))
+    assert events[-1] == FinishStep("stop", Usage(input=5_000, output=700))

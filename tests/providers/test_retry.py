@@ -94,7 +94,11 @@ def test_retryable_statuses(status: int, retryable: bool):
 def test_parse_retry_after_seconds():
     assert parse_retry_after({"retry-after": "3"}, now=T0) == 3.0
     assert parse_retry_after({"retry-after": " 1.5 "}, now=T0) == 1.5
-    assert parse_retry_after({"retry-after": "-2"}, now=T0) == 0.0
+    # A negative wait is no wait the header can say (RFC 9110: a non-negative
+    # integer): ignored, so the policy's back-off applies. As 0 it made the attempts
+    # come 50 ms apart (QA).
+    assert parse_retry_after({"retry-after": "-2"}, now=T0) is None
+    assert parse_retry_after({"retry-after-ms": "-500", "retry-after": "2"}, now=T0) == 2.0
 
 
 def test_parse_retry_after_ms_wins():

@@ -108,3 +108,24 @@ async def alog(session: Any) -> list[dict[str, Any]]:
     from sessions import selectors
 
     return await database_sync_to_async(lambda: list(selectors.iter_log(session=session)))()
+
+
+def dead_lease(session: Any, reply_id: str) -> None:
+    """The lease a process killed while running ``reply_id`` leaves: expired, its
+    heartbeat a minute old, held by an owner no process is."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from forge.models import SessionLease
+
+    now = timezone.now()
+    SessionLease.objects.create(
+        session=session,
+        tenant_id=session.tenant_id,
+        owner="dead-host:1:x",
+        message_id=reply_id,
+        acquired_at=now - timedelta(minutes=1),
+        heartbeat_at=now - timedelta(minutes=1),
+        expires_at=now - timedelta(seconds=1),
+    )

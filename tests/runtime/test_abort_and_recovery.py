@@ -24,7 +24,7 @@ from sessions import services
 from tests.live import server_env
 
 from . import turn_process
-from .conftest import ahistory, alog
+from .conftest import ahistory, alog, dead_lease
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -298,16 +298,7 @@ def _open_reply_left_by_a_dead_process(session: Any) -> str:
             },
         },
     )
-    now = timezone.now()
-    SessionLease.objects.create(
-        session=session,
-        tenant_id=session.tenant_id,
-        owner="dead-host:1:x",
-        message_id=reply,
-        acquired_at=now - timedelta(minutes=1),
-        heartbeat_at=now - timedelta(minutes=1),
-        expires_at=now - timedelta(seconds=1),
-    )
+    dead_lease(session, reply)
     return reply
 
 
@@ -511,7 +502,9 @@ async def test_a_finished_text_is_logged_at_its_end_not_at_the_steps(
     assert_nothing_open(items)
     reply = items[-1]
     assert reply["info"]["error"]["name"] == "MessageAbortedError"
-    assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
+    # The cut step's end, its tokens estimated (an aborted reply is billed: QA, HIGH).
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "text", "step-finish"]
+    assert reply["parts"][2]["reason"] == "aborted"
     assert reply["parts"][1]["text"] == "All of it."
     log = {e["seq"]: e for e in await alog(session)}
     events = [f for f in frames if f["kind"] == "event"]

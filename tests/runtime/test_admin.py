@@ -137,3 +137,60 @@ def test_staff_see_only_the_leases_of_their_tenants_sessions(session, tenant, ot
     assert "First chat" not in listings["outsider"].text
     assert "worker-7" in listings["insider"].text
     assert "First chat" in listings["insider"].text
+
+
+def test_the_admin_refuses_to_delete_a_session_while_a_turn_runs(admin_client, session, tenant):
+    """As the API's DELETE does (409 busy). Before, the admin deleted it under the turn: the
+    turn lost its lease seconds later and its reply was counted nowhere (no usage, no
+    budget, no ``turn.ended``; QA)."""
+    from django.contrib.messages import get_messages
+    from django.db import transaction
+
+    from forge.runtime import lease
+    from sessions.models import Session
+
+    Session.objects.filter(pk=session.pk).update(tenant=tenant)
+    idle = Session.objects.create(tenant=tenant, user=session.user, title="idle")
+    with transaction.atomic():
+        lease.acquire(session=session, message_id="msg_running")
+    url = reverse("admin:forge_sessions_session_delete", args=[session.pk])
+    response = admin_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert Session.objects.filter(pk=session.pk).exists()
+    shown = [str(m) for m in get_messages(response.wsgi_request)]
+    assert any("running a turn" in m for m in shown), shown
+    changelist = reverse("admin:forge_sessions_session_changelist")
+    response = admin_client.post(
+        changelist,
+        {"action": "delete_selected", "post": "yes", "_selected_action": [session.pk, idle.pk]},
+    )
+    assert response.status_code == 302
+    assert Session.objects.filter(pk=session.pk).exists()  # busy: kept
+    assert not Session.objects.filter(pk=idle.pk).exists()  # idle: deleted
+    shown = [str(m) for m in get_messages(response.wsgi_request)]
+    assert any(session.pk in m and "running a turn" in m for m in shown), shown
+    # Counted and logged as deleted: the idle one only (review).
+    assert any("Successfully deleted 1 session" in m for m in shown), shown
+
+
+@pytest.mark.parametrize(
+    ("model", "error"),
+    [
+        ("gpt-4o", "provider/model"),
+        ("nope/gpt-4o", "unknown provider"),
+        ('openai/gpt"x y', "no spaces"),
+        ("openai//", "empty segment"),
+        ("openai/org//gpt-4o", "empty segment"),
+        ("openai/gpt-4o/", "empty segment"),
+    ],
+)
+def test_an_agent_model_must_name_a_known_provider(admin_client, build, model, error):
+    """Any string was taken, and every turn of the agent then failed (QA)."""
+    url = reverse("admin:forge_agent_change", args=[build.pk])
+    response = admin_client.post(
+        url, {"name": "build", "model": model, "tools": [], "step_limit": 5, "is_default": "on"}
+    )
+    assert response.status_code == 200
+    assert error in response.text
+    build.refresh_from_db()
+    assert build.model != model

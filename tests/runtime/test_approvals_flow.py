@@ -16,7 +16,7 @@ from forge.runtime.approvals.services import expire_overdue
 from forge.runtime.lease import current
 from forge.runtime.recovery import recover_sessions
 
-from .conftest import ahistory
+from .conftest import ahistory, dead_lease
 from .test_turns import assistant, text_reply, tool_reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -576,3 +576,277 @@ async def test_answers_given_together_are_all_refused_when_one_is(
         "completed",
         "error",
     ]
+
+
+def _crashed_mid_step_with_a_waiting_call(session: Any) -> str:
+    """What a process killed in the middle of a step leaves when the step's call needs
+    approval: the call is logged ``awaiting-approval`` as soon as the model names it,
+    while the step's ``step-finish`` comes with the end of the model's stream."""
+    from sessions import services
+
+    user = services.update_message(session=session, info={"role": "user"}).data["id"]
+    services.update_part(session=session, part={"message_id": user, "type": "text", "text": "go"})
+    reply = services.update_message(
+        session=session, info={"role": "assistant", "parent_id": user}
+    ).data["id"]
+    services.update_part(session=session, part={"message_id": reply, "type": "step-start"})
+    services.update_part(
+        session=session,
+        part={
+            "message_id": reply,
+            "type": "tool",
+            "call_id": "call_1",
+            "tool": "write_file",
+            "state": {
+                "status": "awaiting-approval",
+                "input": {"path": "notes.txt", "content": "hi"},
+                "time": {"start": "2026-12-07T00:00:00.000Z"},
+            },
+        },
+    )
+    dead_lease(session, reply)
+    return reply
+
+
+async def test_a_call_waiting_in_a_step_a_crash_cut_short_is_denied_by_recovery(
+    session, agents, settings, user
+):
+    """QA (MEDIUM): recovery kept such a reply open for the answer, and approving it ran
+    the tool and the next step as if the step had succeeded (its model call's usage
+    never logged). The step never finished: its call is denied and the reply ended, as
+    a model error after an ``ask`` call does."""
+    settings.FORGE_TOOL_APPROVAL = {"write_file": "ask", "*": "allow"}
+    reply_id = await database_sync_to_async(_crashed_mid_step_with_a_waiting_call)(session)
+    recovered = await database_sync_to_async(recover_sessions)()
+    assert recovered == {session.pk: [reply_id]}
+    reply = assistant(await ahistory(session))
+    assert reply["info"]["completed_at"] is not None
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    tool = _tool(reply)
+    assert tool["state"]["status"] == "error"
+    assert tool["state"]["metadata"]["denied"] is True
+    assert tool["state"]["metadata"]["approval"]["by"] == "system"
+    assert "interrupted" in tool["state"]["error"]
+    with pytest.raises((ApprovalAnswered, ApprovalNotFound)):
+        await answer(session=session, user=user, call_id="call_1", approve=True)
+
+
+async def test_an_abort_while_approved_calls_run_stops_the_ones_not_started(
+    session, agents, settings, script, user
+):
+    """Both calls approved together; stop pressed while the first runs, a tool that
+    swallows the cancellation (``asyncio.wait_for`` on the abort, Python 3.11). The
+    second never runs, as between a step's own calls (QA: it wrote its file after the
+    stop)."""
+    from forge.runtime import abort_turn
+    from forge.runtime.approvals.services import start_answers
+    from forge.tools import Tool, temporary_tools, workspace_path
+
+    running = asyncio.Event()
+
+    async def stubborn(ctx: Any, args: dict) -> str:
+        running.set()
+        try:
+            await asyncio.wait_for(ctx.abort.wait(), 5)
+            return "saw the abort"
+        except TimeoutError:
+            return "slept"
+
+    settings.FORGE_TOOL_APPROVAL = {"stubborn": "ask", "write_file": "ask"}
+    step = tool_reply("stubborn", "{}", call_id="c1")[:4]
+    step += tool_reply("write_file", '{"path": "after.txt", "content": "x"}', call_id="c2")
+    with temporary_tools(Tool("stubborn", "waits", {"type": "object"}, stubborn)):
+        script([step, text_reply("never")])
+        started = await start_turn(session=session, text="go")
+        await asyncio.wait_for(started.task, timeout=30)
+        outcome = await start_answers(
+            session=session, user=user, answers=[("c1", True, ""), ("c2", True, "")]
+        )
+        await asyncio.wait_for(running.wait(), 10)
+        await abort_turn(session=session)
+        if outcome.task is not None:
+            await asyncio.wait({outcome.task}, timeout=20)
+    reply = await _finished(session)
+    workspace = workspace_path(session.pk, tenant_id=session.tenant_id, create=False)
+    assert not (workspace / "after.txt").exists()
+    states = {p["call_id"]: p["state"]["status"] for p in reply["parts"] if p["type"] == "tool"}
+    assert states["c2"] == "error", states
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+
+
+def _abort_as_it_commits(monkeypatch: Any, module: Any, name: str, session: Any) -> None:
+    """Make ``module.name`` (run on the database thread, taking the lease) hand the loop
+    an abort for the session once it has committed, before the turn's runner is
+    registered: where a stop sent right after a prompt or an approval landed (QA)."""
+    from forge.runtime import runner
+
+    real = getattr(module, name)
+    loop = asyncio.get_running_loop()
+
+    def then_abort(*args: Any, **kwargs: Any) -> Any:
+        done = real(*args, **kwargs)
+        message = {"type": "forge.abort", "session_id": session.pk}
+        loop.call_soon_threadsafe(runner._abort_arrived, message)
+        return done
+
+    monkeypatch.setattr(module, name, then_abort)
+
+
+async def test_an_abort_arriving_as_an_approval_starts_the_turn_stops_it(
+    session, agents, settings, script, user, monkeypatch
+):
+    """QA (MEDIUM): the abort was dropped (no runner yet), the approved call ran and the
+    next step too, and the abort answered that it had stopped the turn."""
+    await _suspended(session, settings, script, [tool_reply("write_file", WRITE), text_reply("x")])
+    _abort_as_it_commits(monkeypatch, pending, "log_answers", session)
+    await answer(session=session, user=user, call_id="call_1", approve=True, reason="fine")
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert _tool(reply)["state"]["status"] == "error"  # it never ran
+    assert not [p for p in reply["parts"] if p["type"] == "text"]
+
+    async def released() -> bool:  # (given back by the runner as it ends, after the reply)
+        return await database_sync_to_async(current)(session_id=session.pk) is None
+
+    await _until(released)
+
+
+async def test_an_abort_arriving_as_a_prompt_starts_its_turn_stops_it(
+    session, agents, settings, script, monkeypatch
+):
+    from forge.runtime import runner
+
+    script([text_reply("never said")])
+    _abort_as_it_commits(monkeypatch, runner, "begin_turn", session)
+    started = await start_turn(session=session, text="hello")
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(started.task, timeout=30)
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert not [p for p in reply["parts"] if p["type"] == "text"]
+    assert await database_sync_to_async(current)(session_id=session.pk) is None
+    assert runner._starting == {}
+    assert runner._aborted_early == {}
+
+
+@pytest.mark.parametrize("how", ["abort", "shutdown"])
+async def test_a_turn_stopped_before_its_first_step_still_ends_its_reply(
+    session, agents, settings, script, how
+):
+    """Stopped at once after it started (its task not yet run): a cancel then never ran
+    the turn's code, and its reply stayed open with its lease held."""
+    from forge.runtime import abort_turn, runner
+
+    script([text_reply("never said")])
+    started = await start_turn(session=session, text="hello")
+    if how == "abort":
+        await abort_turn(session=session)
+    else:
+        assert await runner.stop_turns(grace=0) == 1
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(started.task, timeout=30)
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    expected = "aborted" if how == "abort" else "interrupted"
+    assert reply["info"]["error"]["message"].startswith(expected)
+    assert await database_sync_to_async(current)(session_id=session.pk) is None
+
+
+async def test_abort_turn_as_a_prompt_commits_stops_the_turn_on_this_process(
+    session, agents, settings, script, monkeypatch
+):
+    """A review finding: ``abort_turn`` itself, sent as the prompt's transaction commits
+    (the lease this process's, the runner not registered): it sent the abort to an
+    inbox not joined (the in-memory layer joins none), waited for the turn's normal end,
+    and answered that it had aborted it."""
+    import time
+
+    from forge.runtime import abort_turn, runner
+
+    script([text_reply("never said")])
+    real = runner.begin_turn
+    loop = asyncio.get_running_loop()
+    sent: list[Any] = []
+
+    def then_abort(*args: Any, **kwargs: Any) -> Any:
+        done = real(*args, **kwargs)
+        sent.append(asyncio.run_coroutine_threadsafe(abort_turn(session=session), loop))
+        time.sleep(0.2)  # the abort reaches abort_turn before the runner is registered
+        return done
+
+    monkeypatch.setattr(runner, "begin_turn", then_abort)
+    started = await start_turn(session=session, text="hello")
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(started.task, timeout=30)
+    await asyncio.wrap_future(sent[0])
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    # (It may have begun streaming by the time the abort reached it.)
+    assert "never said" not in [p.get("text") for p in reply["parts"]]
+
+
+async def test_an_abort_for_an_ended_reply_does_not_stop_the_next_turn(
+    session, agents, settings, script, monkeypatch
+):
+    """A review finding: the abort carried only the session, so one sent for a reply
+    that ended meanwhile stopped the session's next turn as it started."""
+    from forge.runtime import runner
+
+    script([text_reply("said"), text_reply("said again")])
+    first = await start_turn(session=session, text="one")
+    await asyncio.wait_for(first.task, timeout=30)
+    real = runner.begin_turn
+    loop = asyncio.get_running_loop()
+    stale = {"type": "forge.abort", "session_id": session.pk}
+
+    def then_stale_abort(*args: Any, **kwargs: Any) -> Any:
+        done = real(*args, **kwargs)
+        message = {**stale, "message_id": first.assistant_message_id}
+        loop.call_soon_threadsafe(runner._abort_arrived, message)
+        return done
+
+    monkeypatch.setattr(runner, "begin_turn", then_stale_abort)
+    second = await start_turn(session=session, text="two")
+    await asyncio.wait_for(second.task, timeout=30)
+    reply = await _finished(session)
+    assert reply["info"]["error"] is None
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["said again"]
+
+
+async def test_a_second_abort_does_not_break_the_ending_of_a_turn_stopped_before_it_ran(
+    session, agents, settings, script, monkeypatch
+):
+    """A review finding: a turn stopped before its task ran is not cancelled, so a second
+    abort (or a shutdown) cancelled it while it ended: the lease's release and the
+    ``idle`` announcement were skipped."""
+    import time
+
+    from forge.runtime import lease, runner
+    from sessions import services
+
+    script([text_reply("never said")])
+    loop = asyncio.get_running_loop()
+    published: list[str] = []
+    announce = services.apublish_status
+
+    async def recording(*, session_id: str, status: Any) -> None:
+        published.append(status)
+        await announce(session_id=session_id, status=status)
+
+    monkeypatch.setattr(services, "apublish_status", recording)
+    started = await start_turn(session=session, text="hello")
+    stopping = runner._runners[session.pk]
+    runner._stop(stopping)  # before its task ran: told, not cancelled
+    release = lease.release
+
+    def slowly(**kwargs: Any) -> Any:
+        loop.call_soon_threadsafe(runner._stop, stopping)  # a second abort, as it ends
+        time.sleep(0.2)
+        return release(**kwargs)
+
+    monkeypatch.setattr(lease, "release", slowly)
+    await asyncio.wait({started.task}, timeout=30)
+    reply = await _finished(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    assert await database_sync_to_async(current)(session_id=session.pk) is None
+    assert published[-1] == "idle", published

@@ -17,6 +17,7 @@ from forge.models import Agent
 from forge.providers import events as ev
 from forge.runtime import lease, start_turn
 from forge.runtime.compaction import extractive_summary
+from forge.runtime.small_model import fit_lines
 from sessions import selectors
 from sessions.models import SessionEvent
 
@@ -302,3 +303,206 @@ def test_the_extractive_summary_follows_the_template():
         assert f"## {title}" in summary
     assert "Never touch main.py." in summary
     assert "- p.py" in summary
+
+
+# --- the summary model's window (QA, 2026-12-07) ----------------------------------------
+
+
+def _windowed_summarizer(sizes: list[int], *, window_chars: int) -> Any:
+    """A summary model that refuses, as OpenAI does (400 ``context_length_exceeded``),
+    any request over ``window_chars`` characters: its real window, smaller than the one
+    configured for it."""
+
+    class Windowed:
+        name = "windowed"
+
+        async def stream(self, request: Any) -> AsyncIterator[ev.StreamEvent]:
+            size = sum(len(s) for s in request.system) + len(request.messages[0]["content"])
+            sizes.append(size)
+            yield ev.StartStep()
+            if size > window_chars:
+                yield ev.Error(
+                    name="APIError",
+                    message="This model's maximum context length is exceeded. Please reduce "
+                    "the length of the messages. (context_length_exceeded)",
+                    status=400,
+                )
+                return
+            yield ev.TextStart(id="t")
+            yield ev.TextDelta(id="t", delta="## Goal\nsummarized")
+            yield ev.TextEnd(id="t")
+            yield ev.FinishStep("stop", ev.Usage(input=size // 4, output=5))
+
+    return lambda model: Windowed()
+
+
+async def test_a_summary_model_with_a_smaller_window_still_compacts(session, agents, small_window):
+    """Before, each message was cut to 2,000 characters but the transcript as a whole was
+    not: once it outgrew the summary model's window every compaction failed, and with it
+    every later turn of the session, for good (QA). Now the transcript is fitted to the
+    configured window, then halved while the model still says it is over."""
+    small_window.FORGE_CONTEXT_LIMIT_DEFAULT = 1_000_000
+    for n in range(12):
+        await run(session, f"turn {n} " + " ".join([WORDS] * 8))
+    sizes: list[int] = []
+    providers.register("windowed", _windowed_summarizer(sizes, window_chars=3_000))
+    small_window.FORGE_SMALL_MODEL = "windowed/x"
+    marker = await database_sync_to_async(_compact)(session)
+    assert marker["auto"] is False
+    assert len(sizes) > 1
+    assert sizes[0] > 3_000 >= sizes[-1]  # refused, then cut to fit
+    assert sizes == sorted(sizes, reverse=True)
+    # The window as configured is taken at once: no refusal to learn it from.
+    await run(session, "and one more turn " + " ".join([WORDS] * 8))
+    sizes.clear()
+    small_window.FORGE_CONTEXT_LIMITS = {"windowed/x": 700}
+    small_window.FORGE_OUTPUT_RESERVE = 0
+    await database_sync_to_async(_compact)(session)
+    assert len(sizes) == 1
+    assert sizes[0] <= 2_800
+
+
+def test_a_transcript_keeps_its_first_line_and_its_newest_lines():
+    lines = ["user: the goal " + "g" * 3_000] + [f"user: turn {n} " + "x" * 100 for n in range(100)]
+    fitted = fit_lines(lines, 4_000)
+    assert len(fitted) <= 4_000
+    kept = fitted.split("\n")
+    assert kept[0].startswith("user: the goal")
+    assert kept[0].endswith(" …")
+    assert kept[-1] == lines[-1]
+    left_out = int(kept[1].split()[1])
+    assert left_out == 100 - (len(kept) - 2)  # the marker counts what is not there
+    assert fit_lines(lines[:3], 4_000) == "\n".join(lines[:3])  # fits: whole
+
+
+@pytest.mark.parametrize(
+    ("error", "overflowed"),
+    [
+        (
+            ev.Error("APIError", "maximum context length (context_length_exceeded)", status=400),
+            True,
+        ),
+        (ev.Error("ProviderError", "prompt is too long: 210000 tokens"), True),
+        (ev.Error("ContextOverflowError", "over the limit"), True),
+        (ev.Error("APIError", "Too many tokens per minute", retryable=True, status=429), False),
+        (ev.Error("APIError", "context window cache is full", retryable=True, status=503), False),
+        (ev.Error("APIError", "the upstream context length check crashed", status=500), False),
+    ],
+)
+def test_which_errors_say_the_request_overflowed(error, overflowed):
+    """A rate limit naming tokens is no overflow: compacting cured nothing, and the turn
+    ran its retries twice (QA)."""
+    assert error.overflowed is overflowed
+
+
+async def test_a_rate_limit_naming_tokens_ends_the_reply_without_compacting(
+    session, agents, small_window
+):
+    small_window.FORGE_CONTEXT_LIMIT_DEFAULT = 1_000_000
+    for n in range(3):
+        await run(session, f"turn {n} {WORDS}")
+    calls: list[int] = []
+
+    class RateLimited:
+        name = "ratelimited"
+
+        async def stream(self, request: Any) -> AsyncIterator[ev.StreamEvent]:
+            calls.append(1)
+            yield ev.StartStep()
+            yield ev.Error("APIError", "Rate limit reached: too many tokens per minute", True, 429)
+
+    providers.register("ratelimited", lambda model: RateLimited())
+    small_window.FORGE_MODEL = "ratelimited/x"
+    started = await run(session, "one more")
+    items = await ahistory(session)
+    error = reply_of(items, started.assistant_message_id)["info"]["error"]
+    assert (error["name"], error["retryable"]) == ("APIError", True)
+    assert await database_sync_to_async(markers)(session) == []
+    assert len(calls) == 1
+
+
+def test_memorys_summary_of_a_dialogue_over_the_window_covers_every_message(settings):
+    """Fitted by leaving its middle out, as a compaction's transcript is, a rolled
+    dialogue's middle turns were in no summary, while the trim hid them from the model
+    (QA, MEDIUM). Memory's summary is made in pieces instead, each within the window
+    (and split again when the model refuses one), their summaries in order."""
+    import re
+
+    from forge.runtime.small_model import summarize_dialogue
+
+    sizes: list[int] = []
+
+    class Tagging:
+        """Refuses over 3,000 characters; answers with the tags it was shown."""
+
+        name = "tagging"
+
+        async def stream(self, request: Any) -> AsyncIterator[ev.StreamEvent]:
+            content = request.messages[0]["content"]
+            sizes.append(len(content))
+            yield ev.StartStep()
+            if len(content) > 3_000:
+                yield ev.Error(
+                    "APIError", "maximum context length (context_length_exceeded)", status=400
+                )
+                return
+            yield ev.TextStart(id="t")
+            yield ev.TextDelta(id="t", delta=" ".join(re.findall(r"T\d\d", content)))
+            yield ev.TextEnd(id="t")
+            yield ev.FinishStep("stop", ev.Usage(input=1, output=1))
+
+    providers.register("tagging", lambda model: Tagging())
+    settings.FORGE_SMALL_MODEL = "tagging/x"
+    settings.FORGE_CONTEXT_LIMIT_DEFAULT = 1_000_000  # the window as configured: too large
+    messages = [
+        {"role": "user" if n % 2 == 0 else "assistant", "text": f"T{n:02d} " + "words " * 60}
+        for n in range(40)
+    ]
+    summary = summarize_dialogue(messages)
+    assert summary.split() == [f"T{n:02d}" for n in range(40)]  # all of them, in order
+    assert sizes[0] > 3_000  # refused, then asked in pieces (split again while refused)
+    assert len([size for size in sizes if size <= 3_000]) > 1
+
+
+def test_pieces_keep_every_line_in_order_within_the_budget():
+    from forge.runtime.small_model import FIT_FLOOR, pieces
+
+    lines = [f"line {n} " + "x" * (50 * (n % 7)) for n in range(300)]
+    groups = pieces(lines, 4_000)
+    assert [line.split()[1] for group in groups for line in group] == [str(n) for n in range(300)]
+    assert all(len("\n".join(group)) <= 4_000 for group in groups)
+    huge = ["user: " + "y" * 100_000] * 3
+    assert all(len("\n".join(g)) <= FIT_FLOOR * 2 for g in pieces(huge, FIT_FLOOR * 2))
+
+
+def test_the_pieces_summaries_all_fit_what_a_slice_stores(settings):
+    """Joined whole, long piece summaries went past what a slice stores (20,000
+    characters), and the store cut the newest pieces' off (QA). Each piece's summary
+    gets its share."""
+    import re
+
+    from forge.runtime.small_model import summarize_dialogue
+    from memory.normalize import SUMMARY_MAX
+
+    class Verbose:
+        name = "verbose"
+
+        async def stream(self, request: Any) -> AsyncIterator[ev.StreamEvent]:
+            content = request.messages[0]["content"]
+            yield ev.StartStep()
+            if len(content) > 3_000:
+                yield ev.Error("APIError", "(context_length_exceeded)", status=400)
+                return
+            tags = " ".join(re.findall(r"T\d{3}", content))
+            yield ev.TextStart(id="t")
+            yield ev.TextDelta(id="t", delta=f"{tags} " + "details " * 400)
+            yield ev.TextEnd(id="t")
+            yield ev.FinishStep("stop", ev.Usage(input=1, output=1))
+
+    providers.register("verbose", lambda model: Verbose())
+    settings.FORGE_SMALL_MODEL = "verbose/x"
+    settings.FORGE_CONTEXT_LIMIT_DEFAULT = 1_000_000
+    messages = [{"role": "user", "text": f"T{n:03d} " + "words " * 30} for n in range(120)]
+    summary = summarize_dialogue(messages)
+    assert len(summary) <= SUMMARY_MAX
+    assert "T119" in summary  # the newest piece's summary is there

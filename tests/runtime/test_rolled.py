@@ -16,7 +16,7 @@ from forge.context.boundary import record_compaction
 from forge.context.compacted import filter_compacted
 from forge.context.derived import Derived
 from forge.context.incremental import cache, full_request, request_bytes
-from forge.context.rolled import drop_rolled, rolled_through
+from forge.context.rolled import cut_among, drop_rolled, rolled_through
 from forge.context.visible import read_history
 from forge.context.visible import visible_history as full_history
 from sessions import selectors
@@ -39,6 +39,82 @@ def test_the_cut_hides_every_message_up_to_the_rolled_one():
     assert visible(history, "m03") == ["m04", "m05", "m06"]  # a reply whose prompt rolled
     assert visible(history, None) == ids(history)
     assert visible(history, "m99") == []
+
+
+def test_messages_kept_below_the_cut_stay_in_view():
+    history = [*OLD, user("m05"), reply("m06", "m05")]
+    kept = frozenset({"m03", "m04"})
+    assert ids(drop_rolled(filter_compacted(history), "m06", kept)) == ["m03", "m04"]
+
+
+def info(mid: str, agent: str = "build", user_id: Any = 1, **more: Any) -> dict[str, Any]:
+    return {"id": mid, "agent": agent, "user_id": user_id, **more}
+
+
+def test_the_cut_keeps_other_agents_and_speakers_messages_in_view():
+    mine = [info("m01"), info("m02")]
+    assert cut_among(mine, start=None, through="m02", kept=[], agent="build", user_id=1) == (
+        "m02",
+        [],
+    )
+    mixed = [*mine, info("m03", "explore"), info("m04", "explore"), info("m05", user_id=2)]
+    mixed += [info("m06"), info("m07", summary=True, agent="")]  # a summary is nobody's
+    assert cut_among(mixed, start=None, through="m07", kept=[], agent="build", user_id=1) == (
+        "m07",
+        ["m03", "m04", "m05"],
+    )
+    # No field, no other: a message logged without a speaker or an agent is the core's.
+    assert cut_among(
+        [{"id": "m01"}], start=None, through="m01", kept=[], agent="build", user_id=1
+    ) == ("m01", [])
+    # From the cut in force on: its kept ids stand, none above it (a stale list).
+    assert cut_among(
+        [info("m05", "explore"), info("m06")],
+        start="m04",
+        through="m06",
+        kept=["m03", "m09"],
+        agent="build",
+        user_id=1,
+    ) == ("m06", ["m03", "m05"])
+    # Past the limit the cut stops just below the next other message: nothing is lost.
+    assert cut_among(
+        mixed, start=None, through="m07", kept=[], agent="build", user_id=1, limit=2
+    ) == ("m04", ["m03", "m04"])
+    assert cut_among(
+        [info("m01", "explore")], start=None, through="m01", kept=[], agent="b", user_id=1, limit=0
+    ) == (None, [])
+
+
+def test_a_compaction_that_summarized_a_kept_message_is_never_passed():
+    """A review finding (HIGH): another agent's turn (kept in view) summarized by a
+    compaction the cut then passed reached the model neither raw nor summarized."""
+    history = [user("m01"), reply("m02", "m01"), user("m03"), reply("m04", "m03")]
+    history += [user("m05", compaction={"tail_start_id": None}), reply("m06", "m05", summary=True)]
+    history += [user("m07"), reply("m08", "m07"), user("m09"), reply("m10", "m09")]
+    kept = frozenset({"m03", "m04"})
+    assert ids(drop_rolled(filter_compacted(history), "m10", kept)) == ["m05", "m06"]
+    # With a tail: kept messages newer than the tail's start stay raw, the boundary goes.
+    tailed = [user("m01"), reply("m02", "m01"), user("m03"), reply("m04", "m03")]
+    tailed += [user("m05", compaction={"tail_start_id": "m03"})]
+    tailed += [reply("m06", "m05", summary=True), user("m07"), reply("m08", "m07")]
+    assert ids(drop_rolled(filter_compacted(tailed), "m08", kept)) == ["m03", "m04"]
+    # Nothing kept below it: passed, as before.
+    assert ids(drop_rolled(filter_compacted(history), "m10")) == []
+
+
+def test_another_speakers_reply_keeps_the_rolled_prompt_it_answers():
+    """A review finding (LOW): another member's regenerated reply to a prompt the core
+    rolled was kept in view without its prompt."""
+    infos = [info("m01"), info("m02", role="assistant", parent_id="m01", user_id=2)]
+    infos += [info("m03"), info("m04", role="assistant", parent_id="m03")]
+    assert cut_among(infos, start=None, through="m04", kept=[], agent="build", user_id=1) == (
+        "m04",
+        ["m01", "m02"],
+    )
+    # Both count toward the limit: the cut stops below the reply when they do not fit.
+    assert cut_among(
+        infos, start=None, through="m04", kept=[], agent="build", user_id=1, limit=1
+    ) == ("m01", [])
 
 
 def test_rolling_first_then_a_compaction_of_what_the_cut_left():

@@ -36,15 +36,15 @@ def carol(tenant: Any) -> Any:
     return carol
 
 
-def say(session: Any, text: str, who: Any) -> dict[str, Any]:
-    done = runtime.prompt(session=session, text=text, wait=True, speaker=who)
+def say(session: Any, text: str, who: Any, agent: str | None = None) -> dict[str, Any]:
+    done = runtime.prompt(session=session, text=text, wait=True, speaker=who, agent=agent)
     assert done.reply is not None
     assert done.reply["info"]["error"] is None
     return done.message
 
 
-def roll(session: Any, who: Any, **options: Any) -> None:
-    core = memory_selectors.find_core(tenant=session.tenant, user=who, agent="build")
+def roll(session: Any, who: Any, agent: str = "build", **options: Any) -> None:
+    core = memory_selectors.find_core(tenant=session.tenant, user=who, agent=agent)
     assert core is not None
     outcome = memory_services.roll_core(tenant=session.tenant, core=core, **options)
     assert outcome.status == "rolled", outcome
@@ -349,7 +349,8 @@ def services_fork(session: Any, user: Any, *, before: str) -> Any:
 def test_only_a_copys_turn_reads_the_copies_origins(chat, session, user):
     """A session that copied nothing pays no statement for the copies' cut (its turn's
     count is pinned by ``test_turn_statements``); a fork pays one for its sources and
-    two per source."""
+    two per source, and when its cut moves, two for its copied messages' origins and
+    which of them the core rolled."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -366,5 +367,146 @@ def test_only_a_copys_turn_reads_the_copies_origins(chat, session, user):
     held = list(selectors.iter_history(tenant=fork.tenant, session_id=fork.pk))
     assert block["rolled_through"] == held[3]["info"]["id"]
     assert not any("copiedmessage" in q["sql"] for q in plain.captured_queries)
-    assert sum("copiedmessage" in q["sql"] for q in copied_.captured_queries) == 2
-    assert len(copied_.captured_queries) == len(plain.captured_queries) + 3
+    assert sum("copiedmessage" in q["sql"] for q in copied_.captured_queries) == 3
+    assert len(copied_.captured_queries) == len(plain.captured_queries) + 5
+
+
+NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
+
+
+def test_another_agents_turns_stay_in_view_whichever_core_rolled(chat, session, user, tmp_path):
+    """A QA finding (HIGH): the cut hid every message up to it, whichever agent's. With
+    turns of two agents in one chat (an ``@explore`` mention, a prompt naming another
+    agent), each agent's rolled cut hid the other's turns, which no summary it was sent
+    held; a turn no core had rolled at all was lost too."""
+    for n in range(3):
+        say(session, f"build {NUMBERS[n]}", user, "build")
+    for n in range(3):
+        say(session, f"explore {NUMBERS[n]}", user, "explore")
+    for n in range(3, 6):
+        say(session, f"build {NUMBERS[n]}", user, "build")
+    roll(session, user, "build", force=False)  # 12 messages, keep 2: build zero to four
+    roll(session, user, "explore", force=False)  # 6 messages, keep 2: explore zero, one
+
+    say(session, "explore six", user, "explore")
+    seen = last_step_request(session)
+    assert said(seen, "explore zero") == said(seen, "explore one") == 0  # in its block
+    assert said(seen, "explore two") == 2
+    for n in range(6):  # the build turns, in no block this model is sent: all verbatim
+        assert said(seen, f"build {NUMBERS[n]}") == 2, NUMBERS[n]
+    block = block_in_force(session)
+    assert block is not None
+    assert block["rolled_kept"]
+
+    say(session, "build six", user, "build")
+    seen = last_step_request(session)
+    for n in range(5):
+        assert said(seen, f"build {NUMBERS[n]}") == 0, NUMBERS[n]  # in its block
+    assert said(seen, "build five") == 2  # kept unrolled
+    for n in range(3):
+        assert said(seen, f"explore {NUMBERS[n]}") == 2, NUMBERS[n]
+    assert said(seen, "explore six") == 2
+    assert seen[-1] == "build six"
+    assert last_step_roles(session)[0] == "user"
+    # The next turns fold the same view as the log derives (FORGE_CONTEXT_VERIFY), and
+    # a copy keeps it.
+    say(session, "build seven", user, "build")
+    assert said(last_step_request(session), "explore one") == 2
+    copy = copied(session, user, "copy", before="", tmp_path=tmp_path)
+    copied_block = block_in_force(copy)
+    assert copied_block is not None
+    assert copied_block["rolled_kept"]
+    say(copy, "build in the copy", user, "build")
+    seen = last_step_request(copy)
+    assert said(seen, "explore one") == 2
+    assert said(seen, "build one") == 0
+
+
+def test_another_speakers_turns_between_rolled_ones_stay_in_view(chat, session, user, carol):
+    say(session, "alice zero", user)
+    say(session, "carol asks one", carol)
+    say(session, "alice two", user)
+    say(session, "alice three", user)
+    roll(session, user, force=False)  # alice's 6 messages, keep 2: zero and two
+    say(session, "alice four", user)
+    seen = last_step_request(session)
+    assert said(seen, "alice zero") == said(seen, "alice two") == 0
+    assert said(seen, "carol asks one") == 2  # not alice's memory: not in her block
+    assert said(seen, "alice three") == 2
+
+
+@pytest.mark.parametrize("how", ["fork", "copy"])
+def test_a_copy_made_after_a_regenerated_rolled_prompt_starts_with_that_prompt(
+    chat, session, user, how, tmp_path
+):
+    """QA (LOW): the copy's cut, set when it was made, hid the prompt of the regenerated
+    reply it showed, so its view began with an answer."""
+    from forge.context import visible_history
+
+    say(session, "first question", user)
+    say(session, "second question", user)
+    roll(session, user, keep=0)
+    runtime.regenerate(session=session, wait=True, speaker=user)
+    last = say(session, "third question", user)
+    copy = copied(session, user, how, before=last["info"]["id"], tmp_path=tmp_path)
+    seen = visible_history(copy)
+    assert seen[0]["info"]["role"] == "user"
+    assert seen[0]["parts"][0]["text"] == "second question"
+
+
+def test_a_compaction_in_a_chat_of_two_agents_loses_no_turn_of_either(chat, session, user):
+    """QA (HIGH): the compaction summarized the speaker's agent's view, whose cut hid
+    its own rolled turns; its boundary then hid them from the other agent too, whose
+    block does not hold them. A chat of several agents or speakers compacts its whole
+    history since the last boundary."""
+    agents = ["build", "explore"] * 3
+    for n, agent in enumerate(agents):
+        say(session, f"turn {NUMBERS[n]} for {agent}", user, agent)
+    roll(session, user, "build", force=False)
+    roll(session, user, "explore", force=False)
+    say(session, "turn six for build", user, "build")
+    runtime.compact(session=session, wait=True)
+    say(session, "turn seven for explore", user, "explore")
+    seen = last_step_request(session)  # the compaction's summary is one of its messages
+    memory = list(request_for(session)[1].system)  # the block is system text
+    for n, agent in enumerate(agents):
+        text = f"turn {NUMBERS[n]} for {agent}"
+        assert said(seen, text) or any(text in block for block in memory), text
+
+
+def test_an_imported_copy_keeps_another_speakers_turns_in_view(
+    chat, session, user, carol, tmp_path
+):
+    """QA (HIGH): an import's copy names the importing user as every message's speaker,
+    so the cut of the copy took another member's turns for the importer's, hid them,
+    and no summary the model was sent held them. A copied turn is the core's when the
+    core rolled its original."""
+    say(session, "alice zero", user)
+    say(session, "carol asks one", carol)
+    say(session, "alice two", user)
+    say(session, "alice three", user)
+    roll(session, user, force=False)  # alice's 6 messages, keep 2: zero and two
+    copy = copied(session, user, "copy", before="", tmp_path=tmp_path)
+    say(copy, "alice in the copy", user)
+    seen = last_step_request(copy)
+    assert said(seen, "alice zero") == said(seen, "alice two") == 0
+    assert said(seen, "carol asks one") == 2
+    assert said(seen, "alice three") == 2
+
+
+def test_a_compaction_with_another_speaker_above_the_cut_loses_none_of_their_view(
+    chat, session, user, carol
+):
+    """A review finding (HIGH): with another member's turns above the cut only (none
+    kept below it), the compaction summarized the speaker's trimmed view, and the other
+    member's model then saw alice's rolled turns nowhere."""
+    for n in range(3):
+        say(session, f"alice {NUMBERS[n]}", user)
+    roll(session, user, force=False)
+    say(session, "carol asks", carol)
+    say(session, "alice again", user)
+    runtime.compact(session=session, wait=True)
+    say(session, "carol asks again", carol)
+    seen = last_step_request(session)  # carol has no memory: the summary is all there is
+    for n in range(3):
+        assert said(seen, f"alice {NUMBERS[n]}"), NUMBERS[n]

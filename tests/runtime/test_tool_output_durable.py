@@ -136,6 +136,11 @@ async def test_a_50_mb_output_is_a_file_part_readable_whole_while_the_model_sees
     page, meta = await read_page(session, tool["id"], last)
     assert meta["total"] == len(output)
     assert page.endswith("; the end]")
+    # The note names the file part and how to read on; that id reads the same pages
+    # (QA: the model was shown the file part's id only, which history_read refused).
+    assert f"history_read with part_id {file['id']!r}" in state["output"]
+    by_file, _ = await read_page(session, file["id"], 25_000_000)
+    assert by_file.startswith(output[25_000_000:25_040_000])
 
     # The model's next request and GET /context/ hold the truncated form only.
     sent = tool_message(openai_server.requests[1])
@@ -219,7 +224,7 @@ async def test_the_cap_is_a_setting_and_the_file_is_the_session_tenants_only(
     # (QA: a 144 KB head under a 20 KB cap; a note counting more than there was).
     head, note = tool["state"]["output"].split("\n\n[output of ")
     assert head == "é" * 250
-    assert note.endswith("above are its first 250 characters]")
+    assert "above are its first 250 characters;" in note
     served = await database_sync_to_async(client.get)(file["url"])
     assert b"".join(served.streaming_content) == output.encode()
 

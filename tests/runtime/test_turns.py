@@ -721,3 +721,20 @@ async def test_a_call_whose_input_never_ended_is_an_error_not_pending_for_ever(
     assert tool["state"]["status"] == "error"
     assert "input" in tool["state"]["error"]
     assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["let me look"]
+
+
+async def test_a_subtask_that_stops_at_its_step_limit_says_so(session, agents, settings):
+    """It read as a finished answer, "(the subtask gave no answer)" (QA): neither the
+    parent's model nor the user learnt the child had stopped at its limit."""
+    from forge.models import Agent
+
+    settings.FORGE_MODEL = "offline/echo"
+    await database_sync_to_async(Agent.objects.filter(name="explore").update)(step_limit=1)
+    inner = json.dumps({"path": "."})
+    asked = {"agent": "explore", "prompt": f"/tool list_files {inner}", "description": "list"}
+    await run(session, f"/tool task {json.dumps(asked)}")
+    tool = next(p for p in assistant(await ahistory(session))["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "completed", tool["state"]
+    child_id = tool["state"]["metadata"]["child_session_id"]
+    assert "stopped at its agent's step limit" in tool["state"]["output"]
+    assert child_id in tool["state"]["output"]

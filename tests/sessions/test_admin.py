@@ -209,3 +209,28 @@ def test_a_filter_for_a_tenant_the_staff_user_cannot_see_lists_nothing(
     assert lists >= 8
     sessions = reverse("admin:forge_sessions_session_changelist")
     assert scripted.pk in client.get(f"{sessions}?tenant__id__exact={mine}").text
+
+
+@pytest.mark.parametrize(("title", "typed"), [("Café crème", "CAFÉ"), ("Ünïcode notes", "ünïcode")])
+def test_the_admin_search_folds_the_case_of_every_letter(admin_client, user, title, typed):
+    """SQLite's LIKE folds ASCII only: ``CAFÉ`` found no ``café`` on the default database
+    (QA). Both engines fold every letter now."""
+    from sessions.services import create_session
+
+    create_session(user=user, title=title)
+    create_session(user=user, title="Unrelated chat")
+    found = admin_client.get(reverse("admin:forge_sessions_session_changelist"), {"q": typed})
+    assert title in found.text
+    assert "Unrelated chat" not in found.text
+
+
+def test_the_admin_search_finds_a_decomposed_accent_typed_composed(admin_client, user):
+    """A "Café" stored as "e" and a combining accent was not found by "CAFÉ" (QA)."""
+    import unicodedata
+
+    from sessions.services import create_session
+
+    title = unicodedata.normalize("NFD", "Café noir")
+    create_session(user=user, title=title)
+    found = admin_client.get(reverse("admin:forge_sessions_session_changelist"), {"q": "CAFÉ"})
+    assert title in found.text

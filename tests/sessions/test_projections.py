@@ -102,9 +102,11 @@ def test_fold_and_stored_projection_agree(scripted):
     assert len(expected.parts) == Part.objects.filter(session=scripted).count()
 
 
-def test_unknown_session_is_a_command_error():
+@pytest.mark.parametrize("session_id", ["ses_missing", ""])
+def test_unknown_session_is_a_command_error(scripted, session_id):
+    """An empty id names no session: it rebuilt every session (QA)."""
     with pytest.raises(CommandError, match="no session"):
-        call_command("rebuild_projections", "--session", "ses_missing")
+        call_command("rebuild_projections", "--session", session_id)
 
 
 @pytest.mark.sqlite_only

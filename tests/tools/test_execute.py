@@ -69,6 +69,24 @@ def test_prepare_call_treats_empty_input_as_an_empty_object() -> None:
     assert args == {}
 
 
+def test_an_over_long_argument_is_not_echoed_back_whole() -> None:
+    """QA (LOW): a 10,000-character query over the schema's ``maxLength`` got an error
+    of 2,000 characters, the query repeated back to the model: the value is shortened
+    in the message, which says the limit."""
+    with pytest.raises(ToolError) as info:
+        prepare_call("memory_search", json.dumps({"query": "x" * 10_000}))
+    message = info.value.message
+    assert len(message) < 300, message
+    assert message.startswith("invalid input for memory_search: query: 'xxxx")
+    assert "is too long" in message
+    assert "10000 characters" in message
+    # An unexpected property's long name, too (review).
+    with pytest.raises(ToolError) as info:
+        prepare_call("memory_search", json.dumps({"query": "x", "k" * 5000: 1}))
+    assert len(info.value.message) < 300, info.value.message
+    assert "'kkkk" in info.value.message
+
+
 def test_unknown_tool_lists_the_available_ones() -> None:
     with pytest.raises(ToolError) as info:
         prepare_call("rm_rf", '{"path": "/"}')
@@ -536,3 +554,70 @@ async def test_prepare_then_execute_a_temporary_tool(ctx: ToolContext) -> None:
         tool, args = prepare_call("echo", '{"text": "hi"}', allowed=["echo"])
         result = await execute(tool, args, ctx)
     assert result.output == '{"text": "hi"}'
+
+
+# --- schemas that refer elsewhere (QA, HIGH) ---------------------------------------------
+
+
+@pytest.fixture
+def fetched() -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server that records every request: where a remote ``$ref`` points."""
+    import http.server
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/internal-metadata", hits
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_schema_referring_to_a_remote_schema_is_refused(fetched) -> None:
+    """jsonschema's default resolver fetched a remote ``$ref`` with ``urlopen``, on the
+    event loop, when the model called the tool: a request to any URL an MCP server's
+    schema named, and a stall of the whole process while it answered (QA)."""
+    url, hits = fetched
+    for schema in (
+        {"properties": {"x": {"$ref": url}}},
+        {"$id": url, "properties": {"x": {"$ref": "other.json"}}},
+        {"properties": {"x": {"$dynamicRef": url}}},
+        {"properties": {"default": {"$ref": url}}},  # a property named like a keyword
+    ):
+        tool = make("remote_ref", lambda ctx, args: "x", **schema)
+        with pytest.raises(ValueError, match="refers to a schema elsewhere"), temporary_tools(tool):
+            pass
+    # A property named "$ref", and "$ref" in a default or an example, are no reference.
+    named: dict[str, Any] = {
+        "properties": {"$ref": {"type": "string", "default": {"$ref": "http://x/y"}}},
+        "examples": [{"$ref": "http://x/z"}],
+    }
+    with temporary_tools(make("named_ref", lambda ctx, args: "x", **named)):
+        assert prepare_call("named_ref", '{"$ref": "a"}')[1] == {"$ref": "a"}
+    local: dict[str, Any] = {
+        "$defs": {"n": {"type": "integer"}},
+        "properties": {"x": {"$ref": "#/$defs/n"}},
+    }
+    with temporary_tools(make("local_ref", lambda ctx, args: "x", **local)):
+        assert prepare_call("local_ref", '{"x": 3}')[1] == {"x": 3}
+        with pytest.raises(ToolError, match="is not of type"):
+            prepare_call("local_ref", '{"x": "three"}')
+    # A tool that got past the check (not through the registry) is still never fetched.
+    item = make("elsewhere", lambda ctx, args: "x", properties={"x": {"$ref": url}})
+    with pytest.raises(ToolError, match="cannot be resolved"):
+        prepare_call("elsewhere", '{"x": 3}', extra={"elsewhere": item})
+    assert hits == []

@@ -21,6 +21,10 @@ def test_a_budget_is_added_validated_and_shown_with_its_use(admin_client, sessio
         # As set_budget refuses them (QA: the form took 9e18 tokens).
         ({"monthly_tokens": "9000000000000000000"}, "monthly_tokens"),
         ({"monthly_cost": "100000000000000"}, "monthly_cost"),
+        # As set_budget refuses them (QA: the form's field had read them as numbers).
+        ({"monthly_tokens": "\uff15"}, "monthly_tokens"),
+        ({"monthly_tokens": "5_000"}, "monthly_tokens"),
+        ({"monthly_cost": "\u0663"}, "monthly_cost"),
     ):
         page = admin_client.post(url, {"tenant": tenant.pk, **bad})
         assert page.status_code == 200

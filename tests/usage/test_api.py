@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -52,10 +53,24 @@ def test_a_user_sees_their_own_usage_only(used):
     assert refused.status_code == 403
 
 
+def test_staff_without_the_view_usage_permission_see_themselves_only(used):
+    """As the admin's dashboard refuses them (QA: the API showed them every user's)."""
+    staff = used["carol"]
+    staff.is_staff = True
+    staff.save()
+    client = client_for(staff)
+    by_user = client.get("/api/usage/", {"group_by": "user"}).json()["results"]
+    assert [r["user"] for r in by_user] == [staff.pk]
+    refused = client.get("/api/usage/", {"user": used["alice"].pk})
+    assert refused.status_code == 403
+    assert "forge.view_usage" in refused.json()["error"]["message"]
+
+
 def test_staff_see_their_tenant_by_user_agent_model_and_day(used):
     staff = used["carol"]
     staff.is_staff = True
     staff.save()
+    staff.user_permissions.add(Permission.objects.get(codename="view_usage"))
     client = client_for(staff)
     by_user = client.get("/api/usage/", {"group_by": "user"}).json()["results"]
     assert [(r["user"], r["turns"]) for r in by_user] == [(used["alice"].pk, 2), (staff.pk, 1)]

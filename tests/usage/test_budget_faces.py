@@ -110,3 +110,30 @@ async def test_the_socket_refuses_with_an_error_frame(spent, token):
     assert error["resets_at"].endswith("Z")
     await ws.disconnect()
     assert await sync_to_async(events)(spent) == before
+
+
+def test_a_member_over_their_own_budget_cannot_compact_a_teammates_session(api, spent):
+    """The summary is billed to the session's owner, whose budget was the only one
+    checked: a member over budget compacted a teammate's session, spending on the
+    owner's budget (QA, LOW). The member asking must be within budget too."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from accounts.models import Membership, User
+    from sessions.models import Session
+
+    set_budget(tenant=spent.tenant, monthly_tokens=0)  # the tenant's limit removed
+    carol = User.objects.create_user(username="carol", password="pw-carol-123")
+    Membership.objects.create(tenant=spent.tenant, user=carol)
+    own = Session.objects.create(tenant=spent.tenant, user=carol, title="carol's")
+    _opened, done = reply(own, steps=[{"tokens": {"input": 90, "output": 10}, "cost": 0}])
+    record_reply(session=own, info=done)
+    set_budget(tenant=spent.tenant, user=carol, monthly_tokens=50)
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=carol).key}")
+    before = events(spent)
+    refused = other.post(f"/api/sessions/{spent.pk}/compact/")
+    assert refused.status_code == 429, refused.json()
+    assert "your monthly budget" in refused.json()["error"]["message"]
+    assert events(spent) == before
+    assert api.post(f"/api/sessions/{spent.pk}/compact/").status_code != 429  # the owner's

@@ -49,12 +49,18 @@ def test_set_budget_sets_changes_and_clears(tenant, user):
     [
         (["--tenant", "nope", "--monthly-tokens", "5"], "no tenant named 'nope'"),
         (["--tenant", "acme", "--user", "bob", "--monthly-tokens", "5"], "no user 'bob'"),
+        # QA: an empty name set the whole tenant's budget
+        (["--tenant", "acme", "--user", "", "--monthly-tokens", "5"], "--user must name a user"),
         (["--tenant", "acme", "--monthly-tokens", "-5"], "must not be negative"),
         (["--tenant", "acme", "--monthly-cost", "cheap"], "expected a number"),
         (["--tenant", "acme"], "give --monthly-tokens"),
         (["--tenant", "acme", "--clear", "--monthly-tokens", "5"], "--clear takes no limits"),
         # stored as 0 (10 places), it refused every prompt: "budget of 0 in cost is used up"
         (["--tenant", "acme", "--monthly-cost", "0.00000000001"], "at most 10 decimal places"),
+        # Python's Decimal reads these; a person meant something else, or mistyped (QA)
+        (["--tenant", "acme", "--monthly-tokens", "\uff15"], "expected a number"),
+        (["--tenant", "acme", "--monthly-tokens", "1_000"], "expected a number"),
+        (["--tenant", "acme", "--monthly-cost", "\u0663"], "expected a number"),
     ],
 )
 def test_set_budget_refuses_bad_input_and_changes_nothing(tenant, user, other_user, args, message):
@@ -76,6 +82,8 @@ def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
         run("rebuild_usage", "--since", "")
     with pytest.raises(CommandError, match="no tenant"):
         run("rebuild_usage", "--tenant", "nope")
+    with pytest.raises(CommandError, match="no tenant named ''"):  # it meant every tenant
+        run("rebuild_usage", "--tenant", "")
 
 
 def test_ctrl_c_ends_rebuild_usage_with_a_message_not_a_traceback(db, monkeypatch):

@@ -174,3 +174,14 @@ def test_a_deleted_users_usage_still_shows(admin_client, tenant, busy):
     rows = listed.context["cl"].result_list
     assert len(rows) == listed.context["cl"].result_count == 2
     assert f"user {dave_id}" in listed.text
+
+
+def test_a_failure_behind_many_newer_aborts_is_still_listed(admin_client, busy):
+    """The list read the newest 50 replies with any error, then dropped the aborted ones:
+    fifty aborts newer than a failure hid it, under a header that counted it (QA)."""
+    aborted = {"name": "MessageAbortedError", "message": "aborted by the user"}
+    for _ in range(55):
+        _opened, done = reply(busy, steps=[{"tokens": {"input": 1}, "cost": 0}], error=aborted)
+        record_reply(session=busy, info=done)
+    failures = admin_client.get(reverse("admin:index")).context["dashboard"].recent_failures
+    assert [f["name"] for f in failures] == ["ProviderError"]

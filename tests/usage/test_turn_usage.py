@@ -85,7 +85,9 @@ async def test_usage_metrics_and_logs_follow_real_turns(session, user, agents, s
     (row,) = [r for r in recorded if r[2] == "offline/script"]
     turns, steps, _, output_tokens, _, failed, aborted, tool_calls = row[4:]
     assert (turns, failed, aborted, tool_calls) == (3, 1, 1, 1)
-    assert steps == 2  # the finished turn's two; the failed and aborted ones logged none
+    # The finished turn's two, and the aborted one's step, billed as estimated (it logged
+    # none, and cost nothing: QA, HIGH); the failed one's provider failed before a step.
+    assert steps == 3
     assert output_tokens >= 7
     await sync_to_async(rebuild_usage)()
     assert await sync_to_async(rows)() == recorded  # the table is the fold of the logs
@@ -117,6 +119,41 @@ async def test_usage_metrics_and_logs_follow_real_turns(session, user, agents, s
     assert finished["first_delta_ms"] is not None
     assert "prompt" not in finished
     assert "read the file" not in json.dumps([r.forge for r in lines])
+
+
+async def test_an_aborted_reply_bills_its_cut_step_as_estimated(session, user, agents, script):
+    """QA (HIGH): a reply stopped while the model streamed logged no step-finish, so it
+    billed nothing: its usage and the budget stayed where they were, and a user who
+    stopped every reply went past any budget. The cut step's end is logged with its
+    tokens estimated: the request's characters / 4 in, the streamed text's out."""
+    labels = {"agent": "build", "model": "offline/script"}
+    script([slow_text(300, 0.02)])
+    firsts = sample("forge_first_delta_seconds_count", **labels)
+    started = await start_turn(session=session, text="talk slowly " + "and at length " * 200)
+    await wait_until(lambda: sample("forge_first_delta_seconds_count", **labels) > firsts)
+    await asyncio.sleep(0.5)  # some 25 words streamed
+    await abort_turn(session=session)
+    await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 10)
+
+    reply = await sync_to_async(_last_reply)(session)
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+    (end,) = [p for p in reply["parts"] if p["type"] == "step-finish"]
+    assert end["reason"] == "aborted"
+    streamed = sum(len(p["text"]) for p in reply["parts"] if p["type"] == "text")
+    assert end["tokens"]["output"] == streamed // 4 > 0
+    assert end["tokens"]["input"] > 2800 // 4  # the prompt alone is ~2,800 characters
+    recorded = await sync_to_async(rows)()
+    (row,) = [r for r in recorded if r[2] == "offline/script"]
+    assert row[5:8] == (1, end["tokens"]["input"], end["tokens"]["output"])  # steps, in, out
+    await sync_to_async(rebuild_usage)()
+    assert await sync_to_async(rows)() == recorded
+
+
+def _last_reply(session) -> dict:
+    from sessions import selectors
+
+    items = list(selectors.iter_history(tenant=session.tenant, session_id=session.pk))
+    return next(i for i in reversed(items) if i["info"]["role"] == "assistant")
 
 
 async def test_the_turn_line_carries_the_prompt_only_when_asked(session, agents, settings, caplog):

@@ -30,7 +30,7 @@ class Command(BaseCommand):
                     f"--since: expected a day YYYY-MM-DD, got {options['since']!r}"
                 ) from None
         tenant = None
-        if options["tenant"]:
+        if options["tenant"] is not None:  # (an empty name meant every tenant, silently)
             tenant = Tenant.objects.filter(name=options["tenant"]).first()
             if tenant is None:
                 raise CommandError(f"no tenant named {options['tenant']!r}")

@@ -30,7 +30,10 @@ class Command(BaseCommand):
         if tenant is None:
             raise CommandError(f"no tenant named {options['tenant']!r}")
         user = None
-        if options["user"]:
+        if options["user"] is not None and not options["user"].strip():
+            # (An empty name was taken for none: the tenant's budget was set.)
+            raise CommandError("--user must name a user (leave it out for the tenant's budget)")
+        if options["user"] is not None:
             membership = (
                 Membership.objects.filter(tenant=tenant, user__username=options["user"])
                 .select_related("user")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,7 @@ from sessions.models import Session
 
 from .. import lease
 from ..agents import default_agent, get_agent
-from ..runner import start_resumed
+from ..runner import run_through_cancel, start_resumed, starting
 from ..steps import Resume
 from ..turn import Turn
 from . import pending
@@ -148,28 +149,48 @@ async def _log_and_go_on(
     by: Any,
     message_id: str | None = None,
 ) -> Outcome:
-    logged = await db(pending.log_answers)(
-        session=session, answers=answers, by=by, message_id=message_id
+    # A caller cancelled meanwhile (a closed socket, a server stopping) lets the answers'
+    # transaction, which goes on in the database's thread, and the turn it resumes, go
+    # on: it ran nothing, the answers logged and the lease held until it expired (review).
+    return await run_through_cancel(
+        _log_and_start(session=session, answers=answers, by=by, message_id=message_id)
     )
-    task = None
-    if logged[0].lease_taken:
-        try:
-            turn = await db(turn_of)(session, logged[0].message_id)
-            resumes = [
-                Resume(
-                    call_id=answered.part["call_id"],
-                    part=answered.part,
-                    approved=answered.approved,
-                    approval=answered.state["metadata"]["approval"],
+
+
+async def _log_and_start(
+    *,
+    session: Session,
+    answers: Sequence[tuple[str, bool, str]],
+    by: Any,
+    message_id: str | None,
+) -> Outcome:
+    # An abort arriving once the answers' transaction took the lease, before the resumed
+    # turn's runner is registered, stops it as it starts (``runner.starting``).
+    with starting(session.pk):
+        lease_asked_at = time.monotonic()  # a lease taken with the answers counts from here
+        logged = await db(pending.log_answers)(
+            session=session, answers=answers, by=by, message_id=message_id
+        )
+        task = None
+        if logged[0].lease_taken:
+            try:
+                turn = await db(turn_of)(session, logged[0].message_id)
+                turn.lease_asked_at = lease_asked_at
+                resumes = [
+                    Resume(
+                        call_id=answered.part["call_id"],
+                        part=answered.part,
+                        approved=answered.approved,
+                        approval=answered.state["metadata"]["approval"],
+                    )
+                    for answered in logged
+                ]
+                task = start_resumed(turn, resumes)
+            except BaseException:
+                await asyncio.shield(
+                    db(lease.release)(session_id=session.pk, tenant_id=session.tenant_id)
                 )
-                for answered in logged
-            ]
-            task = start_resumed(turn, resumes)
-        except BaseException:
-            await asyncio.shield(
-                db(lease.release)(session_id=session.pk, tenant_id=session.tenant_id)
-            )
-            raise
+                raise
     return Outcome(task=task, expired=any(answered.expired for answered in logged))
 
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from .adapter import Listing, convert, list_tools
+from .adapter import Listing, alist_tools, convert, list_tools, will_wait
 from .connection import close_all
 from .spec import McpSpecError, ServerSpec, merged, parse_servers, redacted, with_secrets_kept
 
@@ -18,11 +18,13 @@ __all__ = [
     "Listing",
     "McpSpecError",
     "ServerSpec",
+    "alist_tools",
     "close_all",
     "convert",
     "list_tools",
     "merged",
     "parse_servers",
     "redacted",
+    "will_wait",
     "with_secrets_kept",
 ]

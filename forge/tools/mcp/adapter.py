@@ -24,7 +24,7 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import McpError
 
 from ..base import Tool, ToolContext, ToolError, ToolFile, ToolResult
-from ..registry import check_name, check_parameters, get_tool
+from ..registry import check_name, check_parameters, get_tool, reference_elsewhere
 from . import connection as conn
 from .spec import McpSpecError, ServerSpec, masked_text, parse_server
 
@@ -45,6 +45,9 @@ def retry_seconds() -> float:
     from django.conf import settings
 
     return max(0.0, float(getattr(settings, "FORGE_MCP_RETRY_SECONDS", 60.0)))
+
+
+MAX_SCHEMA_BYTES = 65_536  # of one MCP tool's input schema, as JSON in UTF-8
 
 
 @dataclass
@@ -69,8 +72,25 @@ def _filename(stem: str, index: int, mime: str, uri: str = "") -> str:
         tail = uri.rstrip("/").rsplit("/", 1)[-1]
         if tail and "." in tail:
             return tail[:120]
-    ext = mimetypes.guess_extension(mime or "") or ".bin"
+    mime = (mime or "").split(";")[0].strip().lower()
+    ext = mimetypes.guess_extension(mime) or _EXTENSIONS.get(mime, ".bin")
     return f"{stem}-{index}{ext}"
+
+
+# Media types an MCP server sends that Python's table has no extension for (QA: a WAV
+# was stored as ``.bin``).
+_EXTENSIONS = {
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/wave": ".wav",
+    "audio/ogg": ".ogg",
+    "audio/flac": ".flac",
+    "audio/x-flac": ".flac",
+    "audio/webm": ".weba",
+    "audio/mp4": ".m4a",
+    "audio/aac": ".aac",
+    "image/webp": ".webp",
+}
 
 
 def convert(server_tool: str, result: mcp_types.CallToolResult) -> ToolResult:
@@ -118,7 +138,12 @@ def _function(spec: ServerSpec, tool: str) -> Any:
                 f"MCP server {spec.name!r}: {masked_text(exc.error.message, spec)}",
                 metadata={"mcp": True},
             ) from None
-        return convert(f"{spec.name}_{tool}", result)
+        try:
+            return convert(f"{spec.name}_{tool}", result)
+        except ToolError as exc:
+            # An ``isError`` answer: the server's own words, which may quote its secrets
+            # (FastMCP answers every exception so; QA), masked as a JSON-RPC error's are.
+            raise ToolError(masked_text(exc.message, spec), metadata=exc.metadata) from None
 
     call.__qualname__ = f"mcp.{spec.name}.{tool}.<locals>"  # never merged with another
     return call
@@ -126,14 +151,35 @@ def _function(spec: ServerSpec, tool: str) -> Any:
 
 def adapt(spec: ServerSpec, item: mcp_types.Tool) -> Tool | None:
     """The Forge tool for one MCP tool; None (logged) when its name or schema is unusable."""
+    adapted = adapted_or_why(spec, item)
+    return adapted if isinstance(adapted, Tool) else None
+
+
+def adapted_or_why(spec: ServerSpec, item: mcp_types.Tool) -> Tool | str:
+    """The Forge tool for one MCP tool, or why it is left out (logged): its name or
+    schema is unusable."""
     name = f"{spec.name}_{item.name}"
     try:
         check_name(name)
         schema = dict(item.inputSchema or {"type": "object"})
         check_parameters(name, schema)
+        size = len(json.dumps(schema, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > MAX_SCHEMA_BYTES:
+            # The tools block goes to the model with every request (QA: a 3 MB one did).
+            raise ValueError(
+                f"tool {name!r}: its input schema is {size:,} bytes, over {MAX_SCHEMA_BYTES:,}"
+            )
+        # The SDK validates a result against the output schema: with the default
+        # resolver, a remote reference there would be fetched too (on the MCP loop).
+        elsewhere = reference_elsewhere(item.outputSchema)
+        if elsewhere is not None:
+            raise ValueError(
+                f"tool {name!r}: its output schema refers to a schema elsewhere "
+                f"({elsewhere[:200]!r})"
+            )
     except ValueError as exc:
         logger.warning("MCP tool left out: %s", exc)
-        return None
+        return str(exc)
     return Tool(
         name=name,
         description=(item.description or item.title or "")[:2000],
@@ -145,12 +191,30 @@ def adapt(spec: ServerSpec, item: mcp_types.Tool) -> Tool | None:
 async def _list_one(spec: ServerSpec, timeout: float, retry: float) -> list[mcp_types.Tool]:
     connection = conn.connection(spec)
     await connection.start(timeout, retry)
-    return list(connection.tools)
+    return await connection.current_tools(timeout)
 
 
 async def _list_all(specs: list[ServerSpec], timeout: float, retry: float) -> list[Any]:
     listed = (_list_one(s, timeout, retry) for s in specs)
     return await asyncio.gather(*listed, return_exceptions=True)
+
+
+def will_wait(servers: Mapping[str, Any] | None) -> bool:
+    """Whether :func:`list_tools` of these servers may wait for a server to start: one is
+    not running and did not fail to start within :func:`retry_seconds` (a bad spec
+    waits for nothing). A hint read without the connections' locks: the runtime lists
+    such servers off its database thread first, where a slow start held up every
+    session of the process (QA)."""
+    retry = retry_seconds()
+    for name, raw in (servers or {}).items():
+        try:
+            spec = parse_server(name, raw)
+        except McpSpecError:
+            continue
+        found = conn.existing(spec)
+        if found is None or not found.settled(retry):
+            return True
+    return False
 
 
 def list_tools(servers: Mapping[str, Any] | None) -> Listing:
@@ -163,7 +227,28 @@ def list_tools(servers: Mapping[str, Any] | None) -> Listing:
     failed to start less than :func:`retry_seconds` ago is left out at once with the
     same reason (so a prompt's turn, listing again, does not wait for it twice).
     """
+    listing, specs = _parsed(servers)
+    if not specs:
+        return listing
     timeout = start_timeout()
+    results = conn.submit(_list_all(specs, timeout, retry_seconds())).result(timeout + 10)
+    return _listed(listing, specs, results)
+
+
+async def alist_tools(servers: Mapping[str, Any] | None) -> Listing:
+    """:func:`list_tools` from a running event loop: awaited on the MCP loop, holding no
+    thread meanwhile (the runtime starts an agent's servers so, before a prompt's
+    database work: ``runner``)."""
+    listing, specs = _parsed(servers)
+    if not specs:
+        return listing
+    timeout = start_timeout()
+    async with asyncio.timeout(timeout + 10):
+        results = await conn.run(_list_all(specs, timeout, retry_seconds()))
+    return _listed(listing, specs, results)
+
+
+def _parsed(servers: Mapping[str, Any] | None) -> tuple[Listing, list[ServerSpec]]:
     listing = Listing()
     specs: list[ServerSpec] = []
     for name, raw in (servers or {}).items():
@@ -171,9 +256,10 @@ def list_tools(servers: Mapping[str, Any] | None) -> Listing:
             specs.append(parse_server(name, raw))
         except McpSpecError as exc:
             listing.failures[str(name)] = str(exc)
-    if not specs:
-        return listing
-    results = conn.submit(_list_all(specs, timeout, retry_seconds())).result(timeout + 10)
+    return listing, specs
+
+
+def _listed(listing: Listing, specs: list[ServerSpec], results: list[Any]) -> Listing:
     for spec, result in zip(specs, results, strict=True):
         if isinstance(result, BaseException):
             reason = (
@@ -182,12 +268,25 @@ def list_tools(servers: Mapping[str, Any] | None) -> Listing:
             logger.warning("MCP server %r left out: %s", spec.name, reason)
             listing.failures[spec.name] = f"failed to start: {reason}"
             continue
-        adapted = [tool for item in result if (tool := adapt(spec, item)) is not None]
+        adapted = []
+        for item in result:
+            tool = adapted_or_why(spec, item)
+            if isinstance(tool, Tool):
+                adapted.append(tool)
+            else:  # the model is told, as of a tool whose name a built-in has
+                listing.left_out[_shown_name(spec, item)] = f"server {spec.name!r}: {tool}"
         if result and not adapted:
             listing.failures[spec.name] = "none of its tools has a usable name and schema"
         listing.tools.extend(_not_taken(spec, adapted, listing))
     listing.tools.sort(key=lambda t: t.name)
     return listing
+
+
+def _shown_name(spec: ServerSpec, item: mcp_types.Tool) -> str:
+    """A left-out tool's full name as the notice shows it: a server's bad name may be
+    long or hold anything, so printable and cut."""
+    name = f"{spec.name}_{item.name}"
+    return name if name.isprintable() and len(name) <= 80 else repr(name[:80])
 
 
 def _not_taken(spec: ServerSpec, tools: list[Tool], listing: Listing) -> list[Tool]:

@@ -75,6 +75,9 @@ async def run(work: Coroutine[Any, Any, T]) -> T:
     return await asyncio.wrap_future(submit(work))
 
 
+RELIST_TIMEOUT = 5.0  # seconds to read a server's changed tool list
+
+
 class ServerDown(Exception):
     """The server could not be started or reached, or died."""
 
@@ -93,6 +96,14 @@ class Connection:
         self._reaper: asyncio.Task[None] | None = None
         # (time.monotonic(), reason) of the last start that failed; None once one works.
         self._failed: tuple[float, str] | None = None
+        # Calls running on the connection: one connection serves every session of the
+        # process, so a suspect one is stopped only once none is left on it.
+        self._in_flight = 0
+        self._idle = asyncio.Event()  # set while no call runs on the connection
+        self._idle.set()
+        # The server said its tool list changed (``notifications/tools/list_changed``):
+        # the next listing asks for it again (:meth:`current_tools`).
+        self._tools_changed = False
 
     @property
     def alive(self) -> bool:
@@ -103,6 +114,14 @@ class Connection:
             and self.session is not None
             and not self._closed.is_set()
         )
+
+    def settled(self, retry_after: float) -> bool:
+        """Whether a listing now would answer at once: alive with its tool list unchanged,
+        or failed less than ``retry_after`` seconds ago (its failure is given again)."""
+        failed = self._failed
+        if self.alive:
+            return not self._tools_changed  # (else its tools are asked for again)
+        return failed is not None and time.monotonic() - failed[0] < retry_after
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -143,7 +162,9 @@ class Connection:
                 send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
                 relays.start_soon(_relay, read, send, closed)
                 try:
-                    async with ClientSession(receive, write) as session:
+                    async with ClientSession(
+                        receive, write, message_handler=self._on_message
+                    ) as session:
                         await session.initialize()
                         listed = await session.list_tools()
                         self.session, self.tools = session, list(listed.tools)
@@ -161,6 +182,33 @@ class Connection:
         finally:
             self.session = None
             self._down.set()
+
+    async def _on_message(self, message: Any) -> None:
+        """What the server sends unasked: a changed tool list is noted (and asked for at
+        the next listing; before, the tools of its start were offered until a restart)."""
+        root = getattr(message, "root", None)
+        if isinstance(root, mcp_types.ToolListChangedNotification):
+            self._tools_changed = True
+
+    async def current_tools(self, timeout: float) -> list[mcp_types.Tool]:
+        """The server's tools: as listed at its start, or again when it said they changed
+        since (a failure to list them again keeps the last list, and asks next time)."""
+        session = self.session
+        if self._tools_changed and session is not None:
+            # Asked once per notification, within a few seconds: a server that says its
+            # tools changed and then hangs on the list must not hold up every prompt.
+            self._tools_changed = False
+            try:
+                async with asyncio.timeout(min(timeout, RELIST_TIMEOUT)):
+                    self.tools = list((await session.list_tools()).tools)
+            except Exception as exc:
+                logger.warning(
+                    "MCP server %r: its changed tool list could not be read (%s); the last "
+                    "one is used until it says they changed again",
+                    self.spec.name,
+                    _reason(exc, self.spec),
+                )
+        return list(self.tools)
 
     async def start(self, timeout: float, retry_after: float = 0.0) -> None:
         """Open the connection unless it is alive; :class:`ServerDown` when it cannot.
@@ -222,6 +270,13 @@ class Connection:
             await self._stop()
             self.suspect = False
 
+    async def _close_if_idle(self) -> None:
+        """:meth:`close`, unless a call started meanwhile (it would fail with it)."""
+        async with self._lock:
+            if self.suspect and not self._in_flight:
+                await self._stop()
+                self.suspect = False
+
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout: float, retry_after: float = 0.0
     ) -> mcp_types.CallToolResult:
@@ -229,7 +284,8 @@ class Connection:
 
         A call that did not end well (the server died, or the caller gave up: a
         timeout) leaves the connection suspect: the next call opens a new one first
-        (a stdio server is started again; a hanging one is stopped). A server found
+        (a stdio server is started again; a hanging one is stopped), once no other
+        call runs on it (they are other sessions'). A server found
         dead before the request went out (it died between calls), or an HTTP server
         that no longer knows the session, is connected again and the call sent once
         more. An HTTP server that dies during a call may leave it unanswered (the SDK
@@ -237,6 +293,12 @@ class Connection:
         to start less than ``retry_after`` seconds ago is not started (:meth:`start`).
         """
         if self.suspect:
+            # Other sessions' calls may still run on it: they get up to this call's
+            # timeout to end, then the server is replaced anyway (a hung server must
+            # not take every overlapping call with it for ever).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._idle.wait()
             await self.close()
         for attempt in (1, 2):
             await self.start(timeout, retry_after)
@@ -266,16 +328,27 @@ class Connection:
             raise anyio.ClosedResourceError
         request = asyncio.ensure_future(session.call_tool(tool, arguments))
         waiter = asyncio.ensure_future(down.wait())
+        self._in_flight += 1
+        self._idle.clear()
         try:
             await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             # The caller gave up (a timeout): the server may hang. Stop it now, so the
             # next turn's listing starts a fresh one (within the start timeout, not
-            # within its call's).
+            # within its call's), unless other calls still run on it: they are other
+            # sessions' (QA: they failed as "the server went away"). Then the next call
+            # made with none left on it starts a fresh one.
             self.suspect = True
-            self._reaper = asyncio.get_running_loop().create_task(self.close())
+            if self._in_flight == 1:
+                self._reaper = asyncio.get_running_loop().create_task(self._close_if_idle())
             raise
         finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+                if self.suspect and (self._reaper is None or self._reaper.done()):
+                    # The last call on a suspect connection ended: replace it now.
+                    self._reaper = asyncio.get_running_loop().create_task(self._close_if_idle())
             waiter.cancel()
             if not request.done():
                 request.cancel()
@@ -311,6 +384,11 @@ def _reason(exc: BaseException, spec: ServerSpec | None = None) -> str:
 
 
 _connections: dict[ServerSpec, Connection] = {}
+
+
+def existing(spec: ServerSpec) -> Connection | None:
+    """The connection of ``spec`` if one was made (from any thread; no lock)."""
+    return _connections.get(spec)
 
 
 def connection(spec: ServerSpec) -> Connection:

@@ -36,7 +36,9 @@ class Command(BaseCommand):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="one sweep, then exit (default)")
         mode.add_argument("--loop", action="store_true", help="sweep every --interval seconds")
-        parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps")
+        parser.add_argument(
+            "--interval", type=float, help="with --loop: seconds between sweeps (default 60)"
+        )
         parser.add_argument("--core", metavar="ID", help="only this core")
         parser.add_argument("--threshold", type=int, help="window size that triggers a rolling")
         parser.add_argument(
@@ -63,6 +65,11 @@ class Command(BaseCommand):
                 f"--keep {options['keep']} is capped at {rolling.keep} (--threshold - 1): a "
                 "rolling leaves at most that many messages unrolled"
             )
+        if options["interval"] is not None and not options["loop"]:
+            # (It was taken, and one sweep run: an operator who forgot --loop got one.)
+            raise CommandError("--interval needs --loop")
+        if options["interval"] is None:
+            options["interval"] = 60.0
         interval = options["interval"]
         if not math.isfinite(interval) or not 0 < interval <= MAX_INTERVAL:
             # (NaN passed ``<= 0`` and swept ~500 times a second; inf failed in wait())

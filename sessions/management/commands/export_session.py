@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
+import tempfile
 from argparse import ArgumentParser
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +36,14 @@ class Command(BaseCommand):
         if options["output"]:
             path = Path(options["output"])
             try:
-                with path.open("w", encoding="utf-8") as out:
-                    out.writelines(lines)
+                _write(path, lines)
             except OSError as exc:
                 raise CommandError(f"cannot write {path}: {exc}") from None
+            finally:
+                # Its cursor, before the connection goes (no "Exception ignored" noise).
+                close = getattr(lines, "close", None)
+                if close is not None:
+                    close()
             self.stderr.write(f"exported {session.pk} to {path}")
         else:
             try:
@@ -55,3 +63,41 @@ class Command(BaseCommand):
                 f"({len(problems)} problem(s)); it was exported as it is, and import_session "
                 "will refuse the file"
             )
+
+
+def _write(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path`` whole or not at all: into a file beside it, renamed into
+    place once complete (QA: a full disk left a truncated export at the target, over
+    the earlier one). What is no plain file is written in place: ``/dev/stdout``,
+    ``/proc/self/fd/N`` (the shell's redirection, which a rename would miss), a device,
+    a pipe. A link is followed: the file it points to is replaced, the link kept. The
+    new file keeps the replaced one's mode (an operator's 0600 export stays 0600), or
+    gets a plain ``open``'s (0666 less the umask)."""
+    if str(path).startswith(("/dev/", "/proc/")):
+        _write_in_place(path, lines)
+        return
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():
+        _write_in_place(path, lines)
+        return
+    if target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, part = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.writelines(lines)
+        os.chmod(part, mode)
+        os.replace(part, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+
+
+def _write_in_place(path: Path, lines: Iterable[str]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        out.writelines(lines)

@@ -49,7 +49,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         sessions = Session.objects.select_related("tenant").order_by("created_at", "id")
-        if options["session"]:
+        if options["session"] is not None:  # "" names no session: not "every one" (QA)
             sessions = sessions.filter(pk=options["session"])
             if not sessions.exists():
                 raise CommandError(f"no session {options['session']!r}")

@@ -54,7 +54,24 @@ async def test_a_schema_that_is_not_json_schema_leaves_that_tool_out():
     names = [t.name for t in listing.tools]
     assert "bad_echo" in names
     assert "bad_bad_schema" not in names
+    assert "bad_remote_ref" not in names  # never fetched (QA: jsonschema's urlopen)
     assert listing.failures == {}
+
+
+def test_a_tool_whose_output_schema_refers_elsewhere_is_left_out():
+    """The SDK validates results against the output schema, fetching a remote ``$ref``."""
+    from mcp import types as mcp_types
+
+    from forge.tools.mcp.adapter import adapt
+    from forge.tools.mcp.spec import parse_server
+
+    spec = parse_server("bad", misbehaving())
+    remote = {"type": "object", "properties": {"y": {"$ref": "http://192.0.2.1/out.json"}}}
+    local = {"type": "object", "properties": {"y": {"type": "string"}}}
+    plain = {"type": "object"}
+    assert adapt(spec, mcp_types.Tool(name="t", inputSchema=plain, outputSchema=remote)) is None
+    kept = adapt(spec, mcp_types.Tool(name="t", inputSchema=plain, outputSchema=local))
+    assert kept is not None
 
 
 async def test_garbage_on_stdout_before_the_handshake_does_not_break_the_server(
@@ -171,16 +188,20 @@ async def test_a_server_that_fails_to_start_is_left_out_with_a_logged_notice(
     notice = (await logged_context(session))["mcp:agent"]
     assert "broken" in notice["text"]
     assert "bad:" not in notice["text"]
+    # Its tools whose schema is unusable are named, with why (they were left out
+    # silently, and the model was never told).
+    assert "bad_bad_schema (server 'bad': tool 'bad_bad_schema'" in notice["text"]
+    assert "bad_remote_ref (server 'bad': " in notice["text"]
     # The model is told (a context block other than system/tools/settings is system text).
     _, request = await asyncio.to_thread(_request, session)
     assert any("broken" in text for text in request.system)
     assert "bad_echo" in [t.name for t in request.tools]
     assert (await reply_of(session))["parts"][-2]["text"] == "fine"
-    # Once it starts, the notice goes.
+    # Once it starts, the notice says no more of it.
     await use_servers({"bad": misbehaving()})
     script([text_reply("fine again")])
     await run_turn(session, "hello again")
-    assert "mcp:agent" not in await logged_context(session)
+    assert "broken" not in (await logged_context(session))["mcp:agent"]["text"]
 
 
 def _request(session: Any) -> Any:
@@ -219,3 +240,138 @@ async def test_a_json_rpc_error_the_server_sends_is_its_tool_error(
     assert parts[2]["error"] == "MCP server 'rpc': quota exceeded"
     assert counter.read_text() == "x"  # sent once
     assert parts[3]["output"] == parts[0]["output"]  # the same server: not restarted
+
+
+async def test_one_calls_timeout_does_not_end_another_call_on_the_same_server(tmp_path):
+    """One connection per server and process serves every session: a call given up on
+    (its tool timeout) stopped the server under the other calls still running on it,
+    which failed as "the server went away" (QA). The server is restarted once no call
+    is left on it."""
+    from tests.tools import make_context
+
+    listing = await asyncio.to_thread(mcp.list_tools, {"bad": misbehaving()})
+    tools = {t.name: t for t in listing.tools}
+    ctx = make_context(tmp_path)
+    hanging = asyncio.ensure_future(
+        asyncio.wait_for(tools["bad_hang"].function(ctx, {}), timeout=2)
+    )
+    await asyncio.sleep(0.5)
+    slow = asyncio.ensure_future(tools["bad_sleep"].function(ctx, {"seconds": 3}))
+    with pytest.raises(TimeoutError):
+        await hanging
+    result = await asyncio.wait_for(slow, timeout=30)
+    assert result.output == "slept 3"
+    # The hung call left the connection suspect: with no call on it, the next call gets
+    # a fresh server, and answers.
+    echoed = await asyncio.wait_for(tools["bad_echo"].function(ctx, {"text": "hi"}), 30)
+    assert echoed.output == "echo: hi"
+
+
+async def test_an_error_answer_quoting_the_servers_secret_is_masked(tmp_path):
+    """FastMCP and the SDK's server turn every exception into an ``isError`` answer: the
+    usual way a tool fails. Its text went to the log, the model and the API unmasked,
+    while a JSON-RPC error's was masked (QA)."""
+    from forge.tools import ToolError
+    from tests.tools import make_context
+
+    secret = "s3cr3t-VALUE-0123456789"
+    server = {**misbehaving(), "env": {"QA_SECRET": secret}}
+    listing = await asyncio.to_thread(mcp.list_tools, {"bad": server})
+    tool = next(t for t in listing.tools if t.name == "bad_fail_quoting")
+    with pytest.raises(ToolError) as failed:
+        await asyncio.wait_for(tool.function(make_context(tmp_path), {"variable": "QA_SECRET"}), 30)
+    assert secret not in failed.value.message
+    assert "auth failed with token" in failed.value.message
+
+
+def test_a_tool_whose_input_schema_is_huge_is_left_out():
+    """The tools block goes to the model with every request: a 3 MB schema made every
+    request 3.7 MB (QA)."""
+    from mcp import types as mcp_types
+
+    from forge.tools.mcp.adapter import MAX_SCHEMA_BYTES, adapt
+    from forge.tools.mcp.spec import parse_server
+
+    spec = parse_server("bad", misbehaving())
+    many = {f"p{n}": {"type": "string", "description": "x" * 100} for n in range(1_000)}
+    huge = {"type": "object", "properties": many}
+    assert len(json.dumps(huge)) > MAX_SCHEMA_BYTES
+    assert adapt(spec, mcp_types.Tool(name="t", inputSchema=huge)) is None
+    # Counted in bytes: 30,000 CJK characters are 90 KB.
+    wide = {"type": "object", "properties": {"p": {"type": "string", "description": "字" * 30_000}}}
+    assert adapt(spec, mcp_types.Tool(name="t", inputSchema=wide)) is None
+    fine = {"type": "object", "properties": dict(list(many.items())[:10])}
+    assert adapt(spec, mcp_types.Tool(name="t", inputSchema=fine)) is not None
+
+
+@pytest.mark.parametrize(
+    ("mime", "ending"),
+    [("audio/wav", ".wav"), ("audio/x-wav", ".wav"), ("image/png", ".png"), ("x/y", ".bin")],
+)
+def test_a_stored_media_file_is_named_by_its_type(mime, ending):
+    """A WAV was stored as ``.bin`` (QA): Python's table has no extension for it."""
+    from forge.tools.mcp.adapter import _filename
+
+    assert _filename("bad_media", 3, mime).endswith(ending)
+
+
+async def test_a_changed_tool_list_is_listed_again(tmp_path):
+    """``notifications/tools/list_changed`` was ignored: the tools of the server's start
+    were offered until it restarted, a new one was an unknown tool (QA)."""
+    from tests.tools import make_context
+
+    server = {"grower": misbehaving("start-log=" + str(tmp_path / "starts.log"))}
+    listing = await asyncio.to_thread(mcp.list_tools, server)
+    names = {t.name for t in listing.tools}
+    assert "grower_added" not in names
+    grow = next(t for t in listing.tools if t.name == "grower_grow")
+    assert (await asyncio.wait_for(grow.function(make_context(tmp_path), {}), 30)).output == "grown"
+    deadline = asyncio.get_running_loop().time() + 10
+    while "grower_added" not in names:
+        assert asyncio.get_running_loop().time() < deadline, names
+        await asyncio.sleep(0.1)
+        names = {t.name for t in (await asyncio.to_thread(mcp.list_tools, server)).tools}
+    assert (tmp_path / "starts.log").read_text().count("\n") == 1  # not restarted
+
+
+async def test_a_hung_server_is_replaced_even_while_calls_keep_overlapping(tmp_path, settings):
+    """Calls that keep overlapping on a hung server kept it: each timed out with another
+    still running, so none replaced it (review). A call made on a suspect connection
+    gives the others at most its own timeout, then replaces the server."""
+    from tests.tools import make_context
+
+    log = tmp_path / "starts.log"
+    listing = await asyncio.to_thread(mcp.list_tools, {"bad": misbehaving(f"start-log={log}")})
+    tools = {t.name: t for t in listing.tools}
+    ctx = make_context(tmp_path)
+
+    def hung() -> asyncio.Future:
+        return asyncio.ensure_future(asyncio.wait_for(tools["bad_hang"].function(ctx, {}), 2))
+
+    first = hung()
+    await asyncio.sleep(1)
+    second = hung()  # overlaps the first's timeout
+    with pytest.raises(TimeoutError):
+        await first
+    third = hung()  # made while the second still runs on the suspect connection
+    for call in (second, third):
+        with pytest.raises((TimeoutError, Exception)):
+            await call
+    # The third call replaced the server once the second had drained (a second start),
+    # and its own timeout left it suspect again: the next call starts a third one.
+    # Before, the third call joined the suspect server, and only one restart followed.
+    echoed = await asyncio.wait_for(tools["bad_echo"].function(ctx, {"text": "hi"}), 30)
+    assert echoed.output == "echo: hi"
+    assert log.read_text().count("\n") >= 3
+
+
+def test_the_notice_names_so_many_left_out_tools_and_counts_the_rest():
+    """A server listing thousands of unusable tools does not make a notice of them all."""
+    from forge.runtime.agents import FALLBACK
+    from forge.runtime.prompting import MAX_LEFT_OUT_SHOWN, agent_blocks
+
+    listing = mcp.Listing(left_out={f"bad_t{n:04}": "server 'bad': why" for n in range(500)})
+    [notice] = [b for b in agent_blocks(FALLBACK, listing) if b["kind"] == "mcp"]
+    assert notice["text"].count("(server 'bad': why)") == MAX_LEFT_OUT_SHOWN
+    assert notice["text"].startswith("These MCP tools are left out: bad_t0000 (")
+    assert notice["text"].endswith(f"; and {500 - MAX_LEFT_OUT_SHOWN} more")

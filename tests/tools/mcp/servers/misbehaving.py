@@ -6,10 +6,13 @@ Flags: ``garbage-first`` (a non-JSON line before the handshake), ``exit-at-start
 times out), ``start-log=PATH`` (appends a line to PATH each time it starts, and offers
 a tool ``start_<n>`` on its n-th start: a test sees which start it talks to).
 
-Tools: ``echo`` (fine), ``hang`` (never answers), ``die`` (exits mid-call),
+Tools: ``echo`` (fine), ``hang`` (never answers), ``sleep`` (answers after a while),
+``fail_quoting`` (an ``isError`` answer quoting an env value), ``grow`` (adds a tool
+``added`` and says the list changed), ``die`` (exits mid-call),
 ``big`` (an oversized text), ``garbage`` (writes a non-JSON line as its answer,
 then never answers), ``bad_schema`` (its input schema is not a JSON Schema),
-``picture`` (a PNG image).
+``remote_ref`` (its input schema refers to a schema at a URL), ``picture`` (a PNG
+image).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.utilities.types import Image
 
 # A 1x1 PNG.
@@ -43,6 +46,28 @@ async def hang() -> str:
     """Never answers."""
     await asyncio.sleep(3600)
     return "late"
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Answers after ``seconds``."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds:g}"
+
+
+@server.tool()
+def fail_quoting(variable: str) -> str:
+    """Fails with a message that quotes the environment variable ``variable`` (a server
+    quoting its own credential, as a failed login does): FastMCP answers ``isError``."""
+    raise ValueError(f"auth failed with token {os.environ.get(variable, '')}")
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds a tool ``added`` and says the tool list changed."""
+    server.add_tool(lambda: "added", name="added", description="Added later.")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
 
 
 @server.tool()
@@ -81,6 +106,18 @@ def picture() -> Image:
 server._tool_manager._tools["bad_schema"].parameters = {
     "type": "object",
     "properties": {"x": {"type": "not-a-type"}},
+}
+
+
+@server.tool()
+def remote_ref(x: int) -> str:
+    """Its schema refers to a schema elsewhere (below): never fetched, the tool left out."""
+    return str(x)
+
+
+server._tool_manager._tools["remote_ref"].parameters = {
+    "type": "object",
+    "properties": {"x": {"$ref": "http://192.0.2.1/schema.json"}},
 }
 
 
