@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,23 +77,9 @@ from .inflight import buffer, mirror
 from .model_calls import failure_kind, price, provider_of
 from .patches import Patches
 from .readahead import ReadAhead
+from .shielding import finish_then_cancel
 from .tool_calls import Call, Deferred, ToolCalls
 from .turn import Turn
-
-
-async def finish_then_cancel(work: Awaitable[Any]) -> Any:
-    """Await a write; if the task is cancelled meanwhile, let the write finish first.
-
-    A write runs in a thread that cancellation cannot stop; finalizing an abort
-    while it is still running could interleave with it. So the write always
-    completes, and the cancellation is honoured right after.
-    """
-    future = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        await asyncio.wait({future})
-        raise
 
 
 @dataclass

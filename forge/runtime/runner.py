@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from accounts import tenancy
 from forge.db.worker import db
-from forge.errors import ForgeError, NotRunning, StillRunning
+from forge.errors import NotRunning, StillRunning
 from forge.telemetry import tracing
 from forge.tools import mcp
 from sessions import services
@@ -37,6 +37,7 @@ from .compaction import prepare_manual, run_manual
 from .prompting import Attachment, McpServersStarting
 from .recovery import abort_dead_holder, abort_unheld, reply_open
 from .regenerate import begin_regeneration
+from .shielding import finish_then_cancel
 from .steps import Resume, begin_turn, run_turn
 from .subtask import subtask_runner
 from .title import title_later
@@ -203,7 +204,7 @@ async def _begin(
             turn, user_message = await begin()
             return _start(turn, user_message)
 
-    return await run_through_cancel(begin_and_start())
+    return await finish_then_cancel(begin_and_start())
 
 
 async def list_mcp_tools(servers: Mapping[str, Any]) -> mcp.Listing:
@@ -268,31 +269,6 @@ def start_resumed(turn: Turn, resume: list[Resume]) -> asyncio.Task[None]:
     """Go on with a suspended turn from its answered calls, logged together (the caller
     took the lease, in the transaction that logged them: ``forge.runtime.approvals``)."""
     return _start(turn, {}, resume).task
-
-
-async def run_through_cancel(work: Coroutine[Any, Any, T]) -> T:
-    """Await ``work``, run as a task of its own: a cancel of the caller meanwhile lets it
-    finish (a turn it starts is started), then is honoured. (``processor.
-    finish_then_cancel`` for work that starts a turn: what it raises, once the caller
-    has gone, is retrieved here rather than logged as never retrieved.)"""
-    task = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        # Whatever it raises, once the caller has gone, is retrieved (even if a second
-        # cancel ends the wait), and logged unless it is a refusal (``ForgeError``).
-        task.add_done_callback(_gone_callers_result)
-        await asyncio.wait({task})
-        raise
-
-
-def _gone_callers_result(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    # A refusal, or the signal to list an agent's MCP tools first, is no failure.
-    if error is not None and not isinstance(error, ForgeError | McpServersStarting):
-        logger.error("work whose caller had gone failed", exc_info=error)
 
 
 async def _run(turn: Turn, resume: list[Resume] | None = None) -> None:

@@ -49,8 +49,9 @@ from .compaction import (
 )
 from .dialogue import complete_reply
 from .finalize import SHUT_DOWN, finalize_open_messages, message_error
-from .processor import Processor, StepResult, finish_then_cancel
+from .processor import Processor, StepResult
 from .prompting import Attachment, begin
+from .shielding import finish_then_cancel
 from .tool_calls import Call
 from .turn import Turn
 
@@ -148,7 +149,8 @@ async def _run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
         # in one hop to the database thread.
         first, turn.first_step = turn.first_step, None
         if resume is not None or first is None:
-            first = await finish_then_cancel(db(_start_steps)(session))
+            started: tuple[Any, Any] = await finish_then_cancel(db(_start_steps)(session))
+            first = started
         loop.usage, loop.request = first
         await _steps(turn, processor, loop)
     except asyncio.CancelledError:

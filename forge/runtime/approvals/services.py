@@ -43,7 +43,8 @@ from sessions.models import Session
 
 from .. import lease
 from ..agents import default_agent, get_agent
-from ..runner import run_through_cancel, start_resumed, starting
+from ..runner import start_resumed, starting
+from ..shielding import finish_then_cancel
 from ..steps import Resume
 from ..turn import Turn
 from . import pending
@@ -152,7 +153,7 @@ async def _log_and_go_on(
     # A caller cancelled meanwhile (a closed socket, a server stopping) lets the answers'
     # transaction, which goes on in the database's thread, and the turn it resumes, go
     # on: it ran nothing, the answers logged and the lease held until it expired (review).
-    return await run_through_cancel(
+    return await finish_then_cancel(
         _log_and_start(session=session, answers=answers, by=by, message_id=message_id)
     )
 

@@ -1,4 +1,4 @@
-"""``runner.run_through_cancel``: work that starts a turn goes on to its end when its
+"""``shielding.finish_then_cancel``: work that starts a turn goes on to its end when its
 caller is cancelled, and what it raises then is never lost nor left unretrieved."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from forge.errors import SessionBusy
 from forge.runtime.prompting import McpServersStarting
-from forge.runtime.runner import run_through_cancel
+from forge.runtime.shielding import finish_then_cancel
 
 
 async def _fails_later(error: BaseException, ended: list[str]) -> None:
@@ -26,7 +26,7 @@ async def test_a_failure_after_the_caller_has_gone_is_logged_once(caplog, cancel
     the work's error "never retrieved" (asyncio's own log); and a first one dropped an
     unexpected error without a word."""
     ended: list[str] = []
-    caller = asyncio.create_task(run_through_cancel(_fails_later(RuntimeError("db"), ended)))
+    caller = asyncio.create_task(finish_then_cancel(_fails_later(RuntimeError("db"), ended)))
     await asyncio.sleep(0.05)
     for _ in range(cancels):
         caller.cancel()
@@ -49,7 +49,7 @@ async def test_a_refusal_after_the_caller_has_gone_is_not_logged(caplog, error):
     """A refusal, or the signal to list an agent's MCP tools first (review), is no
     failure to log."""
     ended: list[str] = []
-    caller = asyncio.create_task(run_through_cancel(_fails_later(error, ended)))
+    caller = asyncio.create_task(finish_then_cancel(_fails_later(error, ended)))
     await asyncio.sleep(0.05)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
