@@ -14,7 +14,6 @@ Each row: the group's value, ``turns``, ``steps``, the token counts, ``cost``,
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -26,6 +25,7 @@ from rest_framework.views import APIView
 
 from forge.access import tenant_of
 from forge.usage import selectors
+from forge.usage.days import parse_day
 
 MAX_DAYS = 366
 
@@ -64,16 +64,11 @@ UsageReportSerializer = type(
 )
 
 
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
 def _day(raw: str | None, *, name: str, default: dt.date) -> dt.date:
     if raw is None or raw == "":
         return default
     try:
-        if not _DAY.fullmatch(raw):  # fromisoformat also takes 20261201 and 2026-W49-1
-            raise ValueError(raw)
-        return dt.date.fromisoformat(raw)
+        return parse_day(raw)
     except ValueError:
         raise ValidationError({name: f"expected a day YYYY-MM-DD, got {raw[:40]!r}"}) from None
 

@@ -80,6 +80,10 @@ def test_rebuild_usage_recomputes_and_says_what_it_counted(session):
         run("rebuild_usage", "--since", "last week")
     with pytest.raises(CommandError, match="YYYY-MM-DD"):  # it meant all days, silently
         run("rebuild_usage", "--since", "")
+    # The usage API's days: 20261201 and 2026-W49-1 were taken here, refused there (QA).
+    for compact in ("20260101", "2026-W01-4"):
+        with pytest.raises(CommandError, match="YYYY-MM-DD"):
+            run("rebuild_usage", "--since", compact)
     with pytest.raises(CommandError, match="no tenant"):
         run("rebuild_usage", "--tenant", "nope")
     with pytest.raises(CommandError, match="no tenant named ''"):  # it meant every tenant

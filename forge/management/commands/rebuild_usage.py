@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import datetime as dt
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Tenant
+from forge.usage.days import parse_day
 from forge.usage.services import rebuild_usage
 
 
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         since = None
         if options["since"] is not None:  # (an empty one meant all days, silently)
             try:
-                since = dt.date.fromisoformat(options["since"])
+                since = parse_day(options["since"])
             except ValueError:
                 raise CommandError(
                     f"--since: expected a day YYYY-MM-DD, got {options['since']!r}"
