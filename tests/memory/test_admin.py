@@ -132,15 +132,20 @@ def test_staff_of_another_tenant_see_nothing_of_it(rolled, tenant, other_tenant,
     assert rolled.pk in own.get(url("memorycore_changelist")).text
 
 
-def test_roll_now_action_rolls_with_the_same_engine(tenant, user, settings):
-    settings.FORGE_MEMORY_ROLL_KEEP = 8
-    core = talk(tenant=tenant, user=user, turns=5)  # 10 messages, under the threshold
-    client = staff_client(tenant, "acme-operator")
-    response = client.post(
+def roll_now(client: Client, core: MemoryCore) -> Any:
+    """The changelist's "roll now" action on ``core``, its redirect followed."""
+    return client.post(
         url("memorycore_changelist"),
         {"action": "roll_now", "_selected_action": [core.pk]},
         follow=True,
     )
+
+
+def test_roll_now_action_rolls_with_the_same_engine(tenant, user, settings):
+    settings.FORGE_MEMORY_ROLL_KEEP = 8
+    core = talk(tenant=tenant, user=user, turns=5)  # 10 messages, under the threshold
+    client = staff_client(tenant, "acme-operator")
+    response = roll_now(client, core)
     assert response.status_code == 200
     assert "Rolled 1 core." in response.text
     item = MemorySlice.objects.get()
@@ -154,11 +159,7 @@ def test_roll_now_says_why_a_small_core_was_not_rolled(tenant, user, settings):
     settings.FORGE_MEMORY_ROLL_KEEP = 8
     core = talk(tenant=tenant, user=user, turns=4)  # 8 messages
     client = staff_client(tenant, "acme-operator")
-    response = client.post(
-        url("memorycore_changelist"),
-        {"action": "roll_now", "_selected_action": [core.pk]},
-        follow=True,
-    )
+    response = roll_now(client, core)
     assert "Rolled 0 cores." in response.text
     assert (
         f"Core {core.pk}: not rolled: its window holds 8 messages, and rolling keeps the "
@@ -168,11 +169,7 @@ def test_roll_now_says_why_a_small_core_was_not_rolled(tenant, user, settings):
     # One message past keep, in the turn the kept one is in: a turn is never split.
     settings.FORGE_MEMORY_ROLL_KEEP = 1
     one_turn = talk(tenant=tenant, user=user, agent="other", turns=1)  # 2 messages
-    response = client.post(
-        url("memorycore_changelist"),
-        {"action": "roll_now", "_selected_action": [one_turn.pk]},
-        follow=True,
-    )
+    response = roll_now(client, one_turn)
     assert "Rolled 0 cores." in response.text
     assert (
         f"Core {one_turn.pk}: not rolled: its window holds 2 messages; rolling keeps the "
