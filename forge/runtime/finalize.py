@@ -109,8 +109,9 @@ def finalize_open_messages(
             _close_part(
                 session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
             )
-        if cut_step_end is not None and cut_step_end["message_id"] == info["id"]:
-            written = services.update_part(session=session, part=dict(cut_step_end))
+        cut = cut_step_end is not None and cut_step_end["message_id"] == info["id"]
+        if cut:
+            written = services.update_part(session=session, part=dict(cut_step_end or {}))
             item = {**item, "parts": [*item["parts"], written.data]}
         if waits:
             # A reply whose calls await an answer is suspended, not broken: it stays
@@ -121,7 +122,7 @@ def finalize_open_messages(
             "id": info["id"],
             "completed_at": now,
             "error": ending,
-            **_usage_missing(info, item["parts"]),
+            **_usage_missing(info, item["parts"], cut=cut),
         }
         if ending.get("name") != "MessageAbortedError":
             completion["finish"] = "error"  # a failure (an abort keeps its last finish)
@@ -132,13 +133,19 @@ def finalize_open_messages(
     return finished
 
 
-def _usage_missing(info: Mapping[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _usage_missing(
+    info: Mapping[str, Any], parts: list[dict[str, Any]], *, cut: bool = False
+) -> dict[str, Any]:
     """The message's ``tokens`` (its last step's) and ``cost`` (its steps' sum) from its
     step-finish parts, when the message has none yet: a step's update of the message is
     written once its calls have run, so a reply ended during a call (an abort, a crash)
-    had logged the step's usage in its step-finish only."""
+    had logged the step's usage in its step-finish only. With a ``cut`` step's end just
+    logged, always: the message carried its earlier steps' usage, and its cost said less
+    than was billed (review)."""
     finishes = [p for p in parts if p["type"] == "step-finish"]
-    if not finishes or any(info.get("tokens", {}).values()) or info.get("cost"):
+    if not finishes:
+        return {}
+    if not cut and (any(info.get("tokens", {}).values()) or info.get("cost")):
         return {}
     return {
         "tokens": finishes[-1].get("tokens", {}),

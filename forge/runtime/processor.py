@@ -119,11 +119,16 @@ class Processor(ToolCalls, Patches):
         self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
         # The step in flight: its request (set by the loop before the model is asked),
-        # whether its step-start is held, and the characters of its blocks closed so
-        # far: what an aborted step bills (:meth:`hold_cut_step_end`).
+        # whether the model is serving it (its step-start held, no retry pending, no
+        # error), the characters of its blocks closed so far and of its calls' input,
+        # and the provider's count once its finish is in hand: what an aborted step
+        # bills (:meth:`cut_step_end`).
         self.step_request: Any = None
+        self.step_started = False  # this step's step-start is held
         self.step_open = False
         self.step_output_chars = 0
+        self.step_call_chars: dict[str, int] = {}  # call id (the provider's) -> chars
+        self.step_usage: ev.Usage | None = None
         self.step_calls = 0  # the tool calls the current step's stream opened
         # Whether a retry was announced (``retry``) and no event came after it yet: the
         # next one announces ``busy`` again, or the status said "retrying" for the rest
@@ -231,6 +236,7 @@ class Processor(ToolCalls, Patches):
 
     async def run_step(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult:
         """Consume one step's stream; return how it finished."""
+        self.step_started = False
         try:
             result = await self._consume(stream)
         finally:
@@ -247,6 +253,10 @@ class Processor(ToolCalls, Patches):
                 error=ev.Error(name="ProviderError", message="the model's stream ended early"),
             )
         if result.error is not None:
+            # A step the provider refused or broke off bills nothing (docs/operations.md):
+            # an abort before the next step (a compaction after an overflow, the retry)
+            # billed the refused request, as a step-finish with no step-start (review).
+            self.step_open, self.step_request = False, None
             self._hold_unrun_calls()
         elif self.deferred:  # the model's call is over (its stream closed): the tools run
             await self.run_deferred()
@@ -274,6 +284,7 @@ class Processor(ToolCalls, Patches):
             event = ev.event_without_nul(raw)  # the log stores no NUL: U+FFFD, as streamed
             if self.retrying and not isinstance(event, ev.Retry | ev.Error):
                 self.retrying = False
+                self.step_open = self.step_started and self.step_request is not None
                 await services.apublish_status(session_id=turn.session.pk, status="busy")
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
                 await self._delta(event)
@@ -283,11 +294,16 @@ class Processor(ToolCalls, Patches):
                 )
             elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
                 await self._close(event.id, with_step_end=await events.step_ends_now())
+            elif isinstance(event, ev.ToolInputDelta):
+                # Streamed arguments are output the provider bills (a long write_file).
+                chars = self.step_call_chars.get(event.call_id, 0)
+                self.step_call_chars[event.call_id] = chars + len(event.delta)
             elif isinstance(event, ev.ToolInputStart):
                 self.step_calls += 1
                 await self._pending(self._call_id(event.call_id, opening=True), event.tool)
             elif isinstance(event, ev.ToolCall):
                 self.step_calls += 1
+                self.step_call_chars[event.call_id] = len(event.input)
                 await self._call(replace(event, call_id=self._call_id(event.call_id)))
             elif isinstance(event, ev.StartStep):
                 await self._start_step()
@@ -299,6 +315,7 @@ class Processor(ToolCalls, Patches):
                     provider=provider_of(turn.model), kind=failure_kind(event.message)
                 ).inc()
                 self.retrying = True
+                self.step_open = False  # a request being retried is not served (yet)
                 await services.apublish_status(
                     session_id=turn.session.pk,
                     status="retry",
@@ -409,10 +426,14 @@ class Processor(ToolCalls, Patches):
         (``finalize_open_messages``): a client's step ends after its text."""
         if not self.step_open or self.step_request is None:
             return None
-        streamed = self.step_output_chars + sum(
-            len(buffer.text(block.part_id)) for block in self.blocks.values()
-        )
-        usage = ev.Usage(input=estimate(self.step_request), output=streamed // 4)
+        usage = self.step_usage  # a finish in hand, cut before its step-finish was held
+        if usage is None:
+            streamed = (
+                self.step_output_chars
+                + sum(len(buffer.text(block.part_id)) for block in self.blocks.values())
+                + sum(self.step_call_chars.values())
+            )
+            usage = ev.Usage(input=estimate(self.step_request), output=streamed // 4)
         self.step_open, self.step_request = False, None
         return {
             "id": new_part_id(),
@@ -462,7 +483,7 @@ class Processor(ToolCalls, Patches):
 
     async def _start_step(self) -> None:
         self.step_calls = 0
-        self.step_open, self.step_output_chars = True, 0
+        self.step_output_chars, self.step_call_chars, self.step_usage = 0, {}, None
         self.snapshot_before = await self._workspace()
         self._hold(
             {
@@ -471,10 +492,14 @@ class Processor(ToolCalls, Patches):
                 "snapshot": self.snapshot_before.hash,
             }
         )
+        # Open once its step-start is held: a cut before that logged a step-finish
+        # with no step-start (review).
+        self.step_started, self.step_open = True, not self.retrying
 
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
         reason = event.finish_reason
+        self.step_usage = event.usage  # a cut from here on bills the provider's count
         if reason == "tool-calls" and not self.step_calls:
             # A step that asked for calls and made none (a server whose tool-call parser
             # failed) has nothing new for a next step: going on repeated the same

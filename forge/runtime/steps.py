@@ -394,8 +394,20 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
         message_id=turn.message_id,
         agent=turn.agent.name,
         deny_waiting=ABORTED if turn.stopped_by_user else None,
-        cut_step_end=processor.cut_step_end(estimate_tokens),
+        cut_step_end=_cut_step_end(processor),
     )
+
+
+def _cut_step_end(processor: Processor) -> dict[str, Any] | None:
+    """The cut step's end, or None if it cannot be made: the reply is ended here either
+    way, not by the abort's fallback for a reply no runner holds (review)."""
+    try:
+        return processor.cut_step_end(estimate_tokens)
+    except Exception:
+        logger.exception(
+            "the cut step's end of turn %s was not estimated", processor.turn.message_id
+        )
+        return None
 
 
 async def _despite_cancels(work: Awaitable[None]) -> None:
