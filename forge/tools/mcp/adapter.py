@@ -138,12 +138,23 @@ def _function(spec: ServerSpec, tool: str) -> Any:
                 f"MCP server {spec.name!r}: {masked_text(exc.error.message, spec)}",
                 metadata={"mcp": True},
             ) from None
+        except Exception as exc:
+            # Anything else the SDK raised (a result it could not parse: pydantic's text
+            # repeats the server's answer, which may quote its env or headers; QA, HIGH):
+            # its first line, masked, as a failed start's reason.
+            raise ToolError(
+                f"MCP server {spec.name!r}: {conn.reason(exc, spec)}", metadata={"mcp": True}
+            ) from None
         try:
             return convert(f"{spec.name}_{tool}", result)
         except ToolError as exc:
             # An ``isError`` answer: the server's own words, which may quote its secrets
             # (FastMCP answers every exception so; QA), masked as a JSON-RPC error's are.
             raise ToolError(masked_text(exc.message, spec), metadata=exc.metadata) from None
+        except Exception as exc:
+            raise ToolError(
+                f"MCP server {spec.name!r}: {conn.reason(exc, spec)}", metadata={"mcp": True}
+            ) from None
 
     call.__qualname__ = f"mcp.{spec.name}.{tool}.<locals>"  # never merged with another
     return call
@@ -263,7 +274,7 @@ def _listed(listing: Listing, specs: list[ServerSpec], results: list[Any]) -> Li
     for spec, result in zip(specs, results, strict=True):
         if isinstance(result, BaseException):
             reason = (
-                str(result) if isinstance(result, conn.ServerDown) else conn._reason(result, spec)
+                str(result) if isinstance(result, conn.ServerDown) else conn.reason(result, spec)
             )
             logger.warning("MCP server %r left out: %s", spec.name, reason)
             listing.failures[spec.name] = f"failed to start: {reason}"

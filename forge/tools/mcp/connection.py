@@ -176,7 +176,7 @@ class Connection:
                     relays.cancel_scope.cancel()  # the relay would wait for the server
         except BaseException as exc:  # anyio wraps failures in exception groups
             if not ready.done():
-                ready.set_exception(ServerDown(_reason(exc, self.spec)))
+                ready.set_exception(ServerDown(reason(exc, self.spec)))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
@@ -206,7 +206,7 @@ class Connection:
                     "MCP server %r: its changed tool list could not be read (%s); the last "
                     "one is used until it says they changed again",
                     self.spec.name,
-                    _reason(exc, self.spec),
+                    reason(exc, self.spec),
                 )
         return list(self.tools)
 
@@ -373,7 +373,7 @@ async def _relay(
     closed.set()
 
 
-def _reason(exc: BaseException, spec: ServerSpec | None = None) -> str:
+def reason(exc: BaseException, spec: ServerSpec | None = None) -> str:
     """The first leaf of an exception (group), in a few words, for a notice; the secrets
     of ``spec`` (its env, headers, those in its args) and of URLs masked."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:

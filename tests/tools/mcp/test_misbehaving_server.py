@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from forge.tools import mcp
+from tests.runtime.conftest import alog
 
 from .conftest import (
     SERVERS,
@@ -240,6 +241,24 @@ async def test_a_json_rpc_error_the_server_sends_is_its_tool_error(
     assert parts[2]["error"] == "MCP server 'rpc': quota exceeded"
     assert counter.read_text() == "x"  # sent once
     assert parts[3]["output"] == parts[0]["output"]  # the same server: not restarted
+
+
+async def test_a_result_the_sdk_cannot_read_is_a_short_error_without_the_servers_secrets(
+    session, agents, script, tmp_path
+):
+    """QA (HIGH): a result the SDK could not parse failed the call with pydantic's whole
+    text, which repeats the server's answer: a secret of its env that the answer quoted
+    was logged as it was (the tool part's error: the model, /events/, exports, traces).
+    The error is the failure's first line, masked."""
+    secret = "Zq7private9Xw2"
+    await use_servers({"rpc": {**rpc_errors(tmp_path / "runs"), "env": {"RPC_TOKEN": secret}}})
+    script([tool_reply("rpc_malformed", "{}"), text_reply("went on")])
+    await run_turn(session, "call it")
+    [part] = tool_parts(await reply_of(session))
+    assert part["state"]["status"] == "error"
+    assert part["state"]["error"].startswith("MCP server 'rpc': ValidationError: ")
+    assert "\n" not in part["state"]["error"]
+    assert secret not in json.dumps(await alog(session))
 
 
 async def test_one_calls_timeout_does_not_end_another_call_on_the_same_server(tmp_path):

@@ -169,7 +169,7 @@ def test_a_url_s_key_is_masked_where_it_is_shown() -> None:
     log; the admin's masked view showed it too."""
     import httpx
 
-    from forge.tools.mcp.connection import _reason
+    from forge.tools.mcp.connection import reason as _reason
     from forge.tools.mcp.spec import with_secrets_kept
 
     url = f"https://user:{SECRET}@mcp.example/mcp?api_key={SECRET}"
@@ -362,7 +362,7 @@ def test_the_admin_keeps_args_secrets_when_saved_unchanged_or_one_arg_changed(ad
 def test_a_failure_reason_that_quotes_a_secret_of_the_spec_masks_it() -> None:
     """An error may quote the command line, a header or an env value: the reason shown in
     notices, the model's input and the log masks what the admin masks."""
-    from forge.tools.mcp.connection import _reason
+    from forge.tools.mcp.connection import reason as _reason
     from forge.tools.mcp.spec import parse_server
 
     spec = parse_server(

@@ -6,7 +6,9 @@ a tool into an ``isError`` result, so it cannot send these.
   a connection it saw close is the same number);
 * ``refused``: code 32600 (the SDK's own code for an HTTP session the server forgot),
   after appending a byte to the file named by the first argument: how often it ran;
-* ``pid``: this process's id (a restart changes it).
+* ``pid``: this process's id (a restart changes it);
+* ``malformed``: a result the SDK cannot parse (a content item of an unknown type),
+  quoting the ``RPC_TOKEN`` of its env, as a server echoing its credentials would.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ TOOLS = [
     {"name": "server_error", "description": "fails with -32000", "inputSchema": EMPTY},
     {"name": "refused", "description": "fails with 32600", "inputSchema": EMPTY},
     {"name": "pid", "description": "the process id", "inputSchema": EMPTY},
+    {"name": "malformed", "description": "an unparsable result", "inputSchema": EMPTY},
 ]
 
 
@@ -36,6 +39,9 @@ def call(request_id: object, name: str) -> None:
         with open(COUNTER, "a") as counter:
             counter.write("x")
         answer(request_id, error={"code": 32600, "message": "quota exceeded"})
+    elif name == "malformed":
+        token = os.environ.get("RPC_TOKEN", "")
+        answer(request_id, result={"content": [{"type": "txt", "text": token}]})
     else:
         text = f"pid {os.getpid()}"
         answer(request_id, result={"content": [{"type": "text", "text": text}], "isError": False})
