@@ -33,6 +33,7 @@ from sessions.ids import new_part_id
 from . import subtask
 from .approvals.asking import approval_action, approval_expiry
 from .files import file_parts
+from .shielding import finish_then_cancel
 from .tool_output import delete_spilled, may_be_oversized, spill_if_oversized
 from .turn import Turn
 
@@ -255,6 +256,16 @@ class ToolCalls:
             await self.tool_error(call_id, call, exc, args=args)
             return
         call.status = "completed"
+        # The tool has finished: its result is logged even if the turn is stopped
+        # meanwhile (its output stored, its files made, the write), then the stop is
+        # honoured. A stop during a big output's storing ended the call "aborted", its
+        # result lost and the stored file named by no part (QA, MEDIUM).
+        await finish_then_cancel(self._log_completed(call_id, call, args, result))
+
+    async def _log_completed(
+        self, call_id: str, call: Call, args: dict[str, Any], result: tools.ToolResult
+    ) -> None:
+        turn = self.turn
         spilled = None
         if may_be_oversized(result):
             spilled = await asyncio.to_thread(

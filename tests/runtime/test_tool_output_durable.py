@@ -239,3 +239,51 @@ async def test_the_cap_is_a_setting_and_the_file_is_the_session_tenants_only(
             f"/api/sessions/{session.pk}/files/{bad}/"
         )
         assert missing.status_code == 404, bad
+
+
+async def test_a_stop_while_a_finished_tools_big_output_is_stored_keeps_its_result(
+    session, agents, script, settings, monkeypatch, tmp_path
+):
+    """QA (MEDIUM): the tool had returned; a stop came while its output, over the cap,
+    was being written to the file storage (a slow S3, say). The call ended "aborted",
+    its result was lost, and the stored file was named by no part. Finished work is
+    logged first; the stop is honoured after it."""
+    import threading
+    import time
+
+    from forge.runtime import abort_turn, tool_output
+
+    from .test_turns import text_reply
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_TOOL_OUTPUT_MAX_BYTES = 1000
+    storing = threading.Event()
+    save = tool_output.default_storage.save
+
+    def slow_save(*args: Any, **kwargs: Any) -> Any:
+        storing.set()
+        time.sleep(1.0)
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(tool_output.default_storage, "save", slow_save)
+
+    async def report(ctx: ToolContext, args: dict[str, Any]) -> str:
+        return "row\n" * 5000  # 20 KB: over the cap
+
+    call = [
+        {"type": "tool-input-start", "call_id": "c1", "tool": "report"},
+        {"type": "tool-call", "call_id": "c1", "tool": "report", "input": "{}"},
+        {"type": "finish-step", "finish_reason": "tool-calls"},
+    ]
+    script([call, text_reply("done")])
+    with temporary_tools(Tool("report", "a big report", {"type": "object"}, report)):
+        started = await start_turn(session=session, text="run it")
+        while not storing.is_set():
+            await asyncio.sleep(0.01)
+        await abort_turn(session=session)
+        await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 10)
+    parts = (await ahistory(session))[-1]["parts"]
+    tool = next(p for p in parts if p["type"] == "tool")
+    assert tool["state"]["status"] == "completed", tool["state"]
+    [stored] = [p for p in parts if p["type"] == "file"]
+    assert stored["id"] in json.dumps(tool["state"])  # the part names its file
