@@ -122,7 +122,7 @@ def finalize_open_messages(
             "id": info["id"],
             "completed_at": now,
             "error": ending,
-            **_usage_missing(info, item["parts"], cut=cut),
+            **_steps_usage(item["parts"]),
         }
         if ending.get("name") != "MessageAbortedError":
             completion["finish"] = "error"  # a failure (an abort keeps its last finish)
@@ -133,19 +133,14 @@ def finalize_open_messages(
     return finished
 
 
-def _usage_missing(
-    info: Mapping[str, Any], parts: list[dict[str, Any]], *, cut: bool = False
-) -> dict[str, Any]:
+def _steps_usage(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """The message's ``tokens`` (its last step's) and ``cost`` (its steps' sum) from its
-    step-finish parts, when the message has none yet: a step's update of the message is
-    written once its calls have run, so a reply ended during a call (an abort, a crash)
-    had logged the step's usage in its step-finish only. With a ``cut`` step's end just
-    logged, always: the message carried its earlier steps' usage, and its cost said less
-    than was billed (review)."""
+    step-finish parts. A step's update of the message is written once its calls have
+    run, so a reply ended during a call (an abort, a crash) had logged the step's usage
+    in its step-finish only: with no usage of its own yet, the message said nothing of
+    it; with its earlier steps', its cost said less than was billed (review)."""
     finishes = [p for p in parts if p["type"] == "step-finish"]
     if not finishes:
-        return {}
-    if not cut and (any(info.get("tokens", {}).values()) or info.get("cost")):
         return {}
     return {
         "tokens": finishes[-1].get("tokens", {}),

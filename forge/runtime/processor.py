@@ -127,7 +127,8 @@ class Processor(ToolCalls, Patches):
         self.step_started = False  # this step's step-start is held
         self.step_open = False
         self.step_output_chars = 0
-        self.step_call_chars: dict[str, int] = {}  # call id (the provider's) -> chars
+        self.step_call_chars = 0  # the arguments of the step's complete calls
+        self.step_input_chars: dict[str, int] = {}  # of calls still streaming, by their id
         self.step_usage: ev.Usage | None = None
         self.step_calls = 0  # the tool calls the current step's stream opened
         # Whether a retry was announced (``retry``) and no event came after it yet: the
@@ -244,6 +245,7 @@ class Processor(ToolCalls, Patches):
             if close is not None:  # the provider's stream (and its connection) ends with the step
                 await close()
         if result is None:  # the stream ended without finishing the step
+            self.step_open = False  # broken off: billed nothing, even cut now
             await self.close_open_blocks()
             self._hold_unfinished_calls()
             result = StepResult(
@@ -296,14 +298,15 @@ class Processor(ToolCalls, Patches):
                 await self._close(event.id, with_step_end=await events.step_ends_now())
             elif isinstance(event, ev.ToolInputDelta):
                 # Streamed arguments are output the provider bills (a long write_file).
-                chars = self.step_call_chars.get(event.call_id, 0)
-                self.step_call_chars[event.call_id] = chars + len(event.delta)
+                chars = self.step_input_chars.get(event.call_id, 0)
+                self.step_input_chars[event.call_id] = chars + len(event.delta)
             elif isinstance(event, ev.ToolInputStart):
                 self.step_calls += 1
                 await self._pending(self._call_id(event.call_id, opening=True), event.tool)
             elif isinstance(event, ev.ToolCall):
                 self.step_calls += 1
-                self.step_call_chars[event.call_id] = len(event.input)
+                self.step_input_chars.pop(event.call_id, None)  # counted whole, once
+                self.step_call_chars += len(event.input)
                 await self._call(replace(event, call_id=self._call_id(event.call_id)))
             elif isinstance(event, ev.StartStep):
                 await self._start_step()
@@ -323,6 +326,7 @@ class Processor(ToolCalls, Patches):
                     next_at=event.next_at,
                 )
             elif isinstance(event, ev.Error):
+                self.step_open = False  # refused or broken off: billed nothing, even cut now
                 metrics.PROVIDER_ERRORS.labels(
                     provider=provider_of(turn.model), kind=failure_kind(event.message)
                 ).inc()
@@ -416,14 +420,17 @@ class Processor(ToolCalls, Patches):
             await self._close(block_id)
 
     def cut_step_end(self, estimate: Callable[[Any], int]) -> dict[str, Any] | None:
-        """The end of a step the model was streaming when the turn was stopped, or None:
-        a ``step-finish`` of reason ``aborted`` whose tokens are estimated, since the
-        provider's count comes with a finish that never came: the request's (characters
-        / 4, as compaction estimates them) in, the text and reasoning streamed out. The
-        provider bills what it was sent and what it streamed; unbilled, an aborted reply
-        cost nothing, and stopping every reply went past any budget (QA, HIGH).
-        Finalizing logs it after the step's open parts are closed
-        (``finalize_open_messages``): a client's step ends after its text."""
+        """The end of a step the model was serving when the turn was stopped, or None:
+        a ``step-finish`` of reason ``aborted``. Its tokens are the provider's count if
+        the step's finish was in hand, else estimated: the request's (characters / 4,
+        as compaction estimates them) in; the text, reasoning and call arguments
+        streamed, / 4, out. The provider bills what it was sent and what it streamed;
+        unbilled, an aborted reply cost nothing, and stopping every reply went past any
+        budget (QA, HIGH). None for a step not open: not started, refused or broken off
+        by the provider (an error, a stream ended early), or whose request waits for a
+        retry (billed again from the retry's first event). Finalizing logs it after the
+        step's open parts are closed (``finalize_open_messages``): a client's step ends
+        after its text."""
         if not self.step_open or self.step_request is None:
             return None
         usage = self.step_usage  # a finish in hand, cut before its step-finish was held
@@ -431,7 +438,8 @@ class Processor(ToolCalls, Patches):
             streamed = (
                 self.step_output_chars
                 + sum(len(buffer.text(block.part_id)) for block in self.blocks.values())
-                + sum(self.step_call_chars.values())
+                + self.step_call_chars
+                + sum(self.step_input_chars.values())
             )
             usage = ev.Usage(input=estimate(self.step_request), output=streamed // 4)
         self.step_open, self.step_request = False, None
@@ -483,7 +491,8 @@ class Processor(ToolCalls, Patches):
 
     async def _start_step(self) -> None:
         self.step_calls = 0
-        self.step_output_chars, self.step_call_chars, self.step_usage = 0, {}, None
+        self.step_output_chars, self.step_usage = 0, None
+        self.step_call_chars, self.step_input_chars = 0, {}
         self.snapshot_before = await self._workspace()
         self._hold(
             {
@@ -494,7 +503,7 @@ class Processor(ToolCalls, Patches):
         )
         # Open once its step-start is held: a cut before that logged a step-finish
         # with no step-start (review).
-        self.step_started, self.step_open = True, not self.retrying
+        self.step_started = self.step_open = True
 
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn

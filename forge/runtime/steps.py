@@ -385,6 +385,9 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
         "user" if turn.stopped_by_user else "shutdown" if shutdown else "cancelled"
     )
     await processor.flush()
+    cut_step_end = _cut_step_end(processor)
+    if cut_step_end is None:  # a step not served (a retry's wait): its start goes too
+        processor.drop_bare_step_start()
     await db(_finalize)(
         processor.take_held(),
         session=turn.session,
@@ -394,7 +397,7 @@ async def _end_aborted(turn: Turn, processor: Processor) -> None:
         message_id=turn.message_id,
         agent=turn.agent.name,
         deny_waiting=ABORTED if turn.stopped_by_user else None,
-        cut_step_end=_cut_step_end(processor),
+        cut_step_end=cut_step_end,
     )
 
 

@@ -17,6 +17,8 @@ from forge.models import Usage
 from forge.providers import events as ev
 from forge.runtime import abort_turn, start_turn
 from forge.runtime import steps as steps_module
+from forge.runtime.processor import Processor
+from forge.tools import Tool, temporary_tools
 from sessions import selectors
 from sessions.models import Part, SessionEvent
 from tests.runtime.test_abort_and_recovery import slow_text, wait_until
@@ -112,7 +114,8 @@ async def test_a_step_waiting_for_its_retry_bills_nothing_when_stopped(session, 
     await asyncio.wait_for(backing_off.wait(), 10)
     await asyncio.sleep(0.3)  # and handled
     reply = await _stop(session, started)
-    assert _step_ends(reply) == []
+    # Nor is the step logged: a bare step-start was left (review).
+    assert [p["type"] for p in reply["parts"] if p["type"].startswith("step-")] == []
 
 
 async def test_a_cut_later_step_adds_its_cost_to_the_replys(session, agents, settings, script):
@@ -161,3 +164,71 @@ async def test_streamed_tool_arguments_are_billed_as_output(session, agents, set
     (end,) = _step_ends(reply)
     assert end["reason"] == "aborted"
     assert end["tokens"]["output"] >= 1000  # 4,000+ characters streamed, / 4
+
+
+async def test_a_stop_while_a_broken_off_steps_blocks_are_written_bills_nothing(
+    session, agents, settings, monkeypatch
+):
+    """The stream ended early (no finish): the step's open blocks are written, then it
+    is known broken off; a stop during that write billed it as ``aborted`` (review)."""
+    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "ended-early/x": PRICED}
+    closing = asyncio.Event()
+    close_open_blocks = Processor.close_open_blocks
+
+    async def slow_close(self: Processor) -> None:
+        if self.blocks:
+            closing.set()
+            await asyncio.sleep(0.5)  # a slow write (the database, the mirror)
+        await close_open_blocks(self)
+
+    monkeypatch.setattr(Processor, "close_open_blocks", slow_close)
+
+    class EndedEarly:
+        name = "ended-early"
+
+        async def stream(self, request: Any):
+            yield ev.StartStep()
+            yield ev.TextStart("t")
+            yield ev.TextDelta("t", "partial " * 50)
+
+    providers.register("ended-early", lambda model: EndedEarly())
+    settings.FORGE_MODEL = "ended-early/x"
+    started = await start_turn(session=session, text="hello " * 40)
+    await asyncio.wait_for(closing.wait(), 10)
+    reply = await _stop(session, started)
+    assert _step_ends(reply) == []
+
+
+async def test_a_stop_during_a_later_steps_calls_leaves_the_replys_cost_its_steps_sum(
+    session, agents, settings, script
+):
+    """Step 2 had finished and its call was running when the stop came: its step-finish
+    was billed, but the reply kept step 1's cost and tokens (review)."""
+    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "offline/script": PRICED}
+    runs = 0
+    second = asyncio.Event()
+
+    async def slow(ctx: Any, args: dict[str, Any]) -> str:
+        nonlocal runs
+        runs += 1
+        if runs == 2:
+            second.set()
+            await asyncio.sleep(60)
+        return "ok"
+
+    def call(call_id: str, usage: dict[str, int]) -> list[dict[str, Any]]:
+        return [
+            {"type": "tool-input-start", "call_id": call_id, "tool": "slow"},
+            {"type": "tool-call", "call_id": call_id, "tool": "slow", "input": "{}"},
+            {"type": "finish-step", "finish_reason": "tool-calls", "usage": usage},
+        ]
+
+    script([call("c1", {"input": 1000, "output": 10}), call("c2", {"input": 5000, "output": 20})])
+    with temporary_tools(Tool("slow", "a slow tool", {"type": "object"}, slow)):
+        started = await start_turn(session=session, text="go")
+        await asyncio.wait_for(second.wait(), 10)
+        reply = await _stop(session, started)
+    ends = _step_ends(reply)
+    assert [end["tokens"]["input"] for end in ends] == [1000, 5000]
+    assert reply["info"]["cost"] == round(sum(end["cost"] for end in ends), 10)
+    assert reply["info"]["tokens"] == ends[-1]["tokens"]
