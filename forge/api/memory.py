@@ -190,11 +190,15 @@ class MemoryViewSet(GenericViewSet):
     @property
     def reader(self) -> AbstractBaseUser | None:
         """Whose memory the caller may read: their own, or (None) the tenant's for staff
-        (a third-round finding: any member read any other's cores and raw messages,
-        while search and the tools were the speaker's own)."""
+        who may view memory cores (``memory.view_memorycore``, as the admin asks;
+        superusers). A third-round finding: any member read any other's cores and raw
+        messages, while search and the tools were the speaker's own; then staff alone,
+        with no permission, still read every member's raw dialogue (QA), as usage had
+        let them see every member's usage."""
         user = self.request.user
         assert isinstance(user, AbstractBaseUser)
-        return None if getattr(user, "is_staff", False) else user
+        staff = getattr(user, "is_staff", False) and user.has_perm("memory.view_memorycore")
+        return None if staff else user
 
     def get_queryset(self) -> QuerySet[MemoryCore]:
         agent = agent_param(self.request.query_params.get("agent"))

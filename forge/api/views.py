@@ -226,6 +226,8 @@ class SessionViewSet(GenericViewSet):
         if not isinstance(data, dict):
             raise ValidationError({"text": "send an object: {text, agent?, files?}"})
         if hasattr(data, "getlist"):  # multipart: text and agent fields, files as uploads
+            if "files" in request.POST:  # a form field, not an upload: it was dropped (QA)
+                raise ValidationError({"files": ["send each file as an upload (a file field)"]})
             uploads = [
                 runtime.Attachment(
                     filename=f.name or "", content=f.read(), mime=f.content_type or ""

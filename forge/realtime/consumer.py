@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sys
 from typing import Any
 from urllib.parse import parse_qs
@@ -68,6 +69,32 @@ MAX_FRAME_BYTES = 1024 * 1024
 # A frame's ``client_id`` is the client's own label, echoed in its ack and errors: text,
 # and short (any JSON, of any size, was echoed back).
 CLIENT_ID_MAX = 256
+# A refused answer's ``call_id`` is echoed when it could be one (``check_answer``'s
+# bound): a megabyte of it was sent back whole (QA).
+CALL_ID_MAX = 200
+
+
+class _NotJsonNumber(ValueError):
+    """``NaN``, ``Infinity`` or a number no float holds (``1e999``): Python's decoder
+    reads them, JSON has none, and HTTP refuses them (DRF's parser); the socket took
+    them (QA)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJsonNumber(name)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJsonNumber(text[:40])
+    return value
+
+
+def _echoed_call_id(value: Any) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= CALL_ID_MAX and not holds_surrogate(value):
+        return value
+    return None
 
 
 def _opened(user: Any, session_id: str) -> Session:
@@ -257,9 +284,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._error("too_large", f"frames are limited to {MAX_FRAME_BYTES} bytes")
             return
         try:
-            content = json.loads(raw)
+            content = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
         except json.JSONDecodeError:
             await self._error("bad_json", "a frame must be a JSON object")
+            return
+        except _NotJsonNumber as exc:
+            await self._error("bad_json", f"the frame holds {exc}, which is no JSON number")
             return
         except ValueError:  # the decoder's cap on an integer's digits, the one other refusal
             digits = sys.get_int_max_str_digits()
@@ -316,7 +346,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
         extra: dict[str, Any] = {}
         if key:
             value = content.get(key)
-            extra[key] = value if isinstance(value, str) and not holds_surrogate(value) else None
+            if key == "call_id":
+                extra[key] = _echoed_call_id(value)
+            else:
+                extra[key] = (
+                    value if isinstance(value, str) and not holds_surrogate(value) else None
+                )
         message = (
             f"the {where} holds a lone surrogate (U+D800-U+DFFF, half a UTF-16 pair), "
             "which is no text"
@@ -384,7 +419,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         call awaiting approval (``runtime.answer``, as the REST route); refusals are
         error frames carrying the call id."""
         call_id = content.get("call_id")
-        extra = {"call_id": call_id if isinstance(call_id, str) else None}
+        extra = {"call_id": _echoed_call_id(call_id)}
         try:
             session, user, _ = await self._admit(None)
         except ForgeError as exc:

@@ -381,7 +381,13 @@ def test_another_members_memory_is_theirs_and_staff_see_the_tenants(api, tenant,
         assert error(response)["code"] == "not_found"
     assert api.get(f"/api/memory/units/{unit_of(mine).pk}/").status_code == 200  # the owner
 
+    # Staff alone read every member's raw dialogue (QA): staff who may view memory do.
     bob.user.is_staff = True
     bob.user.save(update_fields=["is_staff"])
+    assert member.get("/api/memory/cores/").json()["results"] == []
+    assert member.get(f"/api/memory/units/{unit_of(mine).pk}/").status_code == 404
+    from django.contrib.auth.models import Permission
+
+    bob.user.user_permissions.add(Permission.objects.get(codename="view_memorycore"))
     assert [c["id"] for c in member.get("/api/memory/cores/").json()["results"]] == [mine.pk]
     assert member.get(f"/api/memory/units/{unit_of(mine).pk}/").status_code == 200

@@ -249,6 +249,16 @@ def test_files_arrive_as_json_base64_or_multipart(api, session, agents, settings
     assert as_form.json()["message"]["parts"][0]["text"] == "and this\nline two"
     file_part = as_form.json()["message"]["parts"][1]
     assert (file_part["filename"], file_part["mime"]) == ("b.csv", "text/csv")
+    # A files field that is no upload (a name) was dropped without a word (QA): a 400,
+    # as the same mistake in JSON is, and nothing logged.
+    before = SessionEvent.objects.filter(session=session).count()
+    for sent in ({"text": "hi", "files": "report.pdf"}, {"text": "hi", "files": ["a", upload]}):
+        refused = api.post(f"/api/sessions/{session.pk}/messages/", sent, format="multipart")
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["error"]["fields"]["files"] == [
+            "send each file as an upload (a file field)"
+        ]
+    assert SessionEvent.objects.filter(session=session).count() == before
 
 
 @pytest.mark.django_db(transaction=True)

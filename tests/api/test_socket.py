@@ -318,6 +318,14 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         (json.dumps({"type": "prompt", "text": "hi", "client_id": {"a": 1}}), "bad_frame"),
         (json.dumps({"type": "prompt", "text": "hi", "client_id": 3.5}), "bad_frame"),
         (json.dumps({"type": "abort", "client_id": "c" * 257}), "bad_frame"),
+        # QA: the socket took what HTTP refuses as no JSON; a megabyte's call_id came back
+        ('{"type": "prompt", "text": "hi", "x": NaN}', "bad_json"),
+        ('{"type": "prompt", "text": "hi", "x": -Infinity}', "bad_json"),
+        ('{"type": "prompt", "text": "hi", "x": 1e999}', "bad_json"),
+        (
+            json.dumps({"type": "approval", "call_id": "c" * 900_000, "approve": True}),
+            "invalid_answer",
+        ),
     ],
     ids=[
         "not json",
@@ -335,6 +343,10 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "client_id an object",
         "client_id a number",
         "client_id too long",
+        "NaN",
+        "-Infinity",
+        "a number no float holds",
+        "call_id too long",
     ],
 )
 async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
@@ -354,6 +366,10 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
         assert reply["message"] == "a number in the frame has more than 4300 digits"
     if "client_id" in frame and code == "bad_frame":
         assert reply["client_id"] is None
+    if "NaN" in frame or "Infinity" in frame or "1e999" in frame:
+        assert reply["message"].endswith("which is no JSON number")
+    if code == "invalid_answer":
+        assert reply["call_id"] is None
     await ws.send_to(text_data=json.dumps({"type": "ping"}))
     assert json.loads(await ws.receive_from(timeout=20)) == {"kind": "pong"}
     await ws.disconnect()
