@@ -79,6 +79,7 @@ class Chat {
     $("delete-button").addEventListener("click", () => this.deleteSession());
     $("error-close").addEventListener("click", () => this.hideError());
     window.addEventListener("hashchange", () => this.followHash());
+    window.addEventListener("popstate", () => this.followHash()); // pushState's entries
     window.addEventListener("online", () => this.view?.reconnectNow());
     window.addEventListener("focus", () => this.refreshSessionsSoon());
     this.showConversation(false);
@@ -297,9 +298,23 @@ class Chat {
     this.sessionGone(view.id);
   }
 
+  // The route: a session's, or (no session in it: Back past a chat's first message)
+  // the first screen; the chat stayed on screen, and the next message went to it (QA).
   followHash() {
     const match = location.hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
     if (match) this.open(match[1]);
+    else if (!location.hash.startsWith("#/s/")) this.toFirstScreen();
+  }
+
+  toFirstScreen() {
+    this.opening = null;
+    if (!this.view) return;
+    this.view.close();
+    this.view = null;
+    $("message-list").replaceChildren();
+    $("load-older").hidden = true;
+    this.showConversation(false);
+    this.renderSessions(); // none is the current one
   }
 
   select(id) {
@@ -349,13 +364,16 @@ class Chat {
     if (!open) {
       this.setConnection("idle");
       $("session-title").textContent = "New chat";
+      document.title = "Forge";
       this.composer.show({ busy: false, waiting: false, retry: null });
     }
   }
 
   renderHeader() {
     const session = this.view && this.sessions.get(this.view.id);
-    $("session-title").textContent = session ? session.title || "Untitled" : "New chat";
+    const title = session ? session.title || "Untitled" : "New chat";
+    $("session-title").textContent = title;
+    document.title = `${title} · Forge`; // a tab (and its history entry) says which chat
   }
 
   startRename() {
@@ -421,11 +439,7 @@ class Chat {
     this.sessions.delete(id);
     this.renderSessions();
     if (this.view?.id === id) {
-      this.view.close();
-      this.view = null;
-      $("message-list").replaceChildren();
-      $("load-older").hidden = true;
-      this.showConversation(false);
+      this.toFirstScreen();
       history.replaceState(null, "", location.pathname);
     }
     if (message) this.showError(message);

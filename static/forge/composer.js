@@ -62,7 +62,7 @@ export class Composer {
       this.showError("Add a message to send with the files.");
       return;
     }
-    if (view && (view.busy || view.pending.size > 0)) return;
+    if (view && (view.busy || view.pending.size > 0 || view.uploading)) return;
     // Over the limit the server refuses it; far over, the socket closes before it can
     // say so. Say it here, and leave the text where it is.
     const size = new TextEncoder().encode(text).length;
@@ -113,11 +113,12 @@ export class Composer {
     if (this.prompt.value === text) this.prompt.value = "";
   }
 
-  // busy: a turn runs; waiting: a prompt is not acknowledged yet; retry: the
+  // busy: a turn runs; waiting: a prompt is not acknowledged yet (uploading: it goes
+  // over HTTP, with its files, and is not answered yet); retry: the
   // model is unavailable and the server retries ({attempt, next_at}) or null.
   // awaiting: the open reply waits for a tool call's approval (a new prompt may be sent,
   // and denies it; Abort ends the reply).
-  show({ busy, waiting, retry, awaiting }) {
+  show({ busy, waiting, uploading, retry, awaiting }) {
     this.abortButton.disabled = !(busy || awaiting);
     this.sendButton.disabled = busy || waiting;
     if (retry) {
@@ -125,6 +126,8 @@ export class Composer {
       this.status.textContent = `The model is unavailable; retrying (attempt ${retry.attempt ?? "?"})${at}…`;
     } else if (busy) {
       this.status.textContent = "Working…";
+    } else if (uploading) {
+      this.status.textContent = "Sending…";
     } else {
       this.status.textContent = awaiting ? "Waiting for your approval of a tool call." : "";
     }

@@ -33,6 +33,7 @@ export class SessionView {
     this.log = new SessionLog();
     this.nextUrl = null;
     this.pending = new Map(); // client_id -> {text, after}, until acked
+    this.uploading = false; // a prompt going over HTTP (with its files), until answered
     // Prompts whose socket closed before their ack: given back, and looked for in the
     // log once the socket is back ({text, after: the newest message id when sent}).
     this.unconfirmed = [];
@@ -342,7 +343,8 @@ export class SessionView {
     if (this.closed) return;
     this.chat.showBusy(this.id, {
       busy: this.busy,
-      waiting: this.pending.size > 0,
+      waiting: this.pending.size > 0 || this.uploading,
+      uploading: this.uploading,
       retry: this.retry,
       awaiting: this.log.replyOpen && this.log.replyAwaiting,
     });
@@ -361,12 +363,20 @@ export class SessionView {
       return true;
     }
     // Attachments, or no socket right now: the HTTP API (events arrive over the socket).
+    // Until it answers the page says so and Send waits: a slow upload showed nothing,
+    // and a second Send uploaded the files again, to be refused as busy (QA).
+    if (this.uploading) return false;
+    this.uploading = true;
+    this.updateBusy();
     try {
       await this.api.prompt(this.id, text, files);
       return true;
     } catch (error) {
       this.chat.showError(`The prompt was not sent: ${error.message}`);
       return false;
+    } finally {
+      this.uploading = false;
+      this.updateBusy();
     }
   }
 

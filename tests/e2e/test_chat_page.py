@@ -518,6 +518,45 @@ def test_a_prompt_sent_over_http_keeps_its_line_breaks(
     chat.assert_clean()
 
 
+def test_a_prompt_with_files_says_it_is_sending_and_is_sent_once(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM): on a slow upload the box emptied and nothing else changed: Send
+    stayed enabled, and a second Send uploaded the files again, to be refused as busy.
+    Until the server answers, the page says "Sending…" and Send waits."""
+    from sessions.models import Message
+
+    chat = chat_page()
+    chat.login()
+    session_id = chat.new_session()
+    page = chat.page
+    held: list[Any] = []
+
+    def hold_posts(route: Any) -> None:
+        if route.request.method == "POST":
+            held.append(route)  # the upload, until released below
+        else:
+            route.continue_()
+
+    page.route("**/api/sessions/*/messages/**", hold_posts)
+    attachment: FilePayload = {"name": "a.txt", "mimeType": "text/plain", "buffer": b"hello"}
+    page.set_input_files("#files", files=[attachment])
+    chat.send("with a file")
+    chat.wait_until(lambda: len(held) == 1)
+    status = page.locator("#turn-status")
+    chat.wait_until(lambda: status.inner_text() == "Sending…")
+    assert page.locator("#send-button").is_disabled()
+    chat.send("again")  # Enter while it uploads: nothing more is sent
+    page.wait_for_timeout(500)
+    assert len(held) == 1
+    held[0].continue_()
+    chat.wait_reply_done()
+    assert Message.objects.filter(session_id=session_id, role="user").count() == 1
+    assert page.locator("#prompt").input_value() == "again"  # kept for the next Send
+    page.unroute("**/api/sessions/*/messages/**")
+    chat.assert_clean()
+
+
 def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sessions.models import Session
+from sessions.models import Message, Session
 
 from .conftest import ChatPage
 
@@ -54,6 +54,37 @@ def test_the_first_screen_takes_a_prompt_without_a_click(
     assert page.locator(".message-user .plain-text").inner_text() == "hello first screen"
     assert page.locator(".session-item").count() == 1
     assert focused_id(chat) == "prompt"  # ready for the next one
+    chat.assert_clean()
+
+
+def test_back_after_the_first_message_is_the_first_screen_again(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM): Back after a new chat's first message changed the address to the
+    first screen's, but the chat stayed on screen, and the next message went into it.
+    The tab's title says which chat is open."""
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.keyboard.type("the first chat")
+    page.keyboard.press("Enter")
+    chat.wait_reply_done()
+    first = Session.objects.get()
+    assert page.title().endswith(" · Forge")  # "Untitled", or the title given it
+    page.go_back()
+    page.wait_for_function("() => window.forgeChat.view === null")
+    assert page.locator("#session-title").inner_text() == "New chat"
+    assert page.locator("#message-list > *").count() == 0
+    assert page.title() == "Forge"
+    page.locator("#prompt").fill("a second chat")
+    page.keyboard.press("Enter")
+    chat.wait_reply_done()
+    assert Session.objects.count() == 2
+    second = Session.objects.exclude(pk=first.pk).get()
+    assert chat.view_id() == second.pk
+    assert Message.objects.filter(session=first).count() == 2  # nothing added to it
+    page.go_back()  # the first screen again
+    page.wait_for_function("() => window.forgeChat.view === null")
     chat.assert_clean()
 
 
