@@ -30,6 +30,8 @@ const CONNECTION_LABELS = {
 };
 
 const GONE = "This conversation was deleted.";
+// A link to a session that is not there (a typo, another user's): it may never have been.
+const NO_SUCH = "There is no such conversation here: it was deleted, or the link is not yours.";
 const DRAFT_KEY = "forge.draft";
 
 class Chat {
@@ -236,6 +238,9 @@ class Chat {
   // The open session's view says whether a turn runs (see SessionView.updateBusy).
   showBusy(id, state) {
     this.composer.show(state);
+    // Deleting a session that runs a turn is refused (409): not offered then (QA: the
+    // confirmation was accepted, then refused).
+    $("delete-button").disabled = state.busy || state.waiting;
     root.dataset.busy = state.busy ? "true" : "false";
     this.setSessionBusy(id, state.busy);
   }
@@ -340,7 +345,10 @@ class Chat {
         this.sessions.set(id, session);
       } catch (error) {
         if (this.opening === id) this.opening = null;
-        if (error.status === 404) this.sessionGone(id, GONE);
+        if (error.status === 404) {
+          this.sessionGone(id, NO_SUCH);
+          history.replaceState(null, "", location.pathname); // not left on the bad link
+        }
         else this.showError(`Could not open the session: ${error.message}`);
         return;
       }

@@ -43,6 +43,17 @@ export class Composer {
         this.submit();
       }
     });
+    // Files dropped on the box are picked, as with the picker (QA: a drop did nothing,
+    // and the browser's own drop opened the file in the tab, leaving the chat).
+    this.form.addEventListener("dragover", (event) => {
+      if (event.dataTransfer?.types.includes("Files")) event.preventDefault();
+    });
+    this.form.addEventListener("drop", (event) => {
+      if (!event.dataTransfer?.files.length) return;
+      event.preventDefault();
+      this.files.files = event.dataTransfer.files;
+      this.prompt.focus();
+    });
     // The button is disabled once the reply ends: the keyboard goes back to the prompt
     // box, as after Send (QA: it fell to the page's body).
     this.abortButton.addEventListener("click", () => {

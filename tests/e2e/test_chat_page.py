@@ -289,6 +289,9 @@ def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> 
     abort = page.locator("#abort-button")
     assert abort.is_enabled()
     assert page.locator("#send-button").is_disabled()
+    # Deleting a session that runs a turn is refused: not offered while it does (QA:
+    # the confirmation was accepted, then refused).
+    assert page.locator("#delete-button").is_disabled()
     # The sessions list is drawn anew as a reply's message events come: the keyboard
     # stays on the session it was on (QA: it fell to the page's body within a second).
     page.locator(".session-item").first.focus()
@@ -297,6 +300,7 @@ def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> 
     abort.click()
 
     message = chat.wait_reply_done()
+    chat.wait_until(lambda: page.locator("#delete-button").is_enabled())
     assert message.get_attribute("data-state") == "error"
     error = message.locator(".message-error").inner_text()
     assert "MessageAbortedError" in error
@@ -555,6 +559,40 @@ def test_a_prompt_with_files_says_it_is_sending_and_is_sent_once(
     assert page.locator("#prompt").input_value() == "again"  # kept for the next Send
     page.unroute("**/api/sessions/*/messages/**")
     chat.assert_clean()
+
+
+def test_a_file_dropped_on_the_box_is_picked_and_a_bad_link_says_so(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): a file dropped on the prompt box did nothing (the browser's own drop
+    opened it in the tab); a link to no session said "This conversation was deleted."
+    and stayed in the address bar."""
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.goto(f"{chat.server.url}/#/s/ses_doesnotexist")
+    banner = page.locator("#error-text")
+    chat.wait_until(lambda: "no such conversation" in banner.inner_text())
+    chat.wait_until(lambda: "ses_doesnotexist" not in page.url)
+    dropped = page.evaluate(
+        """() => {
+            const files = new DataTransfer();
+            files.items.add(new File(["dropped"], "drop.txt", {type: "text/plain"}));
+            const box = document.getElementById("prompt");
+            const how = {dataTransfer: files, bubbles: true, cancelable: true};
+            const over = new DragEvent("dragover", how);
+            box.dispatchEvent(over);
+            const taken = !box.dispatchEvent(new DragEvent("drop", how));
+            const picked = document.getElementById("files").files.length;
+            return {over: over.defaultPrevented, taken, picked};
+        }"""
+    )
+    assert dropped == {"over": True, "taken": True, "picked": 1}
+    chat.send("with a dropped file")
+    chat.wait_reply_done()
+    from sessions.models import Part
+
+    assert Part.objects.filter(type="file").count() == 1
 
 
 def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
