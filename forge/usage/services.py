@@ -270,6 +270,7 @@ _FOLDED = ("message.updated", "message.removed", "part.updated", "part.removed")
 
 
 _COST_PLACES = 10  # Budget.monthly_cost's decimal places
+_COST_DIGITS = 15  # what a float (SQLite's storage of a decimal) gives back exactly
 _MAX_LIMIT = Decimal(10**14)  # what Budget.monthly_cost's 24 digits, 10 of them decimals, hold
 
 
@@ -301,6 +302,11 @@ def clean_limit(value: Any, *, name: str, integer: bool) -> Any:
         raise InvalidBudget(
             f"{name}: at most {_COST_PLACES} decimal places, got {value} (0 removes the limit)"
         )
+    if number and len(number.normalize().as_tuple().digits) > _COST_DIGITS:
+        # SQLite keeps a decimal as a float: 1234567.0123456789 was stored as
+        # 1234567.01234568 (the command said the first), and 24 digits as 1E+14, which no
+        # read of the row could take back (QA).
+        raise InvalidBudget(f"{name}: at most {_COST_DIGITS} significant digits, got {value}")
     return number
 
 

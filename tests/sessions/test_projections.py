@@ -150,6 +150,10 @@ def test_ctrl_c_ends_rebuild_with_a_message_not_a_traceback(scripted, monkeypatc
     monkeypatch.setattr(services, "rebuild_projection", interrupted)
     with pytest.raises(CommandError, match=r"interrupted after 0 of 1 session\(s\).*run it again"):
         call_command("rebuild_projections")
+    # A check changes nothing: it said "rebuilt … run it again" too (QA).
+    monkeypatch.setattr(selectors, "verify_log", interrupted)
+    with pytest.raises(CommandError, match=r"after checking 0 of 1 session\(s\); nothing was"):
+        call_command("rebuild_projections", "--check")
 
 
 def test_an_imported_copy_appended_in_batches_projects_as_its_source(scripted, user, monkeypatch):

@@ -61,6 +61,10 @@ def test_set_budget_sets_changes_and_clears(tenant, user):
         (["--tenant", "acme", "--monthly-tokens", "\uff15"], "expected a number"),
         (["--tenant", "acme", "--monthly-tokens", "1_000"], "expected a number"),
         (["--tenant", "acme", "--monthly-cost", "\u0663"], "expected a number"),
+        # SQLite keeps a float: 24 digits were stored as 1E+14, which no read took back,
+        # and 1234567.0123456789 as 1234567.01234568, the command saying the first (QA)
+        (["--tenant", "acme", "--monthly-cost", "99999999999999.9999999999"], "significant"),
+        (["--tenant", "acme", "--monthly-cost", "1234567.0123456789"], "at most 15 significant"),
     ],
 )
 def test_set_budget_refuses_bad_input_and_changes_nothing(tenant, user, other_user, args, message):

@@ -45,6 +45,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["role"] is not None and not options["role"].strip():
+            # An empty $ROLE set up the default role, which the operator did not name (QA).
+            raise CommandError("ROLE must not be empty (leave it out for the default)")
         if connection.vendor != "postgresql":
             raise CommandError("row-level security needs PostgreSQL; SQLite has none")
         role = options["role"] or settings.FORGE_DB_APP_ROLE or "forge_app"

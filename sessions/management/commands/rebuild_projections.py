@@ -69,6 +69,12 @@ class Command(BaseCommand):
             else:
                 self._rebuild(progress, total)
         except KeyboardInterrupt:
+            if options["check"]:  # a check writes nothing (it said "rebuilt"; QA)
+                raise CommandError(
+                    f"interrupted after checking {self.done} of {total} session(s); "
+                    "nothing was changed",
+                    returncode=130,
+                ) from None
             raise CommandError(
                 f"interrupted after {self.done} of {total} session(s); each session is "
                 "rebuilt in a transaction of its own, so none is half-done: run it again",
