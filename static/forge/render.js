@@ -112,12 +112,23 @@ export function renderPart(view, part, role, actions, summary = false) {
   }
 }
 
+// The file name of a text the runtime framed as `<file name="…">` (HTML-escaped), or "".
+function attachedName(text) {
+  const match = /^<file name="([^"]*)"/.exec(text);
+  if (!match) return "";
+  const entities = { "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#x27;": "'" };
+  return match[1].replace(/&(amp|lt|gt|quot|#x27);/g, (entity) => entities[entity]);
+}
+
 function renderText(view, part, role, summary) {
   const text = part.text ?? "";
   if (part.synthetic) {
-    // Text the runtime added (e.g. an attached file's content): shown folded, as text.
+    // Text the runtime added (e.g. an attached file's content): shown folded, as text,
+    // named by its file (QA: three files' folds all said "Attached text").
+    const name = attachedName(text);
+    const title = name ? `Attached text: ${name}` : "Attached text";
     view.el.replaceChildren(
-      el("details", { className: "synthetic" }, el("summary", { text: "Attached text" }), el("pre", { text })),
+      el("details", { className: "synthetic" }, el("summary", { text: title }), el("pre", { text })),
     );
     return;
   }

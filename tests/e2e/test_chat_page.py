@@ -593,6 +593,9 @@ def test_a_file_dropped_on_the_box_is_picked_and_a_bad_link_says_so(
     from sessions.models import Part
 
     assert Part.objects.filter(type="file").count() == 1
+    # Its text's fold is named by the file (QA: every file's said "Attached text").
+    folded = page.locator(".message-user details.synthetic summary")
+    assert folded.inner_text() == "Attached text: drop.txt"
 
 
 def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
