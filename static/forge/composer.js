@@ -129,7 +129,7 @@ export class Composer {
   // model is unavailable and the server retries ({attempt, next_at}) or null.
   // awaiting: the open reply waits for a tool call's approval (a new prompt may be sent,
   // and denies it; Abort ends the reply).
-  show({ busy, waiting, uploading, retry, awaiting }) {
+  show({ busy, waiting, uploading, retry, awaiting, finished }) {
     this.abortButton.disabled = !(busy || awaiting);
     this.sendButton.disabled = busy || waiting;
     if (retry) {
@@ -139,8 +139,10 @@ export class Composer {
       this.status.textContent = "Working…";
     } else if (uploading) {
       this.status.textContent = "Sending…";
+    } else if (awaiting) {
+      this.status.textContent = "Waiting for your approval of a tool call.";
     } else {
-      this.status.textContent = awaiting ? "Waiting for your approval of a tool call." : "";
+      this.status.textContent = finished && !waiting ? "Reply ended." : "";
     }
   }
 

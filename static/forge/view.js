@@ -34,6 +34,8 @@ export class SessionView {
     this.nextUrl = null;
     this.pending = new Map(); // client_id -> {text, after}, until acked
     this.uploading = false; // a prompt going over HTTP (with its files), until answered
+    this.wasBusy = false; // a reply ran when the state was last shown
+    this.finished = false; // and has ended since: the status line says so
     // Prompts whose socket closed before their ack: given back, and looked for in the
     // log once the socket is back ({text, after: the newest message id when sent}).
     this.unconfirmed = [];
@@ -341,8 +343,15 @@ export class SessionView {
 
   updateBusy() {
     if (this.closed) return;
+    const busy = this.busy;
+    // A reply that ends is announced (the status line is a live region): a screen
+    // reader's user heard "Working…" and then nothing (QA).
+    if (busy) this.finished = false;
+    else if (this.wasBusy) this.finished = true;
+    this.wasBusy = busy;
     this.chat.showBusy(this.id, {
-      busy: this.busy,
+      busy,
+      finished: this.finished,
       waiting: this.pending.size > 0 || this.uploading,
       uploading: this.uploading,
       retry: this.retry,

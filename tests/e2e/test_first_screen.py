@@ -54,6 +54,11 @@ def test_the_first_screen_takes_a_prompt_without_a_click(
     assert page.locator(".message-user .plain-text").inner_text() == "hello first screen"
     assert page.locator(".session-item").count() == 1
     assert focused_id(chat) == "prompt"  # ready for the next one
+    # The end is announced in the status line, a live region (QA: "Working…", then
+    # nothing for a screen reader's user).
+    status = page.locator("#turn-status")
+    chat.wait_until(lambda: status.inner_text() == "Reply ended.")
+    assert status.get_attribute("role") == "status"
     chat.assert_clean()
 
 
