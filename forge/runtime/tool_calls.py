@@ -300,7 +300,8 @@ class ToolCalls:
         ]
         try:
             await self.write(*files, completed, *made)
-        except Exception:  # the log refused the parts: no file is left that none names
+        except BaseException:  # the log refused the parts, or the lease was lost (a
+            # cancel): no file is left that none names
             if spilled is not None:
                 await asyncio.to_thread(delete_spilled, spilled)
             raise

@@ -312,10 +312,10 @@ class Chat {
   }
 
   toFirstScreen() {
-    this.opening = null;
-    if (!this.view) return;
-    this.view.close();
+    this.opening = null; // a session still being opened is not shown
+    this.view?.close();
     this.view = null;
+    this.stopRename();
     $("message-list").replaceChildren();
     $("load-older").hidden = true;
     this.showConversation(false);
@@ -347,7 +347,10 @@ class Chat {
         if (this.opening === id) this.opening = null;
         if (error.status === 404) {
           this.sessionGone(id, NO_SUCH);
-          history.replaceState(null, "", location.pathname); // not left on the bad link
+          // Not left on the bad link (unless another session was chosen meanwhile).
+          if (location.hash === `#/s/${encodeURIComponent(id)}`) {
+            history.replaceState(null, "", location.pathname);
+          }
         }
         else this.showError(`Could not open the session: ${error.message}`);
         return;
@@ -368,6 +371,7 @@ class Chat {
     $("empty-state").hidden = open;
     $("rename-button").hidden = !open;
     $("delete-button").hidden = !open;
+    $("delete-button").disabled = false; // until the session's view says it is busy
     $("connection").hidden = !open;
     if (!open) {
       this.setConnection("idle");

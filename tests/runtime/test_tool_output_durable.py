@@ -287,3 +287,49 @@ async def test_a_stop_while_a_finished_tools_big_output_is_stored_keeps_its_resu
     assert tool["state"]["status"] == "completed", tool["state"]
     [stored] = [p for p in parts if p["type"] == "file"]
     assert stored["id"] in json.dumps(tool["state"])  # the part names its file
+
+
+async def test_a_finished_tools_stored_output_goes_when_its_lease_is_lost_before_the_write(
+    session, agents, script, settings, monkeypatch, tmp_path
+):
+    """Review (LOW): the lease lost between a big output's storing and its write (a
+    cancel in the shielded write) left the stored file named by no part."""
+    from forge.runtime import tool_output
+    from forge.runtime.turn import Turn
+
+    from .test_turns import text_reply
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FORGE_TOOL_OUTPUT_MAX_BYTES = 1000
+    stored: list[str] = []
+    save = tool_output.default_storage.save
+
+    def saving(name: str, *args: Any, **kwargs: Any) -> Any:
+        path = save(name, *args, **kwargs)
+        stored.append(path)
+        return path
+
+    monkeypatch.setattr(tool_output.default_storage, "save", saving)
+    confirm_lease = Turn.confirm_lease
+
+    async def lost_once_stored(self: Turn) -> bool:
+        return not stored and await confirm_lease(self)
+
+    monkeypatch.setattr(Turn, "confirm_lease", lost_once_stored)
+
+    async def report(ctx: ToolContext, args: dict[str, Any]) -> str:
+        return "row\n" * 5000  # 20 KB: over the cap
+
+    call = [
+        {"type": "tool-input-start", "call_id": "c1", "tool": "report"},
+        {"type": "tool-call", "call_id": "c1", "tool": "report", "input": "{}"},
+        {"type": "finish-step", "finish_reason": "tool-calls"},
+    ]
+    script([call, text_reply("done")])
+    with temporary_tools(Tool("report", "a big report", {"type": "object"}, report)):
+        started = await start_turn(session=session, text="run it")
+        await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 30)
+    assert len(stored) == 1
+    from django.core.files.storage import default_storage
+
+    assert not default_storage.exists(stored[0])
