@@ -241,6 +241,18 @@ async def test_the_cap_is_a_setting_and_the_file_is_the_session_tenants_only(
         assert missing.status_code == 404, bad
 
 
+async def _big_report(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return "row\n" * 5000  # 20 KB: over the caps the tests below set
+
+
+BIG_REPORT = Tool("report", "a big report", {"type": "object"}, _big_report)
+REPORT_CALL = [  # the model's step calling it
+    {"type": "tool-input-start", "call_id": "c1", "tool": "report"},
+    {"type": "tool-call", "call_id": "c1", "tool": "report", "input": "{}"},
+    {"type": "finish-step", "finish_reason": "tool-calls"},
+]
+
+
 async def test_a_stop_while_a_finished_tools_big_output_is_stored_keeps_its_result(
     session, agents, script, settings, monkeypatch, tmp_path
 ):
@@ -267,16 +279,8 @@ async def test_a_stop_while_a_finished_tools_big_output_is_stored_keeps_its_resu
 
     monkeypatch.setattr(tool_output.default_storage, "save", slow_save)
 
-    async def report(ctx: ToolContext, args: dict[str, Any]) -> str:
-        return "row\n" * 5000  # 20 KB: over the cap
-
-    call = [
-        {"type": "tool-input-start", "call_id": "c1", "tool": "report"},
-        {"type": "tool-call", "call_id": "c1", "tool": "report", "input": "{}"},
-        {"type": "finish-step", "finish_reason": "tool-calls"},
-    ]
-    script([call, text_reply("done")])
-    with temporary_tools(Tool("report", "a big report", {"type": "object"}, report)):
+    script([REPORT_CALL, text_reply("done")])
+    with temporary_tools(BIG_REPORT):
         started = await start_turn(session=session, text="run it")
         while not storing.is_set():
             await asyncio.sleep(0.01)
@@ -317,16 +321,8 @@ async def test_a_finished_tools_stored_output_goes_when_its_lease_is_lost_before
 
     monkeypatch.setattr(Turn, "confirm_lease", lost_once_stored)
 
-    async def report(ctx: ToolContext, args: dict[str, Any]) -> str:
-        return "row\n" * 5000  # 20 KB: over the cap
-
-    call = [
-        {"type": "tool-input-start", "call_id": "c1", "tool": "report"},
-        {"type": "tool-call", "call_id": "c1", "tool": "report", "input": "{}"},
-        {"type": "finish-step", "finish_reason": "tool-calls"},
-    ]
-    script([call, text_reply("done")])
-    with temporary_tools(Tool("report", "a big report", {"type": "object"}, report)):
+    script([REPORT_CALL, text_reply("done")])
+    with temporary_tools(BIG_REPORT):
         started = await start_turn(session=session, text="run it")
         await asyncio.wait_for(asyncio.gather(started.task, return_exceptions=True), 30)
     assert len(stored) == 1
