@@ -62,6 +62,14 @@ async def waiting_calls(session: Any) -> list[str]:
     return [w["call_id"] for w in found]
 
 
+def slow_and_fast() -> Any:
+    """The two tools the approval rules below ask about (``qa_*``), as temporary tools."""
+    return temporary_tools(
+        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
+        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
+    )
+
+
 async def test_abort_while_an_approved_call_runs_denies_the_waiting_one_and_ends_the_reply(
     session, agents, settings, script, user
 ):
@@ -125,10 +133,7 @@ async def test_abort_of_a_reply_that_only_waits_denies_its_calls_and_ends_it(
     not_running, and the reply stayed open). The next prompt's model sees the denial."""
     settings.FORGE_TOOL_APPROVAL = {"qa_*": "ask", "*": "allow"}
     script([two_calls(), text_reply("after the stop")])
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(started.task, 30)
         assert await waiting_calls(session) == ["call_1", "call_2"]
@@ -283,10 +288,7 @@ async def test_an_abort_arriving_as_the_turn_suspends_ends_the_reply(
 
     monkeypatch.setattr(Processor, "forget", slow_forget)
     monkeypatch.setattr(steps, "resolve", resolve)
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(forgetting.wait(), 30)
         await asyncio.wait_for(abort_turn(session=session), 10)
@@ -312,10 +314,7 @@ async def test_an_abort_sent_to_a_runner_that_suspends_meanwhile_ends_the_reply(
 
     settings.FORGE_TOOL_APPROVAL = {"qa_*": "ask", "*": "allow"}
     script([two_calls(), text_reply("never")])
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(started.task, 30)
         assert await waiting_calls(session) == ["call_1", "call_2"]
@@ -366,10 +365,7 @@ async def test_an_abort_during_the_runners_own_end_leaves_the_session_free(
             raise
 
     monkeypatch.setattr(heartbeat, "run", slow_to_stop)
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(stopping.wait(), 30)
         began = time.monotonic()
@@ -513,10 +509,7 @@ async def test_an_abort_that_goes_on_with_a_suspended_reply_never_stops_the_next
         return await real_once(session, timeout, only=only)
 
     monkeypatch.setattr(runner_module, "_abort_once", once)
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(started.task, 30)
         await _foreign_lease(session, started.assistant_message_id)
@@ -545,10 +538,7 @@ async def test_an_abort_whose_runner_ends_past_its_deadline_still_ends_the_reply
     settings.FORGE_TOOL_APPROVAL = {"qa_*": "ask", "*": "allow"}
     script([two_calls(), text_reply("never")])
     real_current = lease.current
-    with temporary_tools(
-        Tool("qa_slow", "slow", {"type": "object"}, lambda ctx, args: "slow"),
-        Tool("qa_fast", "fast", {"type": "object"}, lambda ctx, args: "fast"),
-    ):
+    with slow_and_fast():
         started = await start_turn(session=session, text="run both")
         await asyncio.wait_for(started.task, 30)
         await _foreign_lease(session, started.assistant_message_id)
