@@ -74,6 +74,7 @@ from sessions.log import format_time, now_ms
 
 from .deltas import DeltaWindow
 from .inflight import buffer, mirror
+from .metering import StepMeter, StepResult
 from .model_calls import failure_kind, price, provider_of
 from .patches import Patches
 from .readahead import ReadAhead
@@ -98,14 +99,6 @@ class _StepEnd:
     hash: str
 
 
-@dataclass
-class StepResult:
-    finish_reason: str
-    usage: ev.Usage
-    cost: float
-    error: ev.Error | None = None
-
-
 class Processor(ToolCalls, Patches):
     """Processes the steps of one turn. Keeps only what the current step needs."""
 
@@ -118,19 +111,9 @@ class Processor(ToolCalls, Patches):
         self.running: list[services.Write] = []  # their running states, held at the step's end
         self.step_end: _StepEnd | None = None  # the current step's step-finish, once held
         self.snapshot_before: tools.Snapshot | None = None
-        # The step in flight: its request (set by the loop before the model is asked),
-        # whether the model is serving it (its step-start held, no retry pending, no
-        # error), the characters of its blocks closed so far and of its calls' input,
-        # and the provider's count once its finish is in hand: what an aborted step
-        # bills (:meth:`cut_step_end`).
-        self.step_request: Any = None
-        self.step_started = False  # this step's step-start is held
-        self.step_open = False
-        self.step_output_chars = 0
-        self.step_call_chars = 0  # the arguments of the step's complete calls
-        self.step_input_chars: dict[str, int] = {}  # of calls still streaming, by their id
-        self.step_usage: ev.Usage | None = None
-        self.step_calls = 0  # the tool calls the current step's stream opened
+        # The step in flight: what an aborted step bills (:meth:`cut_step_end`); the
+        # loop sets its ``request`` before the model is asked.
+        self.meter = StepMeter()
         # Whether a retry was announced (``retry``) and no event came after it yet: the
         # next one announces ``busy`` again, or the status said "retrying" for the rest
         # of the reply (QA).
@@ -237,7 +220,7 @@ class Processor(ToolCalls, Patches):
 
     async def run_step(self, stream: AsyncIterator[ev.StreamEvent]) -> StepResult:
         """Consume one step's stream; return how it finished."""
-        self.step_started = False
+        self.meter.begin()
         try:
             result = await self._consume(stream)
         finally:
@@ -245,7 +228,7 @@ class Processor(ToolCalls, Patches):
             if close is not None:  # the provider's stream (and its connection) ends with the step
                 await close()
         if result is None:  # the stream ended without finishing the step
-            self.step_open = False  # broken off: billed nothing, even cut now
+            self.meter.pause()  # broken off: billed nothing, even cut now
             await self.close_open_blocks()
             self._hold_unfinished_calls()
             result = StepResult(
@@ -258,7 +241,7 @@ class Processor(ToolCalls, Patches):
             # A step the provider refused or broke off bills nothing (docs/operations.md):
             # an abort before the next step (a compaction after an overflow, the retry)
             # billed the refused request, as a step-finish with no step-start (review).
-            self.step_open, self.step_request = False, None
+            self.meter.close()
             self._hold_unrun_calls()
         elif self.deferred:  # the model's call is over (its stream closed): the tools run
             await self.run_deferred()
@@ -286,7 +269,7 @@ class Processor(ToolCalls, Patches):
             event = ev.event_without_nul(raw)  # the log stores no NUL: U+FFFD, as streamed
             if self.retrying and not isinstance(event, ev.Retry | ev.Error):
                 self.retrying = False
-                self.step_open = self.step_started and self.step_request is not None
+                self.meter.resume()
                 await services.apublish_status(session_id=turn.session.pk, status="busy")
             if isinstance(event, ev.TextDelta | ev.ReasoningDelta):
                 await self._delta(event)
@@ -297,16 +280,12 @@ class Processor(ToolCalls, Patches):
             elif isinstance(event, ev.TextEnd | ev.ReasoningEnd):
                 await self._close(event.id, with_step_end=await events.step_ends_now())
             elif isinstance(event, ev.ToolInputDelta):
-                # Streamed arguments are output the provider bills (a long write_file).
-                chars = self.step_input_chars.get(event.call_id, 0)
-                self.step_input_chars[event.call_id] = chars + len(event.delta)
+                self.meter.input_delta(event.call_id, len(event.delta))
             elif isinstance(event, ev.ToolInputStart):
-                self.step_calls += 1
+                self.meter.calls += 1
                 await self._pending(self._call_id(event.call_id, opening=True), event.tool)
             elif isinstance(event, ev.ToolCall):
-                self.step_calls += 1
-                self.step_input_chars.pop(event.call_id, None)  # counted whole, once
-                self.step_call_chars += len(event.input)
+                self.meter.call(event.call_id, len(event.input))
                 await self._call(replace(event, call_id=self._call_id(event.call_id)))
             elif isinstance(event, ev.StartStep):
                 await self._start_step()
@@ -318,7 +297,7 @@ class Processor(ToolCalls, Patches):
                     provider=provider_of(turn.model), kind=failure_kind(event.message)
                 ).inc()
                 self.retrying = True
-                self.step_open = False  # a request being retried is not served (yet)
+                self.meter.pause()  # a request being retried is not served (yet)
                 await services.apublish_status(
                     session_id=turn.session.pk,
                     status="retry",
@@ -326,7 +305,7 @@ class Processor(ToolCalls, Patches):
                     next_at=event.next_at,
                 )
             elif isinstance(event, ev.Error):
-                self.step_open = False  # refused or broken off: billed nothing, even cut now
+                self.meter.pause()  # refused or broken off: billed nothing, even cut now
                 metrics.PROVIDER_ERRORS.labels(
                     provider=provider_of(turn.model), kind=failure_kind(event.message)
                 ).inc()
@@ -402,7 +381,7 @@ class Processor(ToolCalls, Patches):
         # Its buffer (and mirror keys) go once the write is in (:meth:`write`); a write
         # that fails leaves them for finalizing.
         self.finished.append(block.part_id)
-        self.step_output_chars += len(text)
+        self.meter.output_chars += len(text)
         if block.kind == "text" and tracing.capturing_content():
             self.step_texts.append(text)  # the completion, for the model call's span
         part = {
@@ -421,28 +400,14 @@ class Processor(ToolCalls, Patches):
 
     def cut_step_end(self, estimate: Callable[[Any], int]) -> dict[str, Any] | None:
         """The end of a step the model was serving when the turn was stopped, or None:
-        a ``step-finish`` of reason ``aborted``. Its tokens are the provider's count if
-        the step's finish was in hand, else estimated: the request's (characters / 4,
-        as compaction estimates them) in; the text, reasoning and call arguments
-        streamed, / 4, out. The provider bills what it was sent and what it streamed;
-        unbilled, an aborted reply cost nothing, and stopping every reply went past any
-        budget (QA, HIGH). None for a step not open: not started, refused or broken off
-        by the provider (an error, a stream ended early), or whose request waits for a
-        retry (billed again from the retry's first event). Finalizing logs it after the
-        step's open parts are closed (``finalize_open_messages``): a client's step ends
-        after its text."""
-        if not self.step_open or self.step_request is None:
-            return None
-        usage = self.step_usage  # a finish in hand, cut before its step-finish was held
+        a ``step-finish`` of reason ``aborted``, its tokens what :meth:`StepMeter.cut`
+        bills (None for a step not open: ``forge.runtime.metering``). Finalizing logs it
+        after the step's open parts are closed (``finalize_open_messages``): a client's
+        step ends after its text."""
+        streaming = sum(len(buffer.text(block.part_id)) for block in self.blocks.values())
+        usage = self.meter.cut(estimate, streaming=streaming)
         if usage is None:
-            streamed = (
-                self.step_output_chars
-                + sum(len(buffer.text(block.part_id)) for block in self.blocks.values())
-                + self.step_call_chars
-                + sum(self.step_input_chars.values())
-            )
-            usage = ev.Usage(input=estimate(self.step_request), output=streamed // 4)
-        self.step_open, self.step_request = False, None
+            return None
         return {
             "id": new_part_id(),
             "message_id": self.turn.message_id,
@@ -490,9 +455,6 @@ class Processor(ToolCalls, Patches):
     # --- steps --------------------------------------------------------------------
 
     async def _start_step(self) -> None:
-        self.step_calls = 0
-        self.step_output_chars, self.step_usage = 0, None
-        self.step_call_chars, self.step_input_chars = 0, {}
         self.snapshot_before = await self._workspace()
         self._hold(
             {
@@ -501,15 +463,13 @@ class Processor(ToolCalls, Patches):
                 "snapshot": self.snapshot_before.hash,
             }
         )
-        # Open once its step-start is held: a cut before that logged a step-finish
-        # with no step-start (review).
-        self.step_started = self.step_open = True
+        self.meter.start()  # open once its step-start is held
 
     async def _finish_step(self, event: ev.FinishStep) -> StepResult:
         turn = self.turn
         reason = event.finish_reason
-        self.step_usage = event.usage  # a cut from here on bills the provider's count
-        if reason == "tool-calls" and not self.step_calls:
+        self.meter.usage = event.usage  # a cut from here on bills the provider's count
+        if reason == "tool-calls" and not self.meter.calls:
             # A step that asked for calls and made none (a server whose tool-call parser
             # failed) has nothing new for a next step: going on repeated the same
             # request until the step limit (QA).
@@ -522,7 +482,7 @@ class Processor(ToolCalls, Patches):
         self.running = []
         after = await self._workspace()
         cost = price(turn.model, event.usage)
-        self.step_open, self.step_request = False, None
+        self.meter.close()
         self.step_end = _StepEnd(part_id=new_part_id(), hash=after.hash)
         self._hold(
             {

@@ -395,7 +395,7 @@ async def abort_turn(*, session: Session, timeout: float = 10.0) -> None:
     is finalized as aborted. Every way a reply can be open ends here:
 
     * a turn this process runs is stopped (its calls awaiting approval are denied:
-      ``steps._end_aborted``);
+      ``endings.end_aborted``);
     * no live runner (``recovery.abort_unheld``): a reply that only waits for approval
       has its calls denied and completes as aborted; a dead runner's expired lease is
       taken over and its turn finalized;

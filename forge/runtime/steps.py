@@ -16,18 +16,18 @@ import asyncio
 import enum
 import json
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 from forge import tools
 from forge.context import request_for, steps_start
 from forge.context.pruning import mark
 from forge.db.worker import db
-from forge.errors import CompactionFailed, ForgeError, NothingToCompact, UnknownModel
+from forge.errors import CompactionFailed, NothingToCompact, UnknownModel
 from forge.providers import resolve
 from forge.providers.base import Provider
 from forge.providers.events import Usage
@@ -38,18 +38,19 @@ from sessions.log import format_time, now_ms
 from sessions.models import Session
 
 from .approvals.asking import approval_action
-from .approvals.pending import ABORTED, waiting
+from .approvals.pending import waiting
 from .compaction import (
     auto_enabled,
     compact,
-    estimate_tokens,
     is_provider_overflow,
     over_limit,
     overflow_error,
 )
 from .dialogue import complete_reply
-from .finalize import SHUT_DOWN, finalize_open_messages, message_error
-from .processor import Processor, StepResult
+from .endings import despite_cancels, end_aborted, end_broken
+from .finalize import finalize_open_messages, message_error
+from .metering import StepResult
+from .processor import Processor
 from .prompting import Attachment, begin
 from .shielding import finish_then_cancel
 from .tool_calls import Call
@@ -154,30 +155,13 @@ async def _run_turn(turn: Turn, resume: list[Resume] | None = None) -> None:
         loop.usage, loop.request = first
         await _steps(turn, processor, loop)
     except asyncio.CancelledError:
-        await _despite_cancels(_end_aborted(turn, processor))
+        await despite_cancels(end_aborted(turn, processor))
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as exc:
         # SystemExit and KeyboardInterrupt too, raised by a plugin (a hook, a provider):
         # past this, they reached the event loop, which stopped serving.
         logger.exception("turn of session %s failed", session.pk)
-        if not await turn.confirm_lease():
-            return  # not this process's reply to finalize any more (``_end_aborted``)
-        await processor.flush()
-        texts = processor.streamed_texts()
-        await db(_finalize)(
-            processor.take_held(),
-            session=session,
-            reason=f"the reply failed: {type(exc).__name__}",
-            # The exception's text can name the server's insides (a Redis or
-            # database address): clients get its kind, the log gets the rest.
-            error=message_error(
-                "UnknownError",
-                f"the server failed while replying ({type(exc).__name__}); it has been logged",
-            ),
-            texts=texts,
-            message_id=turn.message_id,
-            agent=turn.agent.name,
-        )
+        await end_broken(turn, processor, exc)
     finally:
         # Ended (completed, failed, aborted or suspended): an abort from now on is not to
         # cancel this clean-up, nor the runner's (``runner._stop``). A late one cancelled
@@ -229,7 +213,7 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
         tracing.model_call(provider=provider, model=model, messages=request.messages) as call,
     ):
         processor.step_texts.clear()
-        processor.step_request = request  # what a cut step bills (estimated then)
+        processor.meter.request = request  # what a cut step bills (estimated then)
         result = await processor.run_step(loop.provider.stream(request))
         tracing.model_result(
             call,
@@ -362,82 +346,6 @@ def _steps_done(turn: Turn) -> tuple[int, float]:
     )
     finished = [p for p in item["parts"] if p["type"] == "step-finish"]
     return len(finished), float(item["info"].get("cost") or 0.0)
-
-
-# --- endings --------------------------------------------------------------------
-
-
-async def _end_aborted(turn: Turn, processor: Processor) -> None:
-    """What is still in the delta window reaches clients before the reply is finalized
-    with the buffer's text: the stored text is exactly what they saw.
-
-    A user's abort denies the reply's calls awaiting approval (reason ``aborted``)
-    so the reply completes as aborted: left waiting, an answer to one ran it and then
-    another model step after the user pressed stop. A turn cancelled otherwise (its
-    lease lost, the server shutting down) leaves them waiting, as recovery does."""
-    if not await turn.confirm_lease():
-        # Its lease lost, or not renewed in time: the reply is the lease's next
-        # holder's to finalize (from the mirror); this process sends and writes nothing.
-        tracing.turn_aborted("lease")
-        return
-    shutdown = turn.stopped_by_shutdown and not turn.stopped_by_user
-    tracing.turn_aborted(
-        "user" if turn.stopped_by_user else "shutdown" if shutdown else "cancelled"
-    )
-    await processor.flush()
-    cut_step_end = _cut_step_end(processor)
-    if cut_step_end is None:  # a step not served (a retry's wait): its start goes too
-        processor.drop_bare_step_start()
-    await db(_finalize)(
-        processor.take_held(),
-        session=turn.session,
-        # A shutdown is no user's stop: the reply says the server stopped it.
-        reason=SHUT_DOWN if shutdown else ABORTED,
-        texts=processor.streamed_texts(),
-        message_id=turn.message_id,
-        agent=turn.agent.name,
-        deny_waiting=ABORTED if turn.stopped_by_user else None,
-        cut_step_end=cut_step_end,
-    )
-
-
-def _cut_step_end(processor: Processor) -> dict[str, Any] | None:
-    """The cut step's end, or None if it cannot be made: the reply is ended here either
-    way, not by the abort's fallback for a reply no runner holds (review)."""
-    try:
-        return processor.cut_step_end(estimate_tokens)
-    except Exception:
-        logger.exception(
-            "the cut step's end of turn %s was not estimated", processor.turn.message_id
-        )
-        return None
-
-
-async def _despite_cancels(work: Awaitable[None]) -> None:
-    """Run an aborted turn's ending to its end, whatever cancels arrive meanwhile: a
-    second cancel (two aborts at once) interrupted the awaits of the ending, and the
-    reply stayed open for good while the lease was released."""
-    ending = asyncio.ensure_future(work)
-    while not ending.done():
-        try:
-            await asyncio.shield(ending)
-        except asyncio.CancelledError:
-            continue
-    ending.result()
-
-
-def _finalize(held: list[services.Write], **finalizing: Any) -> list[str]:
-    """``finalize_open_messages`` after the writes the turn held (the finished parts of
-    the step it was in), in one transaction. Held writes that are refused are
-    logged and dropped: finalizing closes their parts from the streamed texts."""
-    with transaction.atomic():
-        if held:
-            try:
-                with transaction.atomic():
-                    services.append_batch(session=finalizing["session"], writes=held)
-            except ForgeError:
-                logger.exception("the held writes of an ended turn were refused")
-        return finalize_open_messages(**finalizing)
 
 
 def begin_turn(
