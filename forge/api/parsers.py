@@ -11,7 +11,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, JSONParser
 
 from forge.server_limits import prompt_body_limit, too_large
-from sessions.shapes import surrogate_path
+from sessions.storable import surrogate_path
 
 
 class NotText(ParseError):

@@ -40,7 +40,7 @@ from sessions.frames import (
     pong_frame,
 )
 from sessions.models import Session
-from sessions.shapes import holds_surrogate, surrogate_path
+from sessions.storable import holds_surrogate, surrogate_path
 
 from . import hub
 from .auth import authorization, current_user, recheck

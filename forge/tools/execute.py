@@ -22,14 +22,8 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from forge.telemetry import metrics
-from sessions.shapes import (
-    MAX_DEPTH,
-    NUL,
-    holds_surrogate,
-    nul_path,
-    surrogate_path,
-    too_deep,
-)
+from sessions.shapes import MAX_DEPTH, too_deep
+from sessions.storable import NUL, holds_surrogate, nul_path, surrogate_path
 
 from .base import DEFAULT_TIMEOUT, Tool, ToolContext, ToolError, ToolResult
 from .registry import get_tool, tool_names

@@ -30,7 +30,7 @@ from ..log import (
     now_ms,
 )
 from ..models import Session, SessionEvent, row_held_keys
-from ..shapes import (
+from ..storable import (
     may_hold_unstored_number,
     nul_path,
     surrogate_path,

@@ -30,13 +30,11 @@ from ..shapes import (
     ShapeError,
     normalize_message,
     normalize_part,
-    nul_path,
-    surrogate_path,
     too_deep,
-    unstored_number,
     v_time,
 )
 from ..signals import history_copied, session_imported
+from ..storable import nul_path, surrogate_path, unstored_number
 from .session import clean_agent, clean_title, create_session, update_session
 from .transfer import (
     CopyWriter,
