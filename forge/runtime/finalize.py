@@ -17,7 +17,7 @@ as aborted and no answer can start another step after the stop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -62,6 +62,7 @@ def finalize_open_messages(
     deny_waiting: str | None = None,
     billed: bool = True,
     cut_step_end: Mapping[str, Any] | None = None,
+    estimate_cut: Callable[[Mapping[str, Any], Mapping[str, str]], Any] | None = None,
 ) -> list[str]:
     """Finalize unfinished assistant messages of the session (or just ``message_id``).
 
@@ -88,6 +89,10 @@ def finalize_open_messages(
     ``cut_step_end``: the ``step-finish`` of a step the model was streaming when its
     turn was stopped (``Processor.cut_step_end``), logged once that message's open
     parts are closed, before its completion (which bills it).
+
+    ``estimate_cut``: for a reply that no ``cut_step_end`` names, given the reply (as
+    read, before its parts are closed) and ``texts``, the ``step-finish`` of the step
+    it left unfinished, or None (recovery's: ``recovery.dead_step_end``).
     """
     texts = texts or {}
     finished: list[str] = []
@@ -97,6 +102,11 @@ def finalize_open_messages(
         if message_id is not None and info["id"] != message_id:
             continue
         waits = False
+        cut_end = (
+            cut_step_end if cut_step_end and cut_step_end["message_id"] == info["id"] else None
+        )
+        if cut_end is None and estimate_cut is not None:
+            cut_end = estimate_cut(item, texts)
         unfinished = _in_unfinished_step(item["parts"])
         for part in item["parts"]:
             if _awaits(part) and (deny_waiting is not None or part["id"] in unfinished):
@@ -109,9 +119,8 @@ def finalize_open_messages(
             _close_part(
                 session, part, reason=reason, text=texts.get(part["id"]), now=now, agent=agent
             )
-        cut = cut_step_end is not None and cut_step_end["message_id"] == info["id"]
-        if cut:
-            written = services.update_part(session=session, part=dict(cut_step_end or {}))
+        if cut_end is not None:
+            written = services.update_part(session=session, part=dict(cut_end))
             item = {**item, "parts": [*item["parts"], written.data]}
         if waits:
             # A reply whose calls await an answer is suspended, not broken: it stays
@@ -194,18 +203,22 @@ def _close_part(
         )
 
 
-def _in_unfinished_step(parts: list[dict[str, Any]]) -> set[str]:
-    """The ids of the parts after a reply's last ``step-finish`` when a ``step-start``
-    follows it (or none came before): the parts of a step whose end was never logged."""
+def unfinished_step_start(parts: list[dict[str, Any]]) -> int | None:
+    """The index of a reply's last ``step-start`` when no ``step-finish`` follows it: the
+    start of a step whose end was never logged; else None."""
     last_start = last_finish = -1
     for index, part in enumerate(parts):
         if part["type"] == "step-start":
             last_start = index
         elif part["type"] == "step-finish":
             last_finish = index
-    if last_start <= last_finish:
-        return set()
-    return {part["id"] for part in parts[last_start + 1 :]}
+    return last_start if last_start > last_finish else None
+
+
+def _in_unfinished_step(parts: list[dict[str, Any]]) -> set[str]:
+    """The ids of the parts of a step whose end was never logged (:func:`unfinished_step_start`)."""
+    start = unfinished_step_start(parts)
+    return set() if start is None else {part["id"] for part in parts[start + 1 :]}
 
 
 def _awaits(part: Mapping[str, Any]) -> bool:

@@ -15,8 +15,11 @@ next prompt or the next restart.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -24,16 +27,21 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from accounts import tenancy
+from forge.context import request_for
 from forge.errors import NotRunning
 from forge.models import SessionLease
+from forge.providers import events as ev
 from forge.telemetry import metrics, tracing
 from sessions import services
-from sessions.models import Message, Session
+from sessions.ids import new_part_id
+from sessions.models import Message, Part, Session
 
 from . import lease
 from .approvals.pending import ABORTED
-from .finalize import INTERRUPTED, finalize_open_messages
+from .compaction import estimate_tokens
+from .finalize import INTERRUPTED, finalize_open_messages, unfinished_step_start
 from .inflight import mirror
+from .model_calls import price
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +51,16 @@ def finalize_dead_turn(session: Session, *, deny_waiting: str | None = None) -> 
     streamed (from the in-flight mirror, when there is one). Call it holding the
     session's lease, or having found it expired. Calls awaiting approval keep waiting
     (the approval is durable) unless ``deny_waiting`` says why they are denied (a
-    user's abort: ``finalize_open_messages``)."""
+    user's abort: ``finalize_open_messages``). The step the runner was in is billed
+    (:func:`dead_step_end`)."""
     shared = mirror()
     texts = shared.texts_sync(session.pk) if shared is not None else {}
     finished = finalize_open_messages(
-        session=session, reason=INTERRUPTED, texts=texts, deny_waiting=deny_waiting
+        session=session,
+        reason=INTERRUPTED,
+        texts=texts,
+        deny_waiting=deny_waiting,
+        estimate_cut=partial(dead_step_end, session),
     )
     for message_id in finished:  # the end of each reply, in its own trace
         with tracing.turn_span(
@@ -65,6 +78,56 @@ def finalize_dead_turn(session: Session, *, deny_waiting: str | None = None) -> 
 
     transaction.on_commit(counted)
     return finished
+
+
+def dead_step_end(
+    session: Session, item: Mapping[str, Any], texts: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The ``step-finish`` (reason ``aborted``) of the step a dead runner's reply left
+    unfinished, or None when every step of it ended. A runner killed, or stopped by its
+    lost lease, while the model streamed logged no end of that step, and the provider
+    had billed it: unlogged, the reply cost nothing of it (docs/operations.md).
+
+    The provider's count, if the runner had it, went with the runner: the step is
+    estimated as a stopped one is (``StepMeter.cut``), every character / 4. In: the
+    step's request, derived from the log as of the event before its ``step-start``, as
+    ``replay_session --at`` derives it (nothing the model sees is logged between the
+    request and the step-start, held until the step's first write). Out: what the log
+    and the in-flight mirror (``texts``) hold of the step's text, reasoning and call
+    arguments."""
+    parts = item["parts"]
+    start = unfinished_step_start(parts)
+    if start is None:
+        return None
+    seq = (
+        Part.objects.filter(tenant_id=session.tenant_id, session=session, pk=parts[start]["id"])
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if seq is None:
+        return None
+    try:
+        sent = estimate_tokens(request_for(session, at=seq - 1)[1])
+    except Exception:  # never in the way of finalizing: the output is billed still
+        logger.exception("session %s: the dead step's request was not derived", session.pk)
+        sent = 0
+    streamed = 0
+    for part in parts[start + 1 :]:
+        if part["type"] in ("text", "reasoning"):
+            streamed += len(texts.get(part["id"]) or part.get("text") or "")
+        elif part["type"] == "tool" and part["state"].get("input"):
+            streamed += len(json.dumps(part["state"]["input"], ensure_ascii=False))
+    usage = ev.Usage(input=sent, output=streamed // 4)
+    model = item["info"].get("model") or {}
+    return {
+        "id": new_part_id(),
+        "message_id": item["info"]["id"],
+        "type": "step-finish",
+        "reason": "aborted",
+        "snapshot": parts[start].get("snapshot"),
+        "tokens": usage.as_tokens(),
+        "cost": price(f"{model.get('provider', '')}/{model.get('model', '')}", usage),
+    }
 
 
 def on_session_imported(sender: Any, session: Session, **kwargs: Any) -> list[str]:

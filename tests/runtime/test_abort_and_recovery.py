@@ -550,8 +550,11 @@ async def test_kill_9_after_a_text_finished_keeps_the_whole_text(session, agents
     items = await ahistory(session)
     assert_nothing_open(items)
     reply = items[-1]
-    assert [p["type"] for p in reply["parts"]] == ["step-start", "text"]
+    # The step the process died in is billed (estimated: ``recovery.dead_step_end``).
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "text", "step-finish"]
     assert reply["parts"][1]["text"] == "All of it."
+    assert reply["parts"][2]["reason"] == "aborted"
+    assert reply["parts"][2]["tokens"]["output"] == len("All of it.") // 4
     assert await database_sync_to_async(verified_log)(session) == []
 
 
