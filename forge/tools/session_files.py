@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.files.storage import default_storage
 
+from accounts.ids import is_valid_id
 from sessions.models import Session
 
 
@@ -31,7 +32,14 @@ def upload_path(session: Session, part_id: str, filename: str) -> str:
 
 
 def stored_file(*, tenant_id: int, session_id: str, part_id: str) -> str | None:
-    """The storage path of file part ``part_id``'s file (one file in its folder), or None."""
+    """The storage path of file part ``part_id``'s file (one file in its folder), or None.
+
+    None too when an id is no id (``..``, ``/``): a tool part's ``output_file.part_id``
+    comes from the log, which an import's author wrote, and the storage resolves
+    ``../`` (``uploads/t1/<copy>/../../t2/<theirs>/<part>`` named another tenant's
+    file; QA)."""
+    if not (is_valid_id(session_id) and is_valid_id(part_id)):
+        return None
     folder = f"{uploads_dir(tenant_id=tenant_id, session_id=session_id)}/{part_id}"
     try:
         _, names = default_storage.listdir(folder)

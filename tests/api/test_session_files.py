@@ -533,3 +533,50 @@ def test_an_imported_copy_names_its_own_route_for_any_other_path(
     part = _file_part(api, copy_id)
     assert part["url"] == f"/api/sessions/{copy_id}/files/{part['id']}/"
     assert api.get(part["url"]).status_code == 404
+
+
+def test_an_imported_tool_parts_stored_output_is_read_from_its_own_session_only(
+    api, session, agents, tmp_path, settings, other_user
+):
+    """QA (HIGH): a tool part's ``metadata.output_file.part_id`` came from the log as it
+    was, and an import's copy kept one that names no part of the log: ``../../t<N>/
+    <session>/<part>`` joined onto the copy's files folder named another tenant's file,
+    which ``history_read`` (``/tool`` here, or any prompt the model follows) then read
+    back to the importer. A stored file is named by ids alone."""
+    import json
+
+    from django.core.files.base import ContentFile
+
+    from forge.runtime.files import upload_path
+    from sessions import services
+    from tests.api.test_transfer import _rehash
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    theirs = services.create_session(user=other_user, title="theirs")
+    default_storage.save(upload_path(theirs, "prt_secret", "out.txt"), ContentFile(b"globex"))
+    reply = services.update_message(session=session, info={"role": "assistant"}).data["id"]
+    at = "2026-01-01T00:00:00.000Z"
+    metadata = {"output_file": {"part_id": "prt_gone", "bytes": 6}}
+    state = {"status": "completed", "input": {}, "output": "head", "title": "", "time": {}}
+    state.update(metadata=metadata, time={"start": at, "end": at})
+    part = {"message_id": reply, "type": "tool", "call_id": "c1", "tool": "x", "state": state}
+    services.update_part(session=session, part=part)
+    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    (tool,) = [e for e in lines[1:] if e["type"] == "part.updated"]
+    traversal = f"../../t{theirs.tenant_id}/{theirs.pk}/prt_secret"
+    tool["data"]["state"]["metadata"]["output_file"]["part_id"] = traversal
+    imported = api.generic(
+        "POST",
+        "/api/sessions/import/",
+        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
+        content_type="application/x-ndjson",
+    )
+    assert imported.status_code == 201, imported.content
+    copy_id = imported.json()["id"]
+    history = api.get(f"/api/sessions/{copy_id}/messages/").json()["results"]
+    (copied,) = [p for item in history for p in item["parts"] if p["type"] == "tool"]
+    call = json.dumps({"part_id": copied["id"], "offset": 0})
+    output = _tool_output(api, copy_id, f"history_read {call}")
+    assert "globex" not in output
+    assert output.startswith("head")  # the logged output: the file is none of this session's
