@@ -42,6 +42,13 @@ class AgentConfig:
 FALLBACK = AgentConfig(name="build", system_prompt="You are a helpful assistant.")
 
 
+def configured_models() -> set[str]:
+    """The models a prompt of this server can run on: ``FORGE_MODEL`` (an agent without
+    a model of its own) and every agent's model. A model a log names (an imported one)
+    may be any other: it is no choice of this server's."""
+    return {settings.FORGE_MODEL, *(m for m in Agent.objects.values_list("model", flat=True) if m)}
+
+
 def _config(agent: Agent) -> AgentConfig:
     return AgentConfig(
         name=agent.name,

@@ -130,3 +130,34 @@ def test_abort_of_a_reply_that_only_waits_denies_its_call_and_ends_it(api, waiti
     again = api.post(waiting + "abort/")
     assert again.status_code == 409
     assert error(again)["code"] == "not_running"
+
+
+def test_an_imported_reply_goes_on_with_a_model_this_server_configures(api, waiting):
+    """QA (MEDIUM): a reply resumed by an answer ran on the model its ``info.model``
+    names, which an imported log says as it likes: a member imported a waiting call
+    under any model name and, answering it, had the server call that model (with the
+    server's key, unpriced, so outside every cost budget). A model no agent and no
+    setting of this server names is the reply's agent's own (here ``offline/script``:
+    "done now"; ``offline/echo`` would have echoed the prompt)."""
+    import json
+
+    from tests.api.test_transfer import _rehash
+
+    body = b"".join(api.get(waiting + "export/").streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    for event in lines[1:]:
+        if event["type"] == "message.updated" and event["data"]["role"] == "assistant":
+            event["data"]["model"] = {"provider": "offline", "model": "echo"}
+    imported = api.generic(
+        "POST",
+        "/api/sessions/import/",
+        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
+        content_type="application/x-ndjson",
+    )
+    assert imported.status_code == 201, imported.content
+    copy = f"/api/sessions/{imported.json()['id']}/"
+    [pending] = api.get(copy).json()["pending_approvals"]
+    answer = api.post(copy + f"approvals/{pending['call_id']}/", {"approve": True}, format="json")
+    assert answer.status_code == 202, answer.content
+    reply = api.get(copy + "messages/").json()["results"][-1]
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["done now"]

@@ -42,7 +42,7 @@ from sessions import bus, selectors
 from sessions.models import Session
 
 from .. import lease
-from ..agents import default_agent, get_agent
+from ..agents import configured_models, default_agent, get_agent
 from ..runner import start_resumed, starting
 from ..shielding import finish_then_cancel
 from ..steps import Resume
@@ -204,12 +204,16 @@ def turn_of(session: Session, message_id: str) -> Turn:
         agent = get_agent(info.get("agent") or "")
     except UnknownAgent:
         agent = default_agent()
+    # The model the reply ran on, when this server configures it; else the agent's. The
+    # log says what it likes when it was imported: a waiting call imported under any
+    # model name had the server call that model, with its key, unpriced (QA).
     model = info.get("model") or {}
-    resolved = (
+    logged = (
         f"{model['provider']}/{model['model']}"
-        if model.get("provider") and model.get("model")
-        else agent.resolved_model
+        if isinstance(model, dict) and model.get("provider") and model.get("model")
+        else None
     )
+    resolved = logged if logged in configured_models() else agent.resolved_model
     speaker = member(tenant=session.tenant, user_id=info.get("user_id")) or session.user
     return Turn(
         session=session,
