@@ -31,6 +31,7 @@ from sessions.projector import fold_context
 
 from .models import Agent, PendingApproval, SessionLease
 from .runtime import lease
+from .runtime.approvals.pending import approval_of
 from .tools.mcp.spec import MASK, McpSpecError, has_mask, parse_servers, redacted, with_secrets_kept
 from .usage import admin as usage_admin  # noqa: F401 - registers Usage and Budget
 
@@ -197,7 +198,7 @@ class PendingApprovalAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
     @admin.display(description="expires at")
     def expires_at(self, obj: PendingApproval) -> str:
-        return str(obj.data["state"].get("metadata", {}).get("approval", {}).get("expires_at", ""))
+        return str(approval_of(obj.data).get("expires_at", ""))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

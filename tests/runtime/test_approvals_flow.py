@@ -850,3 +850,38 @@ async def test_a_second_abort_does_not_break_the_ending_of_a_turn_stopped_before
     assert reply["info"]["error"]["name"] == "MessageAbortedError"
     assert await database_sync_to_async(current)(session_id=session.pk) is None
     assert published[-1] == "idle", published
+
+
+@pytest.mark.parametrize("expires_at", [5, ["2000"], {"at": 1}])
+async def test_a_call_whose_expiry_is_no_time_stops_no_tenants_sweep(
+    session, agents, settings, script, other_user, expires_at
+):
+    """QA (MEDIUM): a tool part's metadata is free-form in the log, so an imported one
+    may give a waiting call an ``expires_at`` that is no time (a number): comparing it
+    raised in the janitor's sweep, which covers every tenant, at every pass, and no
+    call of any tenant was denied as expired any more. A call whose expiry is no time
+    is overdue."""
+    from django.db import transaction
+
+    from sessions import services
+    from sessions.models import Part
+
+    settings.FORGE_APPROVAL_TIMEOUT = 0.2
+    theirs = await database_sync_to_async(services.create_session)(user=other_user, title="x")
+    replies = [tool_reply("write_file", WRITE), text_reply("z")]
+    await _suspended(theirs, settings, script, replies)
+
+    def tamper() -> None:
+        part = Part.objects.get(session=theirs, type="tool").data
+        approval = {**part["state"]["metadata"]["approval"], "expires_at": expires_at}
+        state = {**part["state"], "metadata": {"approval": approval}}
+        with transaction.atomic():
+            services.update_part(session=theirs, part={"id": part["id"], "state": state})
+
+    await database_sync_to_async(tamper)()
+    await _suspended(session, settings, script, replies)
+    await asyncio.sleep(0.3)
+    assert await asyncio.to_thread(_sweep) == 2
+    for each in (session, theirs):
+        reply = await _finished(each)
+        assert _tool(reply)["state"]["metadata"]["approval"]["expired"] is True

@@ -44,7 +44,7 @@ class Command(BaseCommand):
             if options["json"]:
                 self.stdout.write(json.dumps(row, ensure_ascii=False, sort_keys=True))
                 continue
-            when = f"expired at {expires}" if expires and expires <= now else expires
+            when = f"expired at {expires}" if pending.is_past(expires, now) else expires
             shown = json.dumps(call["input"], ensure_ascii=False, sort_keys=True)
             self.stdout.write(
                 f"{session.pk}  {call['call_id']}  {call['tool']}  "

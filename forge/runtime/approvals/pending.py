@@ -64,12 +64,32 @@ def _pending(part: dict[str, Any]) -> dict[str, Any]:
         "message_id": part["message_id"],
         "tool": part["tool"],
         "input": part["state"].get("input", {}),
-        "expires_at": part["state"].get("metadata", {}).get("approval", {}).get("expires_at"),
+        "expires_at": approval_of(part).get("expires_at"),
     }
 
 
+def approval_of(part: dict[str, Any]) -> dict[str, Any]:
+    """The part's ``metadata.approval``, or ``{}`` when it has none or it is no object (a
+    tool part's metadata is free-form in the log, and an imported one says anything)."""
+    metadata = part["state"].get("metadata")
+    approval = metadata.get("approval") if isinstance(metadata, dict) else None
+    return approval if isinstance(approval, dict) else {}
+
+
 def is_expired(part: dict[str, Any], now: str) -> bool:
-    expires = part["state"].get("metadata", {}).get("approval", {}).get("expires_at")
+    """Whether the call is past its expiry. An expiry that is no text (an imported log's
+    number) is past: compared with the time, it raised in the janitor's sweep of every
+    tenant, at every pass, and no call anywhere expired any more (QA)."""
+    return is_past(approval_of(part).get("expires_at"), now)
+
+
+def is_past(expires: Any, now: str) -> bool:
+    """Whether an ``expires_at`` as logged is past at ``now``: none never is, one that is
+    no text always is."""
+    if expires is None:
+        return False
+    if not isinstance(expires, str):
+        return True
     return bool(expires) and expires <= now  # ISO-8601 UTC, one format: sorts as it reads
 
 
@@ -90,7 +110,7 @@ def lock(session: Session) -> None:
 
 
 def _approval(part: dict[str, Any], **answer: Any) -> dict[str, Any]:
-    return {**part["state"].get("metadata", {}).get("approval", {}), **answer}
+    return {**approval_of(part), **answer}
 
 
 def approved_state(part: dict[str, Any], *, reason: str, at: str, by: Any) -> dict[str, Any]:
@@ -245,7 +265,7 @@ def _waiting_part(session: Session, call_id: str, message_id: str | None) -> dic
     part = row.data
     state = part["state"]
     if state.get("status") != AWAITING:
-        approval = state.get("metadata", {}).get("approval", {})
+        approval = approval_of(part)
         if approval.get("expired"):
             raise ApprovalExpired(f"tool call {call_id!r} expired and was denied")
         if "approved" in approval:
