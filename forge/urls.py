@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
 from forge import pages, views
+from forge.api.schema_view import SchemaView
 from forge.login_guard import LoginForm
 from forge.telemetry.endpoint import metrics
 
@@ -12,7 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("forge.aisdk.urls")),
     path("api/", include("forge.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path(
         "login/",

@@ -641,3 +641,40 @@ def test_a_title_or_agent_with_a_control_character_is_an_invalid_field(api, sess
             body_error = error(response)
             assert body_error["code"] == "invalid"
             assert list(body_error["fields"]) == [field]
+
+
+def test_the_schema_is_generated_once_and_rendered_once_per_format(client, monkeypatch):
+    """Anyone may read ``/api/schema/``; generated and rendered at every request it cost
+    ~0.1 s of CPU each, so anonymous GETs could keep a server's cores busy (QA)."""
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.renderers import OpenApiYamlRenderer
+
+    from forge.api import schema_view
+
+    monkeypatch.setattr(schema_view, "_schemas", {})
+    monkeypatch.setattr(schema_view, "_rendered", {})
+    generated, rendered = [], []
+    get_schema, render = SchemaGenerator.get_schema, OpenApiYamlRenderer.render
+
+    def counting_get_schema(self, *args, **kwargs):
+        generated.append(1)
+        return get_schema(self, *args, **kwargs)
+
+    def counting_render(self, *args, **kwargs):
+        rendered.append(1)
+        return render(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counting_get_schema)
+    monkeypatch.setattr(OpenApiYamlRenderer, "render", counting_render)
+    first = client.get("/api/schema/")
+    again = client.get("/api/schema/")
+    as_json = client.get("/api/schema/?format=json")
+    assert first.status_code == again.status_code == as_json.status_code == 200
+    assert first.content == again.content
+    assert b"/api/sessions/{id}/messages/" in first.content
+    assert "/api/sessions/{id}/messages/" in as_json.json()["paths"]
+    assert (len(generated), len(rendered)) == (1, 1)
+    # An error of the same view is rendered as always, never taken for the schema.
+    wrong = client.get("/api/schema/?format=nope")
+    assert wrong.status_code == 404
+    assert client.get("/api/schema/").content == first.content
