@@ -139,21 +139,14 @@ def test_an_imported_reply_goes_on_with_a_model_this_server_configures(api, wait
     server's key, unpriced, so outside every cost budget). A model no agent and no
     setting of this server names is the reply's agent's own (here ``offline/script``:
     "done now"; ``offline/echo`` would have echoed the prompt)."""
-    import json
 
-    from tests.api.test_transfer import _rehash
+    from tests.api.test_transfer import exported_lines, import_tampered
 
-    body = b"".join(api.get(waiting + "export/").streaming_content)
-    lines = [json.loads(line) for line in body.splitlines()]
+    lines = exported_lines(api, waiting.rstrip("/").rsplit("/", 1)[-1])
     for event in lines[1:]:
         if event["type"] == "message.updated" and event["data"]["role"] == "assistant":
             event["data"]["model"] = {"provider": "offline", "model": "echo"}
-    imported = api.generic(
-        "POST",
-        "/api/sessions/import/",
-        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
-        content_type="application/x-ndjson",
-    )
+    imported = import_tampered(api, lines)
     assert imported.status_code == 201, imported.content
     copy = f"/api/sessions/{imported.json()['id']}/"
     [pending] = api.get(copy).json()["pending_approvals"]

@@ -511,23 +511,16 @@ def test_an_imported_copy_names_its_own_route_for_any_other_path(
     exactly the files route (``../`` in it, encoded or not), so a crafted log planted
     arbitrary links to this server in the chat page. Every path names the copy's own
     route (404 here)."""
-    import json
 
-    from tests.api.test_transfer import _rehash
+    from tests.api.test_transfer import exported_lines, import_tampered
 
     settings.MEDIA_ROOT = tmp_path / "media"
     _with_a_file(api, session, b"secret")
-    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
-    lines = [json.loads(line) for line in body.splitlines()]
+    lines = exported_lines(api, session.pk)
     files = [e for e in lines[1:] if e["type"] == "part.updated" and e["data"]["type"] == "file"]
     assert len(files) == 1  # the upload, its path tampered with
     files[0]["data"]["url"] = url.format(sid=session.pk, pid=files[0]["data"]["id"])
-    imported = api.generic(
-        "POST",
-        "/api/sessions/import/?copy=1",
-        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
-        content_type="application/x-ndjson",
-    )
+    imported = import_tampered(api, lines, "?copy=1")
     assert imported.status_code == 201, imported.content
     copy_id = imported.json()["id"]
     part = _file_part(api, copy_id)
@@ -549,7 +542,7 @@ def test_an_imported_tool_parts_stored_output_is_read_from_its_own_session_only(
 
     from forge.runtime.files import upload_path
     from sessions import services
-    from tests.api.test_transfer import _rehash
+    from tests.api.test_transfer import exported_lines, import_tampered
 
     settings.MEDIA_ROOT = tmp_path / "media"
     theirs = services.create_session(user=other_user, title="theirs")
@@ -561,17 +554,11 @@ def test_an_imported_tool_parts_stored_output_is_read_from_its_own_session_only(
     state.update(metadata=metadata, time={"start": at, "end": at})
     part = {"message_id": reply, "type": "tool", "call_id": "c1", "tool": "x", "state": state}
     services.update_part(session=session, part=part)
-    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
-    lines = [json.loads(line) for line in body.splitlines()]
+    lines = exported_lines(api, session.pk)
     (tool,) = [e for e in lines[1:] if e["type"] == "part.updated"]
     traversal = f"../../t{theirs.tenant_id}/{theirs.pk}/prt_secret"
     tool["data"]["state"]["metadata"]["output_file"]["part_id"] = traversal
-    imported = api.generic(
-        "POST",
-        "/api/sessions/import/",
-        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
-        content_type="application/x-ndjson",
-    )
+    imported = import_tampered(api, lines)
     assert imported.status_code == 201, imported.content
     copy_id = imported.json()["id"]
     history = api.get(f"/api/sessions/{copy_id}/messages/").json()["results"]

@@ -118,6 +118,22 @@ def _rehash(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return lines
 
 
+def exported_lines(api: Any, session_id: str) -> list[dict[str, Any]]:
+    """A session's export, as its header and events."""
+    body = b"".join(api.get(f"/api/sessions/{session_id}/export/").streaming_content)
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def import_tampered(api: Any, lines: list[dict[str, Any]], query: str = "") -> Any:
+    """Import an export edited by hand, its hash chain recomputed (:func:`_rehash`)."""
+    return api.generic(
+        "POST",
+        f"/api/sessions/import/{query}",
+        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
+        content_type="application/x-ndjson",
+    )
+
+
 def _data_of(kind: str, **change: Any) -> Any:
     def tamper(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         event = next(e for e in lines[1:] if e["type"] == kind)
