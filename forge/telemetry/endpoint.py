@@ -32,8 +32,14 @@ def _networks(allow: tuple[str, ...]) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(item, strict=False) for item in allow)
 
 
+def _token() -> str:
+    """The configured token, without the white space around it: one read from a file
+    (a Kubernetes secret, ``echo … > env``) ends with a newline no header carries."""
+    return (settings.FORGE_METRICS_TOKEN or "").strip()
+
+
 def allowed(request: HttpRequest) -> bool:
-    token = settings.FORGE_METRICS_TOKEN
+    token = _token()
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if token and scheme.lower() == "bearer":  # schemes are case-insensitive (RFC 9110)
         return hmac.compare_digest(credentials.strip().encode(), token.encode())
@@ -44,6 +50,10 @@ def allowed(request: HttpRequest) -> bool:
         peer = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
     except ValueError:
         return False
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+        # A server bound to "::" (dual stack) sees an IPv4 client as ::ffff:a.b.c.d,
+        # which no IPv4 network holds: the scraper at 10.1.2.3 was refused (QA).
+        peer = peer.ipv4_mapped
     return any(peer in network for network in _networks(allow))
 
 
@@ -70,7 +80,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
             "metrics need Authorization: Bearer <FORGE_METRICS_TOKEN> "
             "or an address in FORGE_METRICS_ALLOW"
         )
-        if not settings.FORGE_METRICS_TOKEN:  # no credentials would let this one in
+        if not _token():  # no credentials would let this one in
             return JsonResponse({"error": {"code": "forbidden", "message": message}}, status=403)
         response = JsonResponse(
             {"error": {"code": "not_authenticated", "message": message}}, status=401

@@ -79,6 +79,27 @@ def test_an_allowed_address_needs_no_token(client, settings):
     assert client.post("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 405
 
 
+def test_an_ipv4_peer_of_a_dual_stack_server_is_matched_as_ipv4(client, settings):
+    """QA: daphne bound to ``::`` (dual stack) sees an IPv4 scraper as ``::ffff:a.b.c.d``,
+    which no IPv4 network in FORGE_METRICS_ALLOW held: Prometheus at 10.1.2.3 got 403
+    with ``FORGE_METRICS_ALLOW=10.0.0.0/8``."""
+    settings.FORGE_METRICS_TOKEN = ""
+    settings.FORGE_METRICS_ALLOW = ["10.0.0.0/8"]
+    assert client.get("/metrics", REMOTE_ADDR="::ffff:10.1.2.3").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="::ffff:192.168.1.2").status_code == 403
+
+
+def test_a_token_read_with_a_trailing_newline_still_matches(client, settings):
+    """QA: a token put in the environment from a file (a Kubernetes secret, an env file
+    written by ``echo``) kept its newline, which no ``Authorization`` header carries
+    (Prometheus trims its ``credentials_file``): every scrape was 401."""
+    settings.FORGE_METRICS_TOKEN = f"{TOKEN}\n"
+    settings.FORGE_METRICS_ALLOW = []
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    settings.FORGE_METRICS_TOKEN = " \n"  # blank: no token, so no credentials help
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403
+
+
 def test_a_bad_network_in_the_allow_list_stops_the_process_at_start(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
