@@ -102,6 +102,20 @@ def test_rebuild_gives_what_recording_gave_and_is_idempotent(session, user, othe
     assert rows() == recorded
 
 
+def test_rebuild_rounds_each_reply_as_recording_did(session):
+    """QA: a step's cost has 10 places, the table keeps nanos. Recording rounds each
+    reply to nanos; the rebuild summed a key's replies first and rounded once, so
+    replies of 37.5 nanos (1 token at $0.0375 a million: prices with a fourth decimal
+    are common) were 38 + 38 live and 75 rebuilt, and every rebuild moved the table."""
+    for _ in range(2):
+        opened, done = reply(session, steps=[{"tokens": {"input": 1}, "cost": 0.0000000375}])
+        record(session, opened, done)
+    recorded = rows()
+    assert [row[10] for row in recorded] == [76]  # cost_nanos, each reply rounded
+    assert rebuild_usage() == 2
+    assert rows() == recorded
+
+
 def test_a_deleted_sessions_usage_survives_the_rebuild(session, user):
     """A third-round finding: the table kept a deleted session's usage, but
     ``rebuild_usage`` (the fold of the logs that remain) dropped it, and with it what
