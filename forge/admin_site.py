@@ -64,7 +64,7 @@ def chart(days: list[Any]) -> SafeString:
         CHART_HEIGHT,
         bars,
         labels,
-        f"{top:.4f}" if by_cost else int(top),
+        f"{top:.6f}" if by_cost else int(top),  # as the bars' titles (four read 0.0000)
     )
 
 

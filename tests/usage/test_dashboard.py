@@ -185,3 +185,17 @@ def test_a_failure_behind_many_newer_aborts_is_still_listed(admin_client, busy):
         record_reply(session=busy, info=done)
     failures = admin_client.get(reverse("admin:index")).context["dashboard"].recent_failures
     assert [f["name"] for f in failures] == ["ProviderError"]
+
+
+def test_the_charts_scale_names_a_small_cost_as_the_bars_do():
+    """QA: the chart's scale was written with four places, so a demo's days of
+    ~0.00001 each read "max 0.0000" over bars of full height (their titles, the
+    totals and the tables write six)."""
+    from decimal import Decimal
+
+    from forge.admin_site import chart
+    from forge.dashboard import Day
+
+    svg = chart([Day(dt.date(2026, 12, 6)), Day(dt.date(2026, 12, 7), 3, Decimal("0.0000273"))])
+    assert "turns, cost 0.000027</title>" in svg
+    assert ">max 0.000027</text>" in svg
