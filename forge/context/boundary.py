@@ -35,9 +35,12 @@ def record_compaction(
     tokens: dict[str, int] | None = None,
     cost: float = 0.0,
     on_summary: Callable[[Mapping[str, Any]], Any] | None = None,
+    speaker_id: int | None = None,
 ) -> dict[str, Any]:
     """Log a boundary; returns the marker ``{message_id, parent_id, tail_start_id, auto}``.
-    ``tokens`` / ``cost``: what the summary model's call used and cost."""
+    ``tokens`` / ``cost``: what the summary model's call used and cost. ``speaker_id``:
+    the user whose turn compacts (the summary's ``user_id``: usage bills the call to
+    them; none, the session's owner)."""
     provider, _, model_name = model.partition("/")
     model_info = {"provider": provider, "model": model_name}
     user_id, summary_id = new_message_id(), new_message_id()
@@ -66,6 +69,7 @@ def record_compaction(
                 "agent": agent,
                 "model": model_info,
                 "summary": True,
+                **({} if speaker_id is None else {"user_id": speaker_id}),
             },
         )
         services.update_part(

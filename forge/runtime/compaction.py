@@ -337,9 +337,12 @@ async def compact(
     overflow: bool,
     agent: str = "",
     keep_from: str | None = None,
+    speaker_id: int | None = None,
 ) -> dict[str, Any]:
     """Plan, summarize and log one boundary; returns its marker. The caller holds the
-    session's lease. ``NothingToCompact`` / ``CompactionFailed``: nothing written."""
+    session's lease. ``NothingToCompact`` / ``CompactionFailed``: nothing written.
+    ``speaker_id``: the user whose turn compacts, billed for the summary (None: the
+    session's owner, as a manual compaction is)."""
     chosen = await db(plan)(session, keep_from=keep_from)
     summary, usage = await summarize(chosen.to_summarize)
     return dict(
@@ -354,6 +357,7 @@ async def compact(
             tokens=usage.as_tokens(),
             cost=price(settings.FORGE_SMALL_MODEL, usage),
             on_summary=lambda info: record_summary(session=session, info=info),
+            speaker_id=speaker_id,
         )
     )
 

@@ -416,6 +416,9 @@ async def _compact_or_fail(turn: Turn, why: str) -> Compaction:
             overflow=True,
             agent=turn.agent.name,
             keep_from=turn.user_message_id,
+            # The turn's speaker pays for it, as for the turn's replies (it was the
+            # owner's: a teammate's turns spent on the owner's budget; QA).
+            speaker_id=None if turn.speaker is None else int(str(turn.speaker.pk)),
         )
     except NothingToCompact as exc:
         logger.info("session %s: not compacted: %s", turn.session.pk, exc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -192,6 +193,41 @@ async def test_a_compactions_summary_counts_its_tokens_and_cost_but_no_turn(
     assert cost > was[8]  # priced as the small model's call
     await sync_to_async(rebuild_usage)()
     assert await sync_to_async(rows)() == after  # the table is the fold of the logs
+
+
+async def test_an_automatic_compaction_counts_for_the_speaker_whose_turn_ran_it(
+    session, user, agents, settings
+):
+    """QA: the summary of a compaction that a turn runs (the window overflowed) was
+    billed to the session's owner, whoever spoke: a teammate's turns in Alice's long
+    session spent on Alice's row and her budget, and the teammate's own budget missed
+    them. It counts for the turn's speaker, as the turn's replies do (rebuilt alike)."""
+    from accounts.models import Membership, User
+    from sessions.models import SessionEvent
+
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    settings.FORGE_CONTEXT_LIMIT_DEFAULT = 600
+    settings.FORGE_OUTPUT_RESERVE = 50
+    settings.FORGE_COMPACT_TAIL_TOKENS = 80
+    settings.FORGE_AUTO_COMPACT = True
+
+    def teammate() -> Any:
+        mate = User.objects.create_user(username="carol", password="pw-carol-123")
+        Membership.objects.create(tenant=session.tenant, user=mate)
+        return mate
+
+    carol = await sync_to_async(teammate)()
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike"
+    for n in range(8):
+        started = await start_turn(session=session, text=f"turn {n} {words} {words}", speaker=carol)
+        await asyncio.wait_for(started.task, timeout=30)
+    compacted = SessionEvent.objects.filter(session=session, type="session.compacted")
+    assert await sync_to_async(compacted.exists)(), "the window overflowed: a compaction ran"
+    recorded = await sync_to_async(rows)()
+    assert {row[0] for row in recorded} == {carol.pk}  # nothing billed to the owner
+    await sync_to_async(rebuild_usage)()
+    assert await sync_to_async(rows)() == recorded
 
 
 async def test_a_sessions_title_counts_its_model_call(user, agents, script, settings):
