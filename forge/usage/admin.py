@@ -95,7 +95,9 @@ class BudgetForm(forms.ModelForm):
                 )
             except InvalidBudget as exc:
                 self.add_error(name, str(exc))
-        if not data.get("monthly_tokens") and not data.get("monthly_cost"):
+        mistyped = self.has_error("monthly_tokens") or self.has_error("monthly_cost")
+        if not mistyped and not data.get("monthly_tokens") and not data.get("monthly_cost"):
+            # (Not for a limit refused above: it was typed, and also called missing; QA.)
             raise forms.ValidationError("set a monthly limit in tokens, in cost, or both")
         return data
 

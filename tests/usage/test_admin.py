@@ -123,3 +123,15 @@ def test_the_budget_form_does_not_list_every_user(client, tenant, user, other_us
         {"tenant": tenant.pk, "user": other_user.pk, "monthly_tokens": "5"},
     )
     assert "user" in refused.context["adminform"].form.errors
+
+
+def test_a_mistyped_limit_is_not_also_called_missing(admin_client, tenant):
+    """QA: a limit the form refused ("-1", "many") was reported twice, the second time
+    as "set a monthly limit in tokens, in cost, or both", as if none had been typed."""
+    url = reverse("admin:forge_budget_add")
+    for bad in ({"monthly_tokens": "-1"}, {"monthly_cost": "many"}, {"monthly_tokens": "\u0663"}):
+        page = admin_client.post(url, {"tenant": tenant.pk, **bad})
+        form = page.context["adminform"].form
+        assert list(form.errors) == list(bad), form.errors
+        assert "set a monthly limit" not in page.text
+    assert not Budget.objects.exists()
