@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest
 
@@ -18,7 +18,7 @@ from accounts.models import Tenant, User
 from forge.models import Budget, Usage
 
 from . import selectors
-from .budgets import plain
+from .budgets import plain, unpriced_warning
 from .services import InvalidBudget, clean_limit
 
 
@@ -123,6 +123,12 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
                     memberships__tenant_id__in=tenant_ids(request)
                 ).distinct()
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Budget, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        warning = unpriced_warning() if obj.monthly_cost is not None else None
+        if warning:
+            self.message_user(request, f"Saved, but {warning}.", messages.WARNING)
 
     def _use(self, obj: Budget) -> tuple[int, Any]:
         """The month's use, read once per row (both columns show it)."""

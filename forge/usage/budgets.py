@@ -75,6 +75,29 @@ def plain(value: Any) -> str:
     return text
 
 
+def unpriced_models() -> list[str]:
+    """The models this server calls (``FORGE_MODEL``, ``FORGE_SMALL_MODEL``, the agents'
+    own) that ``FORGE_MODEL_PRICES`` gives no price: their calls cost 0, so a limit in
+    cost never counts them (``set_budget`` and the admin say so when one is set)."""
+    from forge.models import Agent
+
+    models = {settings.FORGE_MODEL, settings.FORGE_SMALL_MODEL}
+    models |= set(Agent.objects.exclude(model="").values_list("model", flat=True))
+    prices = settings.FORGE_MODEL_PRICES
+    return sorted(m for m in models if m and not any((prices.get(m) or {}).values()))
+
+
+def unpriced_warning() -> str | None:
+    """What an operator who sets a cost limit should know, when some model is unpriced."""
+    unpriced = unpriced_models()
+    if not unpriced:
+        return None
+    return (
+        f"FORGE_MODEL_PRICES has no price for {', '.join(unpriced)}: their calls cost 0, "
+        "and a limit in cost does not count them"
+    )
+
+
 def _resets_at(now: dt.datetime) -> dt.datetime:
     start = selectors.month_start(now)
     return dt.datetime.combine(selectors.next_month(start), dt.time(), tzinfo=dt.UTC)

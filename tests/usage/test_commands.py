@@ -103,3 +103,41 @@ def test_ctrl_c_ends_rebuild_usage_with_a_message_not_a_traceback(db, monkeypatc
     monkeypatch.setattr(rebuild_usage, "rebuild_usage", interrupted)
     with pytest.raises(CommandError, match=r"interrupted; .* run it again"):
         call_command("rebuild_usage")
+
+
+def test_a_cost_limit_warns_of_models_without_a_price(tenant, user, settings, admin_client):
+    """QA: a model FORGE_MODEL_PRICES does not price (any openai/<model> of a vLLM or
+    Ollama server but four) costs 0, so a cost limit never refused its replies, while
+    set_budget and the admin said "budget of tenant acme: 10 cost a month" and nothing
+    else. The limit is set, and both say which models it does not count."""
+    from django.urls import reverse
+
+    settings.FORGE_MODEL = "openai/llama3"
+    settings.FORGE_SMALL_MODEL = "offline/echo"
+    out, err = StringIO(), StringIO()
+    call_command("set_budget", "--tenant", "acme", "--monthly-cost", "10", stdout=out, stderr=err)
+    assert "10 cost a month" in out.getvalue()
+    assert "no price for openai/llama3" in err.getvalue()
+    assert "offline/echo" not in err.getvalue()  # priced
+    err = StringIO()
+    call_command(
+        "set_budget",
+        "--tenant",
+        "acme",
+        "--monthly-tokens",
+        "5",
+        "--monthly-cost",
+        "0",
+        stdout=StringIO(),
+        stderr=err,
+    )
+    assert err.getvalue() == ""  # tokens only: nothing to warn of
+    Budget.objects.all().delete()
+    page = admin_client.post(
+        reverse("admin:forge_budget_add"), {"tenant": tenant.pk, "monthly_cost": "3"}, follow=True
+    )
+    assert "no price for openai/llama3" in page.text
+    settings.FORGE_MODEL = "offline/echo"
+    err = StringIO()
+    call_command("set_budget", "--tenant", "acme", "--monthly-cost", "10", stdout=out, stderr=err)
+    assert err.getvalue() == ""

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Membership, Tenant
 from forge.models import Budget
-from forge.usage.budgets import plain
+from forge.usage.budgets import plain, unpriced_warning
 from forge.usage.services import KEEP, InvalidBudget, set_budget
 
 
@@ -69,3 +69,6 @@ class Command(BaseCommand):
             "no cost limit" if budget.monthly_cost is None else f"{plain(budget.monthly_cost)} cost"
         )
         self.stdout.write(f"budget of {whose}: {tokens}, {cost} a month")
+        warning = unpriced_warning() if budget.monthly_cost is not None else None
+        if warning:  # (the limit was taken, and would never refuse these models' calls)
+            self.stderr.write(f"warning: {warning}")
