@@ -109,7 +109,7 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
     # took 7-11 s; QA). The autocomplete reads the users' admin list (the view_user
     # permission), scoped to the operator's tenants as the choices below are.
     autocomplete_fields = ("user",)
-    list_display = ("tenant", "user", "monthly_tokens", "tokens_used", "monthly_cost", "cost_used")
+    list_display = ("tenant", "user", "monthly_tokens", "tokens_used", "cost_limit", "cost_used")
     list_select_related = ("tenant", "user")
     list_filter = (("tenant", RelatedOnlyFilter),)
     search_fields = ("tenant__name", "user__username")
@@ -143,6 +143,11 @@ class BudgetAdmin(TenantScopedAdmin, admin.ModelAdmin):
     @admin.display(description="tokens used this month")
     def tokens_used(self, obj: Budget) -> int:
         return self._use(obj)[0]
+
+    @admin.display(description="monthly cost", ordering="monthly_cost")
+    def cost_limit(self, obj: Budget) -> str:
+        # As its use beside it (the column's ten places showed 100 as 100.0000000000).
+        return "-" if obj.monthly_cost is None else plain(obj.monthly_cost)
 
     @admin.display(description="cost used this month")
     def cost_used(self, obj: Budget) -> str:

@@ -135,3 +135,12 @@ def test_a_mistyped_limit_is_not_also_called_missing(admin_client, tenant):
         assert list(form.errors) == list(bad), form.errors
         assert "set a monthly limit" not in page.text
     assert not Budget.objects.exists()
+
+
+def test_the_budget_list_writes_the_cost_limit_as_its_use(admin_client, tenant):
+    """QA: the list showed a limit of 100 as "100.0000000000" (the column's ten places)
+    beside its use written plainly ("0.0000091")."""
+    Budget.objects.create(tenant=tenant, monthly_cost="100")
+    listing = admin_client.get(reverse("admin:forge_budget_changelist"))
+    assert '<td class="field-cost_limit">100</td>' in listing.text
+    assert "100.0000000000" not in listing.text
