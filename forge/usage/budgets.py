@@ -33,7 +33,7 @@ from django.db import connection
 from accounts.exceptions import ForgeError
 from accounts.models import Tenant
 from accounts.times import format_time
-from forge.models import NANOS
+from forge.models import NANOS, Agent
 
 from . import selectors, services
 
@@ -79,8 +79,6 @@ def unpriced_models() -> list[str]:
     """The models this server calls (``FORGE_MODEL``, ``FORGE_SMALL_MODEL``, the agents'
     own) that ``FORGE_MODEL_PRICES`` gives no price: their calls cost 0, so a limit in
     cost never counts them (``set_budget`` and the admin say so when one is set)."""
-    from forge.models import Agent
-
     models = {settings.FORGE_MODEL, settings.FORGE_SMALL_MODEL}
     models |= set(Agent.objects.exclude(model="").values_list("model", flat=True))
     prices = settings.FORGE_MODEL_PRICES
