@@ -9,11 +9,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest
+from django.utils.text import smart_split, unescape_string_literal
 
 from accounts.admin import ReadOnlyAdmin, RelatedOnlyFilter, TenantScopedAdmin
-from accounts.admin_scope import sees_all, tenant_ids
+from accounts.admin_scope import SEARCH_WORDS_MAX, sees_all, tenant_ids
 from accounts.models import Tenant, User
 from forge.models import Budget, Usage
 
@@ -40,7 +41,9 @@ class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
         "tool_calls",
     )
     list_filter = ("day", "agent", "model", ("tenant", RelatedOnlyFilter))
-    search_fields = ("user__username", "agent", "model")
+    # The user by the name each row shows (``get_search_results``): ``user__username``
+    # joined the users' table, and a search by agent dropped a deleted user's rows (QA).
+    search_fields = ("agent", "model")
     # Not the user: a row keeps a deleted user's id (no foreign key constraint), and the
     # join dropped such rows from the list (QA). Their names come with the page's rows.
     list_select_related = ("tenant",)
@@ -50,6 +53,23 @@ class UsageAdmin(TenantScopedAdmin, ReadOnlyAdmin, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> Any:
         names = User.objects.filter(pk=OuterRef("user_id")).values("username")[:1]
         return super().get_queryset(request).annotate(username=Subquery(names))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Usage], search_term: str
+    ) -> tuple[QuerySet[Usage], bool]:
+        """Each word (the first :data:`SEARCH_WORDS_MAX`, as every list reads) in the
+        user's name, the agent or the model, the name read as the list shows it: the
+        rows of a user deleted since stay (Django's search joined the users' table)."""
+        words = [
+            word for _, word in zip(range(SEARCH_WORDS_MAX), smart_split(search_term), strict=False)
+        ]
+        for word in words:
+            if len(word) > 1 and word[0] in "\"'" and word[-1] == word[0]:
+                word = unescape_string_literal(word)
+            queryset = queryset.filter(
+                Q(username__ucontains=word) | Q(agent__ucontains=word) | Q(model__ucontains=word)
+            )
+        return queryset, False
 
     @admin.display(description="user", ordering="username")
     def user_shown(self, obj: Usage) -> str:

@@ -176,6 +176,27 @@ def test_a_deleted_users_usage_still_shows(admin_client, tenant, busy):
     assert f"user {dave_id}" in listed.text
 
 
+def test_a_search_of_the_usage_list_keeps_a_deleted_users_rows(admin_client, tenant, busy):
+    """QA: the list kept a deleted user's rows, but a search (by agent, model or user)
+    joined the users' table and dropped them: searching "build" listed 1 of 2 rows. The
+    user is searched by the name each row shows."""
+    from accounts.models import Membership, User
+    from sessions.models import Session
+    from sessions.services import create_session
+
+    dave = User.objects.create_user(username="dave", password="pw-dave-123")
+    Membership.objects.create(tenant=tenant, user=dave)
+    _opened, done = reply(create_session(user=dave), steps=[{"tokens": {"input": 9}, "cost": 5}])
+    record_reply(session=Session.objects.get(user=dave), info=done)
+    dave.delete()
+    url = reverse("admin:forge_usage_changelist")
+    assert admin_client.get(url, {"q": "build"}).context["cl"].result_count == 2
+    assert admin_client.get(url, {"q": "alice"}).context["cl"].result_count == 1
+    assert admin_client.get(url, {"q": "dave"}).context["cl"].result_count == 0
+    assert admin_client.get(url, {"q": 'alice "offline/echo"'}).context["cl"].result_count == 1
+    assert admin_client.get(url, {"q": " ".join(["build"] * 1000)}).status_code == 200
+
+
 def test_a_failure_behind_many_newer_aborts_is_still_listed(admin_client, busy):
     """The list read the newest 50 replies with any error, then dropped the aborted ones:
     fifty aborts newer than a failure hid it, under a header that counted it (QA)."""
