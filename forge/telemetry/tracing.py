@@ -18,8 +18,9 @@ The spans of one reply (a turn):
   span with those ids; a process that resumes it exports a child of it. A subtask's
   reply is a trace of its own, its root linked to the parent's ``execute_tool task``
   span. An aborted turn's span has ``forge.aborted`` (and ``forge.abort_reason``:
-  ``user``, or ``cancelled`` for a lost lease or a shutdown); a failed one an error
-  status and ``error.type``.
+  ``user``, ``lease`` for a lost lease, ``shutdown``, or ``cancelled`` for any other
+  cancellation, as ``forge.runtime.steps`` marks it); a failed one an error status and
+  ``error.type``.
 * ``step {n}``: one model call and the tools it asked for.
 * ``chat {model}``: the model call (``gen_ai.operation.name`` ``chat``,
   ``gen_ai.provider.name``, ``gen_ai.request.model``, ``gen_ai.usage.*``,
