@@ -250,7 +250,10 @@ class ToolCalls:
                 try:
                     result = await tools.execute(tool, args, context)
                 except ToolError as exc:
-                    tracing.failed(span, "ToolError", str(exc)[:200])
+                    # Its message quotes the call (a path, a query): content, sent
+                    # only where content is (QA).
+                    said = str(exc)[:200] if tracing.capturing_content() else ""
+                    tracing.failed(span, "ToolError", said)
                     raise
         except ToolError as exc:
             await self.tool_error(call_id, call, exc, args=args)

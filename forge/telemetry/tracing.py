@@ -272,6 +272,9 @@ def tool_call(*, tool: str, call_id: str) -> Any:
     tracer = _tracer()
     if tracer is None:
         return contextlib.nullcontext(None)
+    # A tool's error quotes the call (a path, a query): the SDK's own recording of the
+    # exception (its message, an event with the stack) only where content goes (QA).
+    content = capturing_content()
     return tracer.start_as_current_span(
         f"execute_tool {tool}",
         attributes={
@@ -279,10 +282,14 @@ def tool_call(*, tool: str, call_id: str) -> Any:
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": call_id,
         },
+        record_exception=content,
+        set_status_on_exception=content,
     )
 
 
 def failed(current: Span | None, error_type: str, message: str = "") -> None:
+    """Mark ``current`` failed: ``error.type``, and an error status described by
+    ``message`` (none without one: the type is the attribute's already)."""
     if current is not None:
         current.set_attribute("error.type", error_type)
-        current.set_status(Status(StatusCode.ERROR, message or error_type))
+        current.set_status(Status(StatusCode.ERROR, message or None))

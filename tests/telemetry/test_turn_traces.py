@@ -64,6 +64,10 @@ async def test_a_tool_turn_is_one_trace_with_genai_attributes(session, agents, s
     (tool,) = [s for s in found if s.name.startswith("execute_tool")]
     assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
     assert tool.attributes["error.type"] == "ToolError"  # no such file
+    # The tool's error names what the model asked for (a path): content, kept out of
+    # the span while content capture is off (QA).
+    assert tool.status.description is None
+    assert not tool.events  # nor the exception's event, which repeats it
     assert {s.context.trace_id for s in found} == {turn.context.trace_id}
 
 
