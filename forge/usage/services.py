@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from accounts.models import Tenant, User
 from forge.models import (
@@ -327,8 +327,26 @@ def set_budget(
     """Set the monthly limits of ``tenant`` (or of ``user`` in it); a limit not given
     (``KEEP``) stays as it is. A limit of 0 or None is no limit; with neither left, the
     budget is removed (None is returned). Raises :class:`InvalidBudget` for a negative
-    or non-numeric limit, before changing anything."""
-    budget = Budget.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    or non-numeric limit, before changing anything.
+
+    Two first budgets of one tenant or user set at once (two operators, two commands)
+    both found no row: the second insert broke the unique constraint, a traceback from
+    the command and a 500 in the admin. It is set again, over the row the other made."""
+    try:
+        with transaction.atomic():
+            return _set_budget(tenant, user, monthly_tokens, monthly_cost)
+    except IntegrityError:
+        return _set_budget(tenant, user, monthly_tokens, monthly_cost)
+
+
+def _locked_budget(tenant: Tenant, user: User | None) -> Budget | None:
+    return Budget.objects.select_for_update().filter(tenant=tenant, user=user).first()
+
+
+def _set_budget(
+    tenant: Tenant, user: User | None, monthly_tokens: Any, monthly_cost: Any
+) -> Budget | None:
+    budget = _locked_budget(tenant, user)
     tokens = (
         (budget.monthly_tokens if budget else None)
         if monthly_tokens is KEEP

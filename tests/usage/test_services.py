@@ -173,6 +173,31 @@ def test_set_budget_validates_and_keeps_what_is_not_given(tenant, user):
     assert list(Budget.objects.values_list("user", flat=True)) == [user.pk]
 
 
+def test_two_first_budgets_set_at_once_both_take(tenant, user, monkeypatch):
+    """QA: two first ``set_budget`` of one tenant at once both read no row; the second's
+    insert broke the unique constraint (a traceback from the command, a 500 in the
+    admin). Here this call's read misses the row the other made (committed between
+    that read and this call's insert): this call's limit is set over it, and what it
+    did not give is the other's."""
+    from forge.usage import services
+
+    read = services._locked_budget
+    raced: list[bool] = []
+
+    def before_the_other(tenant: Any, user: Any) -> Any:
+        if not raced:
+            raced.append(True)
+            return None
+        return read(tenant, user)
+
+    Budget.objects.create(tenant=tenant, monthly_cost=Decimal("3"))  # the other's
+    monkeypatch.setattr(services, "_locked_budget", before_the_other)
+    budget = set_budget(tenant=tenant, monthly_tokens=500)
+    assert budget is not None
+    assert (budget.monthly_tokens, budget.monthly_cost) == (500, Decimal("3"))
+    assert Budget.objects.filter(tenant=tenant).count() == 1
+
+
 def test_a_used_up_budget_refuses_with_when_it_resets(session, user):
     now = dt.datetime.now(dt.UTC)
     check_budget(tenant=session.tenant, user_id=user.pk)  # no budget: nothing to check
