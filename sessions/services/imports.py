@@ -323,7 +323,7 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
     messages: dict[str, dict[str, Any]] = {}
     parts: dict[str, dict[str, Any]] = {}
     event_ids: set[Any] = set()
-    for event in events:
+    for index, event in enumerate(events):
         seq = event.get("seq")
         where = f"seq {seq!r}"
         try:
@@ -340,6 +340,8 @@ def check_canonical(events: list[dict[str, Any]]) -> None:
             data = event["data"]
             if not isinstance(data, dict):
                 raise ValueError("data must be an object")
+            if index and event["type"] == "session.created":  # no write entry logs another
+                raise ValueError("session.created is the log's first event only")
             nul = nul_path(event, "event")
             if nul is not None:  # the log stores none (services.append), on any stack
                 raise ValueError(f"{nul} holds a NUL character (U+0000)")
@@ -396,8 +398,12 @@ def _canonical(
     # was returned as given, so one with extra keys passed (and was logged with them).
     if kind == "message.removed":
         messages.pop(data["message_id"])
+        for part_id in [k for k, p in parts.items() if p["message_id"] == data["message_id"]]:
+            del parts[part_id]  # removed with their message, as ``remove_message`` does
         return {"session_id": session_id, "message_id": data["message_id"]}
     if kind == "part.removed":
+        if data["part_id"] not in parts:
+            raise ValueError(f"no part {data['part_id']!r} before it")
         part = parts.pop(data["part_id"])
         return {
             "session_id": session_id,

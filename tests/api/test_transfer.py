@@ -401,6 +401,22 @@ def _tool_input(given: dict[str, Any]) -> Any:
     return tamper
 
 
+def _part_removed_after_its_message(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last prompt removed (its parts with it), then one of its parts removed again:
+    ``remove_part`` refuses that (404), so no log holds it."""
+    session_id = lines[1]["session_id"]
+    prompt = [e for e in lines[1:] if e["data"].get("role") == "user"][-1]["data"]["id"]
+    part = next(e for e in lines[1:] if e["data"].get("message_id") == prompt)["data"]["id"]
+    lines = _with_event("message.removed", {"session_id": session_id, "message_id": prompt})(lines)
+    lines[-1]["id"] = "evt_removed"
+    removal = {"session_id": session_id, "message_id": prompt, "part_id": part}
+    return _with_event("part.removed", removal)(lines)
+
+
+def _session_created_again(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return _with_event("session.created", dict(lines[1]["data"]))(lines)
+
+
 BAD_BLOCKS: list[tuple[str, dict[str, Any]]] = [
     ("blocks-null", {"blocks": None}),
     ("blocks-string", {"blocks": "x"}),
@@ -462,6 +478,10 @@ MALFORMED = [
     ),
     # A second-round finding: each of these was imported (201), and the session's
     # context/, prompts, fork or compact answered 500 ever after.
+    # QA (LOW): each was imported event by event and refused half-way by a write entry:
+    # a 404 ``not_found`` ("no part …") and a 400 ``invalid_event``, not ``log_integrity``.
+    ("part-removed-after-its-message", _part_removed_after_its_message, True, "no part"),
+    ("session-created-twice", _session_created_again, True, "first event only"),
     *((name, _with_event("context.updated", data), True, "data") for name, data in BAD_BLOCKS),
     *((name, _with_event("session.compacted", data), True, "data") for name, data in BAD_MARKERS),
 ]
