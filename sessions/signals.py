@@ -18,12 +18,14 @@ or not at all. The application ends the replies the log left open on it; once th
 receivers ran, the import marks everything logged so far as copied
 (``Session.copied_through``), which usage never bills.
 
-``part_copying(sender=Session, part, session)``: sent for each part a copy is about to
-write (a fork, an import's copy), inside its transaction, with ``part`` the copy's
-part (its ids already renamed: :func:`sessions.services.transfer.remap_ids`) and
-``session`` the copy. A receiver may return the part to write instead (the last
+``part_copying(sender=Session, part, session, files)``: sent for each part a copy is about
+to write (a fork, an import's copy), inside its transaction, with ``part`` the copy's
+part (its ids already renamed: :func:`sessions.services.transfer.remap_ids`),
+``session`` the copy and ``files`` a set that lives as long as the copy is made, for
+the receivers' notes. A receiver may return the part to write instead (the last
 answer that is not None wins). The store knows nothing of stored files; the
-application copies a ``file`` part's file to the copy and names it there.
+application copies a ``file`` part's file to the copy and names it there, each stored
+file once per copy.
 
 ``history_copied(sender=Session, source_id, copy, new_ids)``: sent inside the
 transaction of a fork or an import's copy once its history is written, with

@@ -87,7 +87,12 @@ _FILE_URL = re.compile(r"/api/sessions/([A-Za-z0-9_-]{1,64})/files/([A-Za-z0-9_-
 
 
 def on_part_copying(
-    sender: Any, *, part: dict[str, Any], session: Session, **kwargs: Any
+    sender: Any,
+    *,
+    part: dict[str, Any],
+    session: Session,
+    files: set[Any] | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any] | None:
     """``sessions.signals.part_copying``: a part a fork or an import's copy writes
     names its file in the copy, never in another session.
@@ -105,6 +110,10 @@ def on_part_copying(
     link into the server that its parts did not put there. An http(s) link is left as
     it is. A tool part's ``metadata.output_file`` names the copy's part its id was
     renamed to (its bytes travel with that ``file`` part).
+
+    Each stored file is carried once per copy (``files`` notes them): a crafted log of
+    many parts naming one upload had it written again for each (QA: a disk filled by
+    one import); another part naming it names the copy's route too, which answers 404.
     """
     if part.get("type") == "file" and isinstance(part.get("url"), str):
         named = _FILE_URL.fullmatch(part["url"])
@@ -112,9 +121,11 @@ def on_part_copying(
             if part["url"].startswith("/"):  # a path of this server that names no file
                 return {**part, "url": file_url(session.pk, part["id"])}
             return None
-        _copy_stored_file(
-            source_id=named.group(1), source_part=named.group(2), copy=session, part=part
-        )
+        source = (named.group(1), named.group(2))
+        if files is None or source not in files:
+            if files is not None:
+                files.add(source)
+            _copy_stored_file(source_id=source[0], source_part=source[1], copy=session, part=part)
         return {**part, "url": file_url(session.pk, part["id"])}
     state = part.get("state")
     if not isinstance(state, dict) or not isinstance(state.get("metadata"), dict):

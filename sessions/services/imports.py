@@ -470,6 +470,7 @@ def _copy_events(
     message_new_ids: dict[str, str],
 ) -> None:
     writes = CopyWriter(session)
+    files: set[Any] = set()  # the stored files carried (``transfer.carried``)
     for event in events[1:]:
         kind, data = event["type"], remap_ids(event["data"], new_ids)
         data["session_id"] = session.pk
@@ -481,7 +482,7 @@ def _copy_events(
         elif kind == "message.updated":
             writes.add(UpdateMessage(info=data))
         elif kind == "part.updated":
-            writes.add(UpdatePart(part=carried(data, session)))
+            writes.add(UpdatePart(part=carried(data, session, files)))
         elif kind == "message.removed":
             writes.add(RemoveMessage(message_id=data["message_id"]))
         elif kind == "part.removed":

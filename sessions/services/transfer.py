@@ -191,6 +191,7 @@ def _copy_history(session: Session, fork: Session, *, before_message_id: str) ->
     updates = deque(selectors.placed_context_updates(tenant=tenant, session=session))
     new_ids: dict[str, str] = {}  # message ids only: ``rolled_through_moved`` reads it
     writes = CopyWriter(fork)
+    files: set[Any] = set()  # the stored files carried (``carried``)
 
     def updates_before(message_id: str | None) -> None:
         """Write the updates logged before message ``message_id`` was made (all: None)."""
@@ -214,7 +215,7 @@ def _copy_history(session: Session, fork: Session, *, before_message_id: str) ->
         parts = {part["id"]: new_part_id() for part in item["parts"]}
         for part in item["parts"]:
             renamed = remap_ids(part, {**new_ids, **parts})
-            writes.add(UpdatePart(part=carried({**renamed, "session_id": fork.pk}, fork)))
+            writes.add(UpdatePart(part=carried({**renamed, "session_id": fork.pk}, fork, files)))
     updates_before(None)
     writes.flush()
     record_copies(copy=fork, source_id=session.pk, new_ids=new_ids)
@@ -271,10 +272,11 @@ def _output_file(part: dict[str, Any]) -> dict[str, Any] | None:
     return spilled if isinstance(spilled, dict) else None
 
 
-def carried(part: dict[str, Any], copy: Session) -> dict[str, Any]:
+def carried(part: dict[str, Any], copy: Session, files: set[Any]) -> dict[str, Any]:
     """The part a copy writes, as the receivers of ``part_copying`` make it (the
-    application carries a ``file`` part's stored file into the copy)."""
-    for _, answer in part_copying.send(sender=Session, part=part, session=copy):
+    application carries a ``file`` part's stored file into the copy). ``files``: one set
+    per copy, for the receivers to note what they carried (each stored file once)."""
+    for _, answer in part_copying.send(sender=Session, part=part, session=copy, files=files):
         replacement: Any = answer
         if isinstance(replacement, dict):
             part = replacement

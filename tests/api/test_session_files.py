@@ -567,3 +567,35 @@ def test_an_imported_tool_parts_stored_output_is_read_from_its_own_session_only(
     output = _tool_output(api, copy_id, f"history_read {call}")
     assert "globex" not in output
     assert output.startswith("head")  # the logged output: the file is none of this session's
+
+
+def test_an_imported_copy_carries_a_stored_file_once(api, session, agents, tmp_path, settings):
+    """QA (MEDIUM): a copy copied a stored file once per ``file`` part naming it, so a
+    crafted log of many parts all naming one upload of its importer's tenant (a 64 MiB
+    import holds some 200,000) wrote that file again for each: a disk filled from one
+    request. Each stored file is carried once per copy; another part naming it keeps
+    the copy's own route (404), as a file that cannot be carried does."""
+    from tests.api.test_transfer import _with_event, exported_lines, import_tampered
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    _with_a_file(api, session, b"secret")
+    lines = exported_lines(api, session.pk)
+    (upload,) = [
+        e for e in lines[1:] if e["type"] == "part.updated" and e["data"]["type"] == "file"
+    ]
+    for n in range(20):
+        again = {**upload["data"], "id": f"prt_{n:026d}"}
+        lines = _with_event("part.updated", again)(lines)
+        lines[-1]["id"] = f"evt_again{n}"
+    imported = import_tampered(api, lines)
+    assert imported.status_code == 201, imported.content
+    copy_id = imported.json()["id"]
+    stored = Path(
+        default_storage.path(uploads_dir(tenant_id=session.tenant_id, session_id=copy_id))
+    )
+    assert len([p for p in stored.rglob("*") if p.is_file()]) == 1
+    history = api.get(f"/api/sessions/{copy_id}/messages/").json()["results"]
+    parts = [p for item in history for p in item["parts"] if p["type"] == "file"]
+    assert len(parts) == 21
+    served = [part for part in parts if api.get(part["url"]).status_code == 200]
+    assert len(served) == 1
