@@ -924,3 +924,30 @@ def test_export_over_a_file_keeps_its_mode_follows_a_link_and_writes_a_descripto
         "through-fd.jsonl",
     ]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_checks_its_log_before_its_transaction(compacted, user, monkeypatch):
+    """QA (MEDIUM on SQLite): the hash chain and the canonical form were checked inside
+    the import's transaction, whose ``BEGIN IMMEDIATE`` holds SQLite's one write lock:
+    every tenant's writers waited through the checks of a large file too (some 5 s of
+    a 32 MiB one's 13). They read nothing of the database, and run before it now."""
+    from django.db import transaction
+
+    from sessions.services import imports
+
+    inside: list[bool] = []
+
+    def watched(check: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            inside.append(transaction.get_connection().in_atomic_block)
+            return check(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(imports, "verify_chain", watched(imports.verify_chain))
+    monkeypatch.setattr(imports, "check_canonical", watched(imports.check_canonical))
+    events = services.parse_log(list(selectors.export_lines(session=compacted)))
+    copy = services.import_log(user=user, events=events, copy=True)
+    assert inside == [False, False]
+    assert copy.events.count() == len(events)
