@@ -149,7 +149,11 @@ def _copy_stored_file(
     if path is None:
         return False
     name = path.rsplit("/", 1)[-1]
-    with default_storage.open(path, "rb") as source:
+    try:
+        source = default_storage.open(path, "rb")
+    except FileNotFoundError:  # gone since it was found: an import holds no source
+        return False
+    with source:
         default_storage.save(upload_path(copy, part["id"], name), File(source, name=name))
     return True
 

@@ -599,3 +599,33 @@ def test_an_imported_copy_carries_a_stored_file_once(api, session, agents, tmp_p
     assert len(parts) == 21
     served = [part for part in parts if api.get(part["url"]).status_code == 200]
     assert len(served) == 1
+
+
+def test_an_imported_copy_whose_source_file_goes_meanwhile_keeps_its_part(
+    api, session, agents, tmp_path, settings, monkeypatch
+):
+    """QA (LOW): an import does not hold its source (a fork does): a source deleted, its
+    files with it, between the look for the file and its reading failed the whole import
+    with a 500 (``FileNotFoundError``). The part is kept, naming the copy's route (404),
+    as for a file that is gone before."""
+    from forge.runtime import files
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    _with_a_file(api, session, b"secret")
+    body = b"".join(api.get(f"/api/sessions/{session.pk}/export/").streaming_content)
+    found = files.stored_file
+
+    def then_gone(**kwargs: Any) -> str | None:
+        path = found(**kwargs)
+        if path is not None:
+            default_storage.delete(path)  # the source's deletion, committed meanwhile
+        return path
+
+    monkeypatch.setattr(files, "stored_file", then_gone)
+    imported = api.generic(
+        "POST", "/api/sessions/import/", body, content_type="application/x-ndjson"
+    )
+    assert imported.status_code == 201, imported.content
+    part = _file_part(api, imported.json()["id"])
+    assert part["url"] == f"/api/sessions/{imported.json()['id']}/files/{part['id']}/"
+    assert api.get(part["url"]).status_code == 404
