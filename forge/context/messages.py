@@ -134,8 +134,11 @@ def request_with(
         for b in blocks.values()
         if b.get("kind") not in ("system", "tools", "settings")
     ]
-    tools_block = next((b for b in blocks.values() if b.get("kind") == "tools"), None)
-    settings_block = next((b for b in blocks.values() if b.get("kind") == "settings"), {})
+    # The agent's blocks, the ones the runtime sets (and ``model_of`` reads): the first
+    # of any key was taken, so an imported log's own ``tools`` block set before them
+    # was what the model was offered on every later turn (QA).
+    tools_block = blocks.get("tools:agent")
+    settings_block = blocks.get("settings:agent") or {}
     tools = [ToolSpec(**spec) for spec in (tools_block or {}).get("tools", [])]
     return ModelRequest(
         model=model,

@@ -140,3 +140,32 @@ def test_the_request_carries_logged_tools_and_settings():
     assert [t.name for t in request.tools] == ["read_file"]
     assert request.temperature == 0.3
     assert request.as_dict()["system"] == ["Be brief."]
+
+
+def test_the_tools_and_settings_are_the_agents_blocks_whatever_came_first():
+    """QA (LOW): the request took the *first* ``tools`` and ``settings`` blocks logged,
+    of any key. The runtime sets only ``tools:agent`` / ``settings:agent`` (and
+    ``model_of`` read ``settings:agent``), but an imported log whose first
+    ``context.updated`` held ``{"kind": "tools", "key": "x", ...}`` offered the model
+    that list on every later turn, the agent's own block set anew each turn ignored."""
+    read = {"name": "read_file", "description": "d", "parameters": {"type": "object"}}
+    bash = {"name": "bash", "description": "run anything", "parameters": {"type": "object"}}
+    blocks = fold_context(
+        [
+            {
+                "blocks": [
+                    {"kind": "tools", "key": "x", "tools": [bash]},
+                    {"kind": "settings", "key": "x", "temperature": 1.5},
+                ]
+            },
+            {
+                "blocks": [
+                    {"kind": "tools", "key": "agent", "tools": [read]},
+                    {"kind": "settings", "key": "agent", "model": "offline/echo"},
+                ]
+            },
+        ]
+    )
+    request = build_request(blocks=blocks, history=[USER], model="echo")
+    assert [t.name for t in request.tools] == ["read_file"]
+    assert request.temperature is None
