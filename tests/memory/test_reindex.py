@@ -161,3 +161,23 @@ def test_an_embedder_that_cannot_be_reached_to_name_its_model_is_a_clear_error(e
     assert info.value.returncode == 1
     report = json.loads(out.getvalue())
     assert (report["embedded"], report["error"]["code"]) == (0, "embedding_unavailable")
+
+
+def test_fulltext_goes_on_past_a_slice_deleted_during_the_run(tenant, user, espresso, monkeypatch):
+    """A slice deleted while ``--fulltext`` rebuilds it (an operator deleting a core, a
+    user leaving) stopped the rebuild there: the slices after it were never rebuilt, and
+    the report said done, exit 0 (QA)."""
+    from memory import search
+
+    remember(tenant, user, ["An espresso for the explorer."], agent="explore")
+    real = search.index_fulltext
+
+    def deleting_the_first(docs: Any, **kwargs: Any) -> int:
+        done = real(docs, **kwargs)
+        if docs[0].slice_id == espresso.pk:
+            MemorySlice.objects.filter(pk=espresso.pk).delete()
+        return done
+
+    monkeypatch.setattr(search, "index_fulltext", deleting_the_first)
+    report = reindex("--fulltext", "--batch", "1")
+    assert report["fulltext"] == 3  # the deleted one, then the two after it

@@ -123,9 +123,15 @@ class Command(BaseCommand):
                     return done
                 done += search.index_fulltext(docs, rebuild=True)
                 bar.update(len(docs))
-                after = search.slice_created(docs[-1].slice_id)
-                if after is None:  # deleted meanwhile: start again past what was done
-                    return done
+                # Page on from the newest of the batch still there. One deleted meanwhile
+                # has no position: its predecessor's serves (stopping there left every
+                # slice after it unrebuilt, reported done; QA). None of them left: the
+                # same position, whose next page no longer holds them.
+                for doc in reversed(docs):
+                    position = search.slice_created(doc.slice_id)
+                    if position is not None:
+                        after = position
+                        break
 
     def _embed(
         self, core_id: str | None, batch: int, embedder: Embedder, show: bool
