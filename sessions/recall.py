@@ -63,6 +63,20 @@ def _folded(text: str) -> str:
     return text.lower().translate(_UNACCENT)
 
 
+SQLITE_FOLD = "forge_recall_fold"  # _folded, on SQLite (whose lower() folds ASCII only)
+
+
+def register_sqlite_fold(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created``: :data:`SQLITE_FOLD` on each new SQLite connection."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(
+            SQLITE_FOLD,
+            1,
+            lambda value: _folded(value) if isinstance(value, str) else value,
+            deterministic=True,
+        )
+
+
 # Scripts written without spaces between words (Chinese, Japanese), or with particles
 # joined to them (Korean): the index holds a whole run as one token.
 _UNSPACED = re.compile(
@@ -186,14 +200,14 @@ def _scan(cursor: Any, *, session: Session, words: list[str], limit: int, skip: 
                 limit,
             ],
         )
-    else:  # (SQLite's lower() folds ASCII only; its index folds accents already)
-        held = " AND ".join("instr(lower(v.body), %s) > 0" for _ in words)
+    else:  # SQLite's lower() folds ASCII only, and no accents: Python's, as above (QA)
+        held = " AND ".join(f"instr({SQLITE_FOLD}(v.body), %s) > 0" for _ in folded)
         cursor.execute(
             f"SELECT p.message_id, p.id, 0, v.body FROM {_PART_TABLE} p "  # noqa: S608
             f"JOIN {_SQLITE_TEXT_VIEW} v ON v.rowid = p.rowid "
             f"WHERE p.tenant_id = %s AND p.session_id = %s AND p.message_id <> %s AND {held} "
             "ORDER BY p.id DESC LIMIT %s",
-            [session.tenant_id, session.pk, skip, *(word.lower() for word in words), limit],
+            [session.tenant_id, session.pk, skip, *folded, limit],
         )
 
 

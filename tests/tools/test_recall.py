@@ -176,6 +176,29 @@ def test_accented_and_plain_matches_are_found_together(session, history, query):
     assert len(search_history(tenant=session.tenant, session=session, query=query, limit=1)) == 1
 
 
+@pytest.mark.parametrize(
+    ("said", "query"),
+    [
+        ("Le caf\u00e9 \u00e9tait du 咖啡.", "cafe 咖啡"),
+        ("A cafe near 東京 station.", "caf\u00e9 東京"),
+        (
+            "\u041c\u041e\u0421\u041a\u0412\u0410 和 咖啡",
+            "\u043c\u043e\u0441\u043a\u0432\u0430 咖啡",
+        ),  # Moscow
+        ("\u00dcBER den 東京 Turm", "\u00fcber 東京"),
+    ],
+)
+def test_a_cjk_search_folds_case_and_accents_of_its_other_words(session, history, said, query):
+    """QA (LOW): a query with a word in Chinese, Japanese or Korean is matched as
+    substrings (``_scan``); on SQLite its other words were matched with SQLite's
+    ``lower()``, which folds ASCII letters only, and no accents: ``cafe 咖啡`` did not
+    find "café … 咖啡", nor a Cyrillic word in lower case its upper case, as the query without
+    the CJK word (the index) and PostgreSQL do."""
+    said_in = _exchange(session, said, "好的")
+    hits = search_history(tenant=session.tenant, session=session, query=query)
+    assert [hit.message_id for hit in hits] == [said_in]
+
+
 async def test_the_search_leaves_out_the_reply_that_calls_it(session, history):
     """A QA finding: the running call's own input holds the query, so the calling reply's
     tool part was always the first hit."""
