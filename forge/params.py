@@ -42,10 +42,16 @@ def parse_limit(
     maximum: int,
     error: type[ForgeError] = InvalidCursor,
 ) -> int:
-    """An integer from 1 to ``maximum``, or ``default`` when missing; else ``error``."""
-    value = parse_seq(raw, name=name, default=default, error=error)
+    """An integer from 1 to ``maximum``, or ``default`` when missing; else ``error``,
+    naming that range whatever was wrong (QA: ``-1`` was told "a non-negative integer",
+    and then ``0`` "from 1 to …")."""
+    refused = error(f"{name} must be an integer from 1 to {maximum}, got {(raw or '')[:40]!r}")
+    try:
+        value = parse_seq(raw, name=name, default=default, error=error)
+    except error:
+        raise refused from None
     if not 1 <= value <= maximum:
-        raise error(f"{name} must be from 1 to {maximum}")
+        raise refused
     return value
 
 

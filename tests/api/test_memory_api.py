@@ -279,6 +279,19 @@ def test_a_bad_limit_or_offset_without_a_cursor_is_invalid_query_naming_it(api, 
     assert body["message"].startswith(f"{name} must be"), body
 
 
+@pytest.mark.parametrize("limit", ["-1", "abc", "%EF%BC%95", "0"])
+@pytest.mark.parametrize(
+    ("url", "maximum"), [("/api/memory/units/{unit}/?", 1000), ("/api/memory/search/?q=x&", 100)]
+)
+def test_a_bad_limit_says_the_range_it_takes(api, mine, url, maximum, limit):
+    """QA (LOW): ``limit=-1`` was answered "limit must be a non-negative integer", and
+    the client that then sent ``limit=0`` was told "limit must be from 1 to …": the
+    first answer named a range the parameter does not take."""
+    response = api.get(url.format(unit=unit_of(mine).pk) + "limit=" + limit)
+    assert response.status_code == 400, response.content
+    assert f"limit must be an integer from 1 to {maximum}" in error(response)["message"]
+
+
 # --- isolation, methods, auth -----------------------------------------------------------------
 
 
