@@ -181,3 +181,20 @@ def test_fulltext_goes_on_past_a_slice_deleted_during_the_run(tenant, user, espr
     monkeypatch.setattr(search, "index_fulltext", deleting_the_first)
     report = reindex("--fulltext", "--batch", "1")
     assert report["fulltext"] == 3  # the deleted one, then the two after it
+
+
+def test_with_vectors_off_fulltext_is_rebuilt_without_the_embedder(espresso, settings):
+    """QA (LOW): with ``FORGE_MEMORY_VECTORS`` off (full text only, nothing embedded) the
+    command still built the embedder first: with none reachable, ``--fulltext`` rebuilt
+    nothing and said "no embedder" (exit 2); with the offline one, it embedded every
+    slice for nothing. It now rebuilds the full text and says that nothing is embedded."""
+    settings.FORGE_MEMORY_VECTORS = False
+    settings.FORGE_MEMORY_EMBEDDER = "tests.memory.embedders.broken_factory"
+    before = models()
+    err = io.StringIO()
+    out = io.StringIO()
+    call_command("reindex_memory", "--json", "--fulltext", stdout=out, stderr=err)
+    report = json.loads(out.getvalue())
+    assert (report["fulltext"], report["embedded"], report["model"]) == (2, 0, None)
+    assert "FORGE_MEMORY_VECTORS" in err.getvalue()
+    assert models() == before

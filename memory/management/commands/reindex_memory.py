@@ -9,7 +9,8 @@ or embedded by another model (after a change of ``FORGE_EMBEDDING_MODEL`` /
 ones arrive). ``--fulltext`` also rebuilds every slice's full-text entry (after a
 change of the tokenizer). Batches of ``--batch`` slices, each committed on its
 own: a run that stops (Ctrl-C, a failing embedder) keeps what it did, and the
-next run goes on from there; a run with nothing to do changes nothing.
+next run goes on from there; a run with nothing to do changes nothing. With vectors
+off (``FORGE_MEMORY_VECTORS``) nothing is embedded and no embedder is built.
 
 Exit status: 0 done; 1 the embedder failed (the count done so far is printed; run
 again later); 130 interrupted (Ctrl-C: what is left is printed); 2 bad input (an
@@ -61,6 +62,9 @@ class Command(BaseCommand):
         core_id = options["core"]
         if core_id is not None and not MemoryCore.objects.filter(pk=core_id).exists():
             raise CommandError(f"no memory core {core_id!r}", returncode=2)
+        if not search.vectors_enabled():
+            self._without_vectors(core_id, batch, options)
+            return
         try:
             embedder = get_embedder()
         except Exception as exc:
@@ -107,6 +111,23 @@ class Command(BaseCommand):
                 "reindex_memory again later",
                 returncode=1,
             )
+
+    def _without_vectors(self, core_id: str | None, batch: int, options: dict[str, Any]) -> None:
+        """Vectors off (``FORGE_MEMORY_VECTORS``: full text only, nothing embedded): the
+        embedder is not built (QA: with none reachable, ``--fulltext`` rebuilt nothing and
+        exited 2; with the offline one, every slice was embedded for nothing)."""
+        self.stderr.write(
+            "vectors are off (FORGE_MEMORY_VECTORS): nothing is embedded; run with "
+            "FORGE_MEMORY_VECTORS=1 to embed before turning them on"
+        )
+        show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
+        started = time.monotonic()
+        report: dict[str, Any] = {"model": None, "core": core_id}
+        if options["fulltext"]:
+            report["fulltext"] = self._fulltext(core_id, batch, show)
+        report.update(embedded=0, removed=0, left=None, error=None)
+        report["elapsed"] = round(time.monotonic() - started, 3)
+        self._print(report, options)
 
     def _fulltext(self, core_id: str | None, batch: int, show: bool) -> int:
         slices = MemorySlice.objects.all()
@@ -161,6 +182,9 @@ class Command(BaseCommand):
             return
         scope = f"core {report['core']}" if report["core"] else "every core"
         rebuilt = f", full text rebuilt for {report['fulltext']}" if "fulltext" in report else ""
+        if report["model"] is None:  # vectors off
+            self.stdout.write(f"{scope}: no vectors (off){rebuilt}, in {report['elapsed']:.2f} s")
+            return
         self.stdout.write(
             f"{scope}: {report['embedded']} slices embedded with {report['model']}{rebuilt}, "
             f"{report['left']} left, in {report['elapsed']:.2f} s"
