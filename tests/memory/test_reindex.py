@@ -198,3 +198,21 @@ def test_with_vectors_off_fulltext_is_rebuilt_without_the_embedder(espresso, set
     assert (report["fulltext"], report["embedded"], report["model"]) == (2, 0, None)
     assert "FORGE_MEMORY_VECTORS" in err.getvalue()
     assert models() == before
+
+
+def test_fulltext_is_rebuilt_when_the_embedder_cannot_be_reached(espresso, settings):
+    """QA (LOW): the full-text rebuild needs no embedder, but an unreachable one (an
+    OpenAI-compatible server without a set dimension is asked its model's first) stopped
+    ``--fulltext`` before it rebuilt anything."""
+    settings.FORGE_MEMORY_EMBEDDER = ""
+    settings.FORGE_EMBEDDING_MODEL = "openai/text-embedding-3-small"
+    settings.FORGE_EMBEDDING_DIMENSIONS = None
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # nothing listens
+    settings.FORGE_EMBEDDING_TIMEOUT = 2
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="full text rebuilt for 2") as info:
+        call_command("reindex_memory", "--json", "--fulltext", stdout=out, stderr=io.StringIO())
+    assert info.value.returncode == 1
+    report = json.loads(out.getvalue())
+    assert (report["fulltext"], report["embedded"]) == (2, 0)
+    assert report["error"]["code"] == "embedding_unavailable"

@@ -73,24 +73,35 @@ class Command(BaseCommand):
                 "FORGE_EMBEDDING_MODEL)",
                 returncode=2,
             ) from None
+        show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
+        started = time.monotonic()
+        rebuilt: dict[str, int] = {}
+        if options["fulltext"]:  # first: it needs no embedder (QA: one unreachable stopped it)
+            try:
+                rebuilt["fulltext"] = self._fulltext(core_id, batch, show)
+            except KeyboardInterrupt:
+                raise CommandError(
+                    "interrupted while rebuilding the full text; run reindex_memory "
+                    "--fulltext again",
+                    returncode=130,
+                ) from None
         try:
             model = embedder.name  # an OpenAI-compatible one without a set dimension asks
         except EmbeddingError as exc:
             problem = {"code": exc.code, "message": str(exc)}
             if options["json"]:
-                refused = {"model": None, "core": core_id, "embedded": 0, "error": problem}
+                refused = {
+                    "model": None, "core": core_id, "embedded": 0, "error": problem, **rebuilt
+                }  # fmt: skip
                 self.stdout.write(json.dumps(refused, sort_keys=True))
+            done = f" (full text rebuilt for {rebuilt['fulltext']})" if rebuilt else ""
             raise CommandError(
                 f"the embedder could not be reached ({problem['code']}: {problem['message']});"
-                " nothing was embedded: run reindex_memory again later",
+                f" nothing was embedded{done}: run reindex_memory again later",
                 returncode=1,
             ) from None
-        show = sys.stderr.isatty() and options["verbosity"] > 0 and not options["json"]
-        started = time.monotonic()
-        report: dict[str, Any] = {"model": model, "core": core_id}
+        report: dict[str, Any] = {"model": model, "core": core_id, **rebuilt}
         try:
-            if options["fulltext"]:
-                report["fulltext"] = self._fulltext(core_id, batch, show)
             report["embedded"], failure = self._embed(core_id, batch, embedder, show)
         except KeyboardInterrupt:  # Ctrl-C: each batch committed is kept; say what is left
             left = missing(core_id, embedder).count()
