@@ -94,7 +94,8 @@ def dead_step_end(
     ``replay_session --at`` derives it (nothing the model sees is logged between the
     request and the step-start, held until the step's first write). Out: what the log
     and the in-flight mirror (``texts``) hold of the step's text, reasoning and call
-    arguments."""
+    arguments. Nothing for a step the session's log copied (an import's: it ran
+    elsewhere, and bills nothing, ``forge.usage.fold``)."""
     parts = item["parts"]
     start = unfinished_step_start(parts)
     if start is None:
@@ -104,7 +105,10 @@ def dead_step_end(
         .values_list("seq", flat=True)
         .first()
     )
-    if seq is None:
+    if seq is None or seq <= (session.copied_through or 0):
+        # A step an import (or a fork) copied ran elsewhere, if anywhere: a reply the
+        # import left open for an answer holds it, and its estimate billed the copy's
+        # history as this server's request (QA).
         return None
     try:
         sent = estimate_tokens(request_for(session, at=seq - 1)[1])

@@ -179,3 +179,61 @@ def test_a_reply_copied_open_and_run_on_here_counts_its_new_steps_only():
     assert fold_log(events, owner_id=1, copied_through=5) == []
     ((_key, everything),) = fold_log(events, owner_id=1)
     assert everything.tokens["input"] == HUGE + 9
+
+
+def test_an_imported_step_left_open_is_billed_nothing_by_recovery(user, other_user, settings):
+    """Recovery bills the step a dead runner was in (``recovery.dead_step_end``), from
+    the log alone. A reply an import left open (a call of a finished step awaits an
+    approval) may also hold a step with no end: it ran elsewhere, if anywhere. Estimated
+    by start-up's recovery, its step-finish was logged after the copy, and the reply's
+    completion (here a denial) billed the import's history as this server's request."""
+    settings.FORGE_MODEL_PRICES = {
+        **settings.FORGE_MODEL_PRICES,
+        "offline/echo": {"input": 1.0, "output": 1.0},
+    }
+    from forge.runtime import recover_sessions
+    from forge.runtime.approvals.pending import deny_all, waiting
+
+    source = services.create_session(user=other_user, title="waiting")
+    asked = services.update_message(session=source, info={"role": "user"}).data["id"]
+    services.update_part(
+        session=source, part={"message_id": asked, "type": "text", "text": "x" * 40_000}
+    )
+    opened = services.update_message(
+        session=source,
+        info={
+            "role": "assistant",
+            "parent_id": asked,
+            "agent": "build",
+            "model": {"provider": "offline", "model": "echo"},
+        },
+    ).data["id"]
+    start = "2026-11-30T00:00:00.000Z"
+    for part in (
+        {"type": "step-start"},
+        {
+            "type": "tool",
+            "call_id": "c1",
+            "tool": "read_file",
+            "state": {"status": "awaiting-approval", "input": {}, "time": {"start": start}},
+        },
+        {"type": "step-finish", "reason": "tool-calls"},
+        {"type": "step-start"},
+        {"type": "text", "text": "y" * 40_000, "time": {"start": start}},
+    ):
+        services.update_part(session=source, part={"message_id": opened, **part})
+    events = [*services.parse_log(list(session_selectors.export_lines(session=source)))]
+    copy = services.import_log(user=user, events=events, copy=True)
+    reply_row = copy.messages.filter(role="assistant").get()
+    assert not reply_row.data["completed_at"]  # its call waits for an answer
+
+    recover_sessions()  # start-up's: every session with an open reply
+    deny_all(session=copy, parts=waiting(tenant=copy.tenant, session=copy), reason="no")
+    copy.refresh_from_db()
+    assert copy.messages.filter(role="assistant").get().data["completed_at"]
+    assert [
+        (u.steps, u.input_tokens, u.output_tokens, u.cost_nanos)
+        for u in Usage.objects.filter(tenant=copy.tenant)
+    ] in ([], [(0, 0, 0, 0)])
+    rebuild_usage(tenant=copy.tenant)
+    assert not Usage.objects.filter(tenant=copy.tenant, steps__gt=0).exists()
