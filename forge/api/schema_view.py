@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.utils import translation
 from drf_spectacular.renderers import (
     OpenApiJsonRenderer,
@@ -20,6 +21,7 @@ from drf_spectacular.renderers import (
 )
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 # (language, version) → the schema; (the schema's id, renderer class) → its bytes. The
 # schemas are kept for the process's life, so an id here is never another object's.
@@ -34,7 +36,11 @@ class _RenderedOnce:
     def render(
         self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
     ) -> Any:
-        if not any(data is schema for schema in _schemas.values()):
+        # A media type with parameters (DRF's ``Accept: …; indent=N``) is rendered as
+        # asked, each time: the first answer's bytes were every later one's (QA).
+        if ";" in str(accepted_media_type or "") or not any(
+            data is schema for schema in _schemas.values()
+        ):
             return super().render(data, accepted_media_type, renderer_context)  # type: ignore[misc]
         key = (id(data), type(self))
         if key not in _rendered:
@@ -69,10 +75,20 @@ class SchemaView(SpectacularAPIView):
             generator = self.generator_class(
                 urlconf=self.urlconf, api_version=version, patterns=self.patterns
             )
-            schema = _schemas.setdefault(
-                key, generator.get_schema(request=request, public=self.serve_public)
-            )
+            schema = generator.get_schema(request=request, public=self.serve_public)
+            if _kept(*key):
+                schema = _schemas.setdefault(key, schema)
         filename = self._get_filename(request, version)
         return Response(
             data=schema, headers={"Content-Disposition": f'inline; filename="{filename}"'}
         )
+
+
+def _kept(language: str | None, version: str | None) -> bool:
+    """Whether a schema of this language and version is kept: the server's own language
+    (or none active) and no version or an allowed one. The key comes from the query
+    (``?lang=``, ``?version=``: any value when no ``ALLOWED_VERSIONS`` are set), and each
+    new one kept a schema and its renderings for the process's life: anonymous GETs grew
+    its memory without bound (QA). Any other is generated for its request, as before."""
+    versions = api_settings.ALLOWED_VERSIONS or ()
+    return language in (None, settings.LANGUAGE_CODE) and (version is None or version in versions)

@@ -678,3 +678,36 @@ def test_the_schema_is_generated_once_and_rendered_once_per_format(client, monke
     wrong = client.get("/api/schema/?format=nope")
     assert wrong.status_code == 404
     assert client.get("/api/schema/").content == first.content
+
+
+def test_the_schema_cache_holds_only_what_the_server_can_answer(client, monkeypatch):
+    """The cache is kept for the process's life, and its key came from the query:
+    ``?version=`` (any value, no ``ALLOWED_VERSIONS``) and ``?lang=`` (any code) each
+    kept one more generated schema and its renderings, so anonymous GETs grew a
+    server's memory without bound. A version or language the server does not know is
+    answered as before the cache (generated for that request), and kept nowhere."""
+    from forge.api import schema_view
+
+    monkeypatch.setattr(schema_view, "_schemas", {})
+    monkeypatch.setattr(schema_view, "_rendered", {})
+    for n in range(3):
+        response = client.get(f"/api/schema/?format=json&version=v{n}&lang=x{n}")
+        assert response.status_code == 200
+        assert response.json()["info"]["version"] == f"1 (v{n})"
+    assert len(schema_view._schemas) == 0
+    assert client.get("/api/schema/?format=json").json()["info"]["version"] == "1"
+    assert len(schema_view._schemas) == 1
+
+
+def test_the_cached_schema_is_rendered_with_the_indent_asked_for(client, monkeypatch):
+    """``Accept: application/json; indent=N`` is DRF's: the bytes of the first answer
+    were every later one's, whatever indent it asked for."""
+    from forge.api import schema_view
+
+    monkeypatch.setattr(schema_view, "_schemas", {})
+    monkeypatch.setattr(schema_view, "_rendered", {})
+    wide = client.get("/api/schema/", HTTP_ACCEPT="application/json; indent=8").content
+    narrow = client.get("/api/schema/", HTTP_ACCEPT="application/json; indent=1").content
+    assert b'\n        "openapi"' in wide
+    assert b'\n "openapi"' in narrow
+    assert client.get("/api/schema/", HTTP_ACCEPT="application/json; indent=8").content == wide
