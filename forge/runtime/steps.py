@@ -17,7 +17,7 @@ import enum
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -208,6 +208,11 @@ async def _step(turn: Turn, processor: Processor, loop: _Loop, *, last: bool) ->
     if request is None:
         return Next.DONE
     provider, _, model = turn.model.partition("/")
+    if request.model != model:
+        # The request's model is the log's ``settings`` block's, which an import writes as
+        # it likes: a reply resumed by an answer sent the provider that name (QA). A
+        # prompt's turn logged its own model there; the turn's model is the one called.
+        request = replace(request, model=model)
     with (
         tracing.span(f"step {loop.step}", forge__step=loop.step),
         tracing.model_call(provider=provider, model=model, messages=request.messages) as call,

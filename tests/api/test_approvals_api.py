@@ -154,3 +154,43 @@ def test_an_imported_reply_goes_on_with_a_model_this_server_configures(api, wait
     assert answer.status_code == 202, answer.content
     reply = api.get(copy + "messages/").json()["results"][-1]
     assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["done now"]
+
+
+def test_an_imported_reply_goes_on_with_the_model_this_server_sends(api, waiting, monkeypatch):
+    """The resumed step's request took its model name from the log's ``settings``
+    context block, which an import writes as it likes: the turn ran on the agent's
+    model (``turn_of``), but the provider was sent the imported block's name (the
+    OpenAI provider sends ``request.model``: any model, with the server's key, priced
+    as the agent's). The request names the turn's model."""
+    import json
+
+    from forge.providers.offline import ScriptProvider
+    from tests.api.test_transfer import _rehash
+
+    body = b"".join(api.get(waiting + "export/").streaming_content)
+    lines = [json.loads(line) for line in body.splitlines()]
+    for event in lines[1:]:
+        if event["type"] == "context.updated":
+            for block in event["data"]["blocks"]:
+                if block.get("kind") == "settings":
+                    block["model"] = "offline/gpt-imported"
+    imported = api.generic(
+        "POST",
+        "/api/sessions/import/",
+        "\n".join(json.dumps(line) for line in _rehash(lines)).encode(),
+        content_type="application/x-ndjson",
+    )
+    assert imported.status_code == 201, imported.content
+    sent: list[str] = []
+    stream = ScriptProvider.stream
+
+    def recording(self, request):
+        sent.append(request.model)
+        return stream(self, request)
+
+    monkeypatch.setattr(ScriptProvider, "stream", recording)
+    copy = f"/api/sessions/{imported.json()['id']}/"
+    [pending] = api.get(copy).json()["pending_approvals"]
+    answer = api.post(copy + f"approvals/{pending['call_id']}/", {"approve": True}, format="json")
+    assert answer.status_code == 202, answer.content
+    assert sent == ["script"]
