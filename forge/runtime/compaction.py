@@ -55,7 +55,7 @@ from sessions.projector import fold_context
 from . import lease
 from .agents import AgentConfig, default_agent, get_agent
 from .approvals.pending import any_waiting
-from .finalize import INTERRUPTED, finalize_open_messages, message_error
+from .finalize import message_error
 from .model_calls import price
 from .small_model import ask_within_window
 
@@ -387,7 +387,12 @@ def prepare_manual(session: Session, requester_id: int | None = None) -> str:
         if requester_id is not None and requester_id != session.user_id:
             check_budget(tenant=session.tenant, user_id=requester_id)
         if lease.acquire(session=session, message_id=placeholder) is not None:
-            finalize_open_messages(session=session, reason=INTERRUPTED)
+            # An expired lease: its runner died. Finalized as every next holder does,
+            # its cut step billed and its streamed text kept (recovery sits above this
+            # module): this path closed the reply with neither (QA).
+            from .recovery import finalize_dead_turn
+
+            finalize_dead_turn(session)
         plan(session)
     return placeholder
 

@@ -151,3 +151,24 @@ async def test_a_turn_that_lost_its_lease_is_billed_by_whoever_finalizes_it(
     assert reply["info"]["cost"] == end["cost"] > 0
     billed = await sync_to_async(lambda: sum(Usage.objects.values_list("cost_nanos", flat=True)))()
     assert billed > 0
+
+
+def test_a_manual_compaction_that_takes_a_dead_runners_lease_bills_its_step(
+    session, agents, settings, monkeypatch
+):
+    """A manual compaction is a lease's next holder too: it finalized the dead runner's
+    reply without its cut step's end (and without the text the mirror kept), so the
+    step the provider had billed cost nothing."""
+    from forge.runtime import compaction
+
+    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "p/m": PRICED}
+    monkeypatch.setattr(compaction, "plan", lambda session, **kwargs: None)
+    reply_id = _left_mid_step(session, text="x" * 400, call_input=None)
+    compaction.prepare_manual(session)
+    reply = _reply(session, reply_id)
+    assert reply["info"]["completed_at"]
+    [end] = [p for p in reply["parts"] if p["type"] == "step-finish"]
+    assert end["reason"] == "aborted"
+    assert end["tokens"]["output"] == 400 // 4
+    assert reply["info"]["cost"] == end["cost"] > 0
+    assert sum(Usage.objects.values_list("cost_nanos", flat=True)) > 0
