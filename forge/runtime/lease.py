@@ -258,7 +258,11 @@ def delete_session(*, session: Session) -> None:
     finds the session busy or gone (``NotFound``). A check of the lease before the
     deletion, outside that lock, let a prompt and a deletion both succeed, and the
     turn then failed on a session that was no more. A lease left by a dead runner is
-    taken over: its open reply goes with the log."""
+    taken over: its open reply is finalized as recovery does (billed: deleted open, it
+    was never counted, its finished steps nor the one cut), then goes with the log."""
     with transaction.atomic():
-        acquire(session=session, message_id=new_message_id())
+        if acquire(session=session, message_id=new_message_id()) is not None:
+            from .recovery import finalize_dead_turn  # (recovery sits above this module)
+
+            finalize_dead_turn(session)
         services.delete_session(session=session)
