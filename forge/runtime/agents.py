@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,25 @@ def configured_models() -> set[str]:
     a model of its own) and every agent's model. A model a log names (an imported one)
     may be any other: it is no choice of this server's."""
     return {settings.FORGE_MODEL, *(m for m in Agent.objects.values_list("model", flat=True) if m)}
+
+
+def reply_agent_and_model(info: Mapping[str, Any]) -> tuple[AgentConfig, str]:
+    """The agent a reply (its message ``info``) runs under, and the model it runs on:
+    the model its message names when this server configures it, else the agent's. The
+    log says what it likes when it was imported: a waiting call imported under any model
+    name had the server call that model, with its key, unpriced (QA). An approval's
+    resumption runs the reply on it, and recovery prices the step it cut by it."""
+    try:
+        agent = get_agent(info.get("agent") or "")
+    except UnknownAgent:
+        agent = default_agent()
+    model = info.get("model") or {}
+    logged = (
+        f"{model['provider']}/{model['model']}"
+        if isinstance(model, dict) and model.get("provider") and model.get("model")
+        else None
+    )
+    return agent, logged if logged in configured_models() else agent.resolved_model
 
 
 def _config(agent: Agent) -> AgentConfig:

@@ -37,6 +37,7 @@ from sessions.ids import new_part_id
 from sessions.models import Message, Part, Session
 
 from . import lease
+from .agents import reply_agent_and_model
 from .approvals.pending import ABORTED
 from .compaction import estimate_tokens
 from .finalize import INTERRUPTED, finalize_open_messages, unfinished_step_start
@@ -122,7 +123,7 @@ def dead_step_end(
         elif part["type"] == "tool" and part["state"].get("input"):
             streamed += len(json.dumps(part["state"]["input"], ensure_ascii=False))
     usage = ev.Usage(input=sent, output=streamed // 4)
-    model = item["info"].get("model") or {}
+    _, model = reply_agent_and_model(item["info"])  # what it ran on (an import names any)
     return {
         "id": new_part_id(),
         "message_id": item["info"]["id"],
@@ -130,7 +131,7 @@ def dead_step_end(
         "reason": "aborted",
         "snapshot": parts[start].get("snapshot"),
         "tokens": usage.as_tokens(),
-        "cost": price(f"{model.get('provider', '')}/{model.get('model', '')}", usage),
+        "cost": price(model, usage),
     }
 
 

@@ -31,7 +31,9 @@ def _reply(session: Any, message_id: str) -> dict[str, Any]:
     )
 
 
-def _left_mid_step(session: Any, *, text: str, call_input: dict[str, Any] | None) -> str:
+def _left_mid_step(
+    session: Any, *, text: str, call_input: dict[str, Any] | None, model: str = "p/m"
+) -> str:
     """What a runner killed in the middle of a step leaves: its step-start, a text still
     open with what was written of it, maybe a running call, and an expired lease."""
     user = services.update_message(session=session, info={"role": "user"}).data["id"]
@@ -39,7 +41,11 @@ def _left_mid_step(session: Any, *, text: str, call_input: dict[str, Any] | None
     services.update_part(session=session, part={"message_id": user, "type": "text", "text": prompt})
     reply = services.update_message(
         session=session,
-        info={"role": "assistant", "parent_id": user, "model": {"provider": "p", "model": "m"}},
+        info={
+            "role": "assistant",
+            "parent_id": user,
+            "model": dict(zip(("provider", "model"), model.split("/"), strict=True)),
+        },
     ).data["id"]
     services.update_part(
         session=session, part={"message_id": reply, "type": "step-start", "snapshot": "snap"}
@@ -73,7 +79,7 @@ def _left_mid_step(session: Any, *, text: str, call_input: dict[str, Any] | None
 
 
 async def test_recovery_bills_the_step_a_dead_runner_was_in(session, agents, settings):
-    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "p/m": PRICED}
+    settings.FORGE_MODEL, settings.FORGE_MODEL_PRICES = "p/m", {"p/m": PRICED}
     reply_id = await sync_to_async(_left_mid_step)(
         session, text="x" * 400, call_input={"path": "y" * 200}
     )
@@ -98,7 +104,7 @@ async def test_recovery_bills_the_step_a_dead_runner_was_in(session, agents, set
 async def test_a_dead_runners_finished_steps_are_not_billed_again(session, agents, settings):
     """A reply whose every step ended (its runner died while a tool ran) gets no extra
     step: its step-finish is what the provider billed."""
-    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "p/m": PRICED}
+    settings.FORGE_MODEL, settings.FORGE_MODEL_PRICES = "p/m", {"p/m": PRICED}
 
     def left() -> str:
         reply_id = _left_mid_step(session, text="done", call_input={"path": "a"})
@@ -161,7 +167,7 @@ def test_a_manual_compaction_that_takes_a_dead_runners_lease_bills_its_step(
     step the provider had billed cost nothing."""
     from forge.runtime import compaction
 
-    settings.FORGE_MODEL_PRICES = {**settings.FORGE_MODEL_PRICES, "p/m": PRICED}
+    settings.FORGE_MODEL, settings.FORGE_MODEL_PRICES = "p/m", {"p/m": PRICED}
     monkeypatch.setattr(compaction, "plan", lambda session, **kwargs: None)
     reply_id = _left_mid_step(session, text="x" * 400, call_input=None)
     compaction.prepare_manual(session)
@@ -172,3 +178,29 @@ def test_a_manual_compaction_that_takes_a_dead_runners_lease_bills_its_step(
     assert end["tokens"]["output"] == 400 // 4
     assert reply["info"]["cost"] == end["cost"] > 0
     assert sum(Usage.objects.values_list("cost_nanos", flat=True)) > 0
+
+
+async def test_deleting_a_session_a_dead_runner_left_bills_its_reply(session, agents, settings):
+    """Review: a deletion that takes over a dead runner's lease deleted the open reply
+    with the log, never completed: none of its steps was counted, finished or cut."""
+    settings.FORGE_MODEL, settings.FORGE_MODEL_PRICES = "p/m", {"p/m": PRICED}
+    await sync_to_async(_left_mid_step)(session, text="x" * 400, call_input=None)
+    await sync_to_async(lease.delete_session)(session=session)
+    billed = await sync_to_async(lambda: list(Usage.objects.values_list("steps", "cost_nanos")))()
+    [(steps, cost_nanos)] = billed
+    assert steps == 1
+    assert cost_nanos > 0
+
+
+async def test_a_dead_step_is_priced_by_the_model_it_ran_on(session, agents, settings):
+    """Review: an imported reply names any model, and its approval's resumption runs it
+    on the agent's (``reply_agent_and_model``); the dead step was priced by the name the
+    log gave, unpriced, so it cost 0 whatever it used."""
+    settings.FORGE_MODEL, settings.FORGE_MODEL_PRICES = "p/m", {"p/m": PRICED}
+    reply_id = await sync_to_async(_left_mid_step)(
+        session, text="x" * 400, call_input=None, model="imported/anything"
+    )
+    await sync_to_async(recover_sessions)()
+    reply = await sync_to_async(_reply)(session, reply_id)
+    [end] = [p for p in reply["parts"] if p["type"] == "step-finish"]
+    assert end["cost"] > 0

@@ -36,13 +36,12 @@ from forge.errors import (
     ForgeError,
     InvalidAnswer,
     SessionBusy,
-    UnknownAgent,
 )
 from sessions import bus, selectors
 from sessions.models import Session
 
 from .. import lease
-from ..agents import configured_models, default_agent, get_agent
+from ..agents import reply_agent_and_model
 from ..runner import start_resumed, starting
 from ..shielding import finish_then_cancel
 from ..steps import Resume
@@ -200,20 +199,7 @@ def turn_of(session: Session, message_id: str) -> Turn:
     info = selectors.message_info(tenant=session.tenant, session=session, message_id=message_id)
     if info is None:
         raise ApprovalNotFound(f"no reply {message_id!r} in this session")
-    try:
-        agent = get_agent(info.get("agent") or "")
-    except UnknownAgent:
-        agent = default_agent()
-    # The model the reply ran on, when this server configures it; else the agent's. The
-    # log says what it likes when it was imported: a waiting call imported under any
-    # model name had the server call that model, with its key, unpriced (QA).
-    model = info.get("model") or {}
-    logged = (
-        f"{model['provider']}/{model['model']}"
-        if isinstance(model, dict) and model.get("provider") and model.get("model")
-        else None
-    )
-    resolved = logged if logged in configured_models() else agent.resolved_model
+    agent, resolved = reply_agent_and_model(info)
     speaker = member(tenant=session.tenant, user_id=info.get("user_id")) or session.user
     return Turn(
         session=session,
