@@ -162,8 +162,13 @@ class SessionStream:
         socket's client asked for), or None for a part whose end this client was sent:
         the in-flight store can still hold such a part (its buffer is dropped only once
         its end is written), stale or empty, and a client applying it after the end
-        blanked the finished part (QA: the socket's own ``snapshot`` did not check)."""
+        blanked the finished part (QA: the socket's own ``snapshot`` did not check). None
+        too for a snapshot shorter than what this client was sent of the part: a read of
+        the store that a delta overtook (the socket forwards while it reads) took the
+        client's text back, and this stream's count with it (QA)."""
         if snapshot["part_id"] in self.ended:
+            return None
+        if len(snapshot["text"]) < self.sent.get(snapshot["part_id"], 0):
             return None
         self.sent[snapshot["part_id"]] = len(snapshot["text"])
         return snapshot_frame(snapshot)

@@ -694,3 +694,62 @@ async def test_a_requested_snapshot_never_follows_the_end_of_its_part(session, t
             await shared.close(session_id=session.pk, part_id=part_id)
         else:
             inflight.buffer.close(part_id)
+
+
+async def test_a_requested_snapshot_never_takes_back_text_the_socket_sent(session, token):
+    """A snapshot the client asks for is read from the in-flight store while the socket
+    keeps forwarding deltas: one that arrives after the read and before its answer was
+    sent first, and the older snapshot after it took the client's text back (and the
+    stream's own count with it, so the next delta was a hole to repair). Here the store
+    lags the delta the socket sent, as such a read does."""
+    message = await database_sync_to_async(services.update_message)(
+        session=session, info={"role": "assistant"}
+    )
+    message_id = message.data["id"]
+    part = await database_sync_to_async(services.update_part)(
+        session=session,
+        part={
+            "message_id": message_id,
+            "type": "text",
+            "text": "",
+            "time": {"start": "2026-12-07T10:00:00.000Z"},
+        },
+    )
+    part_id = part.data["id"]
+    shared = inflight.mirror()
+    if shared is not None:
+        await shared.open(
+            session_id=session.pk, message_id=message_id, part_id=part_id, field="text"
+        )
+        await shared.append(part_id, "abc")
+    else:
+        inflight.buffer.open(session_id=session.pk, message_id=message_id, part_id=part_id)
+        inflight.buffer.append(part_id, "abc")
+    try:
+        ws = socket(session.pk, token)
+        await ws.connect(timeout=10)
+        frames = await backlog(ws)
+        assert [f["text"] for f in frames if f["kind"] == "snapshot"] == ["abc"]
+        await services.apublish_delta(
+            session=session,
+            message_id=message_id,
+            part_id=part_id,
+            field="text",
+            offset=3,
+            delta="def",
+        )
+        [delta] = await frames_until(ws, lambda f: bool(f))
+        assert (delta["kind"], delta["offset"], delta["delta"]) == ("delta", 3, "def")
+        await ws.send_to(text_data=json.dumps({"type": "snapshot"}))
+        await ws.send_to(text_data=json.dumps({"type": "ping"}))
+        after = await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "pong")
+        text = Text()
+        for frame in [*frames, delta, *after]:
+            text.apply(frame)  # a snapshot that goes back fails here
+        assert text.parts[part_id] == "abcdef"
+        await ws.disconnect()
+    finally:
+        if shared is not None:
+            await shared.close(session_id=session.pk, part_id=part_id)
+        else:
+            inflight.buffer.close(part_id)
