@@ -114,6 +114,9 @@ class SessionStream:
         frames = await self._events_after(self.last_seq)
         for frame in frames:
             self._note_event(frame)
+        # A reply logged open: the log is checked when live frames go quiet, as for a
+        # turn seen starting live; none may come (QA: its lost end never arrived).
+        self.needs_resync = self.turn_open
         frames += await self._snapshots(only=None)
         return frames
 
@@ -130,9 +133,14 @@ class SessionStream:
         runner holds the session's lease (``forge.runtime.is_busy``, read after the
         subscription opened, so a later change follows it live), else ``idle``. A turn
         retrying reads as ``busy`` until its next ``retry`` frame. A busy session opens
-        the turn for this stream, whose start the backlog (after ``after``) may not hold."""
-        if busy:
-            self.turn_open = True
+        the turn for this stream, whose start the backlog (after ``after``) may not hold,
+        and the log is checked when live frames go quiet: a stream opened mid-turn that
+        got no live frame after (a tool running, then the reply's last frames lost)
+        never looked, and its client showed the turn running until the next one (QA).
+        An idle one closes what the backlog opened (a reply suspended on an approval, or
+        a dead process's, not finalized yet): no turn runs, the quiet catch-up reads
+        whatever comes of it."""
+        self.turn_open = self.needs_resync = busy
         return status_frame(self.session.pk, "busy" if busy else "idle")
 
     async def _events_after(self, seq: int, upto: int | None = None) -> list[Frame]:

@@ -214,3 +214,46 @@ async def test_a_stream_watching_a_turn_keeps_reading_the_log_while_the_layer_is
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(frames), 0.5)
         assert third  # (left to the next live frame or the next turn)
+
+
+async def test_a_stream_opened_mid_turn_reads_the_log_while_the_layer_is_silent(
+    session, settings, monkeypatch
+):
+    """QA (MEDIUM): a stream that *opens* while a turn runs learns so from its backlog
+    (``busy`` after it, or the reply logged open), not from a live frame; only live
+    frames made it look at the log when quiet, so when none came after it opened (a
+    reply's last frames dropped by the layer, a bus that gave up on a frozen Redis, a
+    tool running meanwhile), the reply's end never reached it: its client showed the
+    turn running until the next one."""
+    from forge import runtime
+
+    settings.FORGE_STREAM_RESYNC_SECONDS = 0.05
+    settings.FORGE_STREAM_RECHECK_SECONDS = 60  # the catch-up of quiet streams is not it
+    monkeypatch.setattr(runtime, "is_busy", lambda **kwargs: True)
+    frames = live_frames(await database_sync_to_async(_stream)(session), Subscriber(), status=True)
+    async with contextlib.aclosing(frames):
+        assert (await _next_frame(frames))["status"] == "busy"
+        # The layer stays silent; the log goes on.
+        lost = await database_sync_to_async(_log_message)(session)
+        assert await asyncio.wait_for(anext(frames), 5) == event_frame(lost)
+
+
+async def test_a_reply_stream_opened_mid_reply_reads_the_log_while_the_layer_is_silent(
+    session, settings
+):
+    """The same for a stream whose backlog is the running reply and that sends no status
+    (the AI SDK's resume): its end, logged but never received live, reaches it."""
+    settings.FORGE_STREAM_RESYNC_SECONDS = 0.05
+    settings.FORGE_STREAM_RECHECK_SECONDS = 60
+
+    def open_reply() -> str:
+        return services.update_message(session=session, info={"role": "assistant"}).data["id"]
+
+    message_id = await database_sync_to_async(open_reply)()
+    stream = SessionStream(session=session, after=0, snapshots=_no_snapshots)
+    frames = live_frames(stream, Subscriber())
+    async with contextlib.aclosing(frames):
+        while (await _next_frame(frames))["data"].get("id") != message_id:
+            pass  # the backlog, up to the open reply
+        lost = await database_sync_to_async(_log_message)(session)
+        assert await asyncio.wait_for(anext(frames), 5) == event_frame(lost)
