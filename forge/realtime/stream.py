@@ -20,7 +20,9 @@ text of a streaming part without holes or repeats, whatever the layer dropped.
 A gap is only visible when a later event arrives; to catch the loss of the last
 events of a reply, the stream checks the log again (:meth:`SessionStream.resync`)
 when an ``idle`` status arrives and when live frames have gone quiet for a while
-after some activity (:func:`live_frames`'s timer; ``needs_resync`` says when). While
+after some activity (:func:`live_frames`'s timer; ``needs_resync`` says when). A reply's
+end sent without the ``idle`` status after it (lost with the tail, and in no log) is
+followed by the session's status once no runner holds it (``status_owed``). While
 a turn the stream saw start has not ended, it checks again after every quiet period,
 backing off to ``RESYNC_BACKOFF_MAX``: a channel layer that lost everything from some
 point on (Redis crashed, and this process's subscription did not come back) still
@@ -103,6 +105,13 @@ class SessionStream:
     # after every quiet period, not only the first: the channel layer may have lost
     # everything from some point on (a Redis crash), the ``idle`` status included.
     turn_open: bool = False
+    # A turn's end (its reply's completion) this client was sent without the ``idle``
+    # status that follows it: the layer may have lost that status with the reply's
+    # tail, which the stream read from the log, and the status is in no log. Until a
+    # status is sent, the session's own is read when the stream is quiet, and said
+    # once idle (:meth:`owed_status`): a client whose busy state is the status showed
+    # the turn running until the next one (QA).
+    status_owed: bool = False
 
     def __post_init__(self) -> None:
         self.last_seq = self.after
@@ -141,6 +150,7 @@ class SessionStream:
         a dead process's, not finalized yet): no turn runs, the quiet catch-up reads
         whatever comes of it."""
         self.turn_open = self.needs_resync = busy
+        self.status_owed = False
         return status_frame(self.session.pk, "busy" if busy else "idle")
 
     async def _events_after(self, seq: int, upto: int | None = None) -> list[Frame]:
@@ -184,7 +194,9 @@ class SessionStream:
     def _note_event(self, frame: Frame) -> None:
         self.last_seq = max(self.last_seq, frame["seq"])
         if frame["type"] == "message.updated" and frame["data"].get("role") == "assistant":
-            self.turn_open = not frame["data"].get("completed_at")
+            was_open, self.turn_open = self.turn_open, not frame["data"].get("completed_at")
+            if was_open and not self.turn_open:
+                self.status_owed = True
         elif frame["type"] == "part.updated":
             part = frame["data"]
             if part["type"] in ("text", "reasoning"):
@@ -216,10 +228,11 @@ class SessionStream:
         if kind == "status" and frame.get("status") == "idle":
             frames = [*await self.resync(), frame]  # a turn ended: nothing of it may be missing
             self.ended.clear()
-            self.turn_open = self.needs_resync = False
+            self.turn_open = self.needs_resync = self.status_owed = False
             return frames
         if kind == "status":  # busy, retry
             self.turn_open = True
+            self.status_owed = False
         if kind == "resync":  # the layer came back: what it lost meanwhile, and the status
             return [*await self.resync(), await self.status_after_outage()]
         return [frame]
@@ -231,6 +244,14 @@ class SessionStream:
         if frame["status"] == "idle":
             self.turn_open = self.needs_resync = False
         return frame
+
+    async def owed_status(self) -> Frame | None:
+        """The ``idle`` status owed since a turn's end (:attr:`status_owed`), once no
+        runner holds the session; None while one still does."""
+        busy = await database_sync_to_async(runtime.is_busy)(
+            session_id=self.session.pk, tenant_id=self.session.tenant_id
+        )
+        return None if busy else self.status_now(busy=False)
 
     async def catch_up(self) -> list[Frame]:
         """For a quiet stream that saw no turn open: the events the log holds after the
@@ -360,6 +381,7 @@ async def live_frames(
     # each time twice as long after the last check that found nothing (at most
     # RESYNC_BACKOFF_MAX): a tool may run for minutes with nothing to send.
     backoff, resync_at = every, 0.0
+    owed_backoff, owed_at = every, 0.0  # the same, for a status owed (and a runner still on)
     recheck_every = settings.FORGE_STREAM_RECHECK_SECONDS
     recheck_at = catch_up_at = loop.time() + recheck_every
     while True:
@@ -383,6 +405,13 @@ async def live_frames(
                 catch_up_at = loop.time() + recheck_every
             for frame in repaired:  # activity went quiet, and its tail had been lost
                 yield frame
+            if stream.status_owed and loop.time() >= owed_at:
+                said = await stream.owed_status()
+                if said is not None:
+                    yield said
+                    repaired = [*repaired, said]
+                owed_backoff = min(owed_backoff * 2, RESYNC_BACKOFF_MAX)
+                owed_at = loop.time() + owed_backoff - quiet / 2
             if repaired:
                 idle_since = loop.time()
             elif heartbeat is not None and loop.time() - idle_since >= heartbeat:
@@ -391,6 +420,7 @@ async def live_frames(
             continue
         idle_since = loop.time()
         backoff, resync_at = every, 0.0
+        owed_backoff, owed_at = every, 0.0
         for frame in frames:
             for out in await stream.accept(frame):
                 yield out

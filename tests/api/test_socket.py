@@ -506,6 +506,40 @@ async def test_losing_the_last_events_of_a_reply_is_repaired_once_the_stream_goe
     await ws.disconnect()
 
 
+async def test_a_lost_idle_status_is_said_again_once_the_lost_tail_is_read(
+    session, token, agents, settings, monkeypatch
+):
+    """QA (MEDIUM): the layer lost a reply's last frames, its ``idle`` status with them;
+    the stream read the lost events from the log once it went quiet, but no status: the
+    client (the chat page's busy state is the status) showed the turn running until the
+    next one. With the turn's end read from the log, the stream says the session's
+    status as read then."""
+    settings.FORGE_MODEL = "offline/echo"
+    settings.FORGE_STREAM_RESYNC_SECONDS = 0.3
+    layer = get_channel_layer()
+    send = layer.group_send
+    dropping = {"on": False}
+
+    async def lose_the_tail(group: str, message: dict[str, Any]) -> None:
+        frame = message.get("frame", {})
+        if frame.get("type") == "message.updated" and frame.get("data", {}).get("completed_at"):
+            dropping["on"] = True  # from the completing event on, everything is lost
+        if dropping["on"] and group.startswith("forge.session."):
+            return
+        await send(group, message)
+
+    ws = socket(session.pk, token)
+    await ws.connect(timeout=10)
+    await backlog(ws)
+    monkeypatch.setattr(layer, "group_send", lose_the_tail)
+    await ws.send_to(text_data=json.dumps({"type": "prompt", "text": "the end matters"}))
+    ack, _ = await until_ack(ws)
+    await frames_until(ws, finished(ack["assistant_message_id"]), timeout=10)
+    after = await frames_until(ws, lambda f: bool(f) and f[-1]["kind"] == "status", timeout=10)
+    assert [f["status"] for f in after if f["kind"] == "status"] == ["idle"]
+    await ws.disconnect()
+
+
 async def test_a_prompt_refused_as_busy_still_sees_the_running_turn_end(
     session, token, agents, settings
 ):
