@@ -374,6 +374,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _prompt(self, content: dict[str, Any]) -> None:
         client_id = content.get("client_id")
+        if "files" in content:  # acked and run, the files dropped without a word (QA)
+            await self._error(
+                "invalid_prompt",
+                "a prompt's files are sent over HTTP: POST /api/sessions/{id}/messages/ "
+                "as multipart/form-data",
+                client_id=client_id,
+            )
+            return
         # Who is asking is checked again for every prompt: a token deleted, a user
         # deactivated or logged out, or removed from the tenant since the socket
         # opened can watch no longer and start nothing (4401); a session deleted since

@@ -326,6 +326,8 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
             json.dumps({"type": "approval", "call_id": "c" * 900_000, "approve": True}),
             "invalid_answer",
         ),
+        # QA: acked and run, the files silently dropped (HTTP refuses a text ``files``)
+        (json.dumps({"type": "prompt", "text": "see", "files": ["a.txt"]}), "invalid_prompt"),
     ],
     ids=[
         "not json",
@@ -347,6 +349,7 @@ async def test_a_prompt_is_acked_and_its_reply_streams_live(session, token, agen
         "-Infinity",
         "a number no float holds",
         "call_id too long",
+        "files",
     ],
 )
 async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
@@ -370,6 +373,8 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(
         assert reply["message"].endswith("which is no JSON number")
     if code == "invalid_answer":
         assert reply["call_id"] is None
+    if '"files"' in frame:
+        assert "multipart" in reply["message"]
     await ws.send_to(text_data=json.dumps({"type": "ping"}))
     assert json.loads(await ws.receive_from(timeout=20)) == {"kind": "pong"}
     await ws.disconnect()
