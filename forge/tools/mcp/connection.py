@@ -20,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import anyio
+import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters
 from mcp import types as mcp_types
@@ -130,7 +133,14 @@ class Connection:
             env = {**get_default_environment(), **dict(spec.env)}
             if "PATH" not in dict(spec.env):
                 env["PATH"] = os.environ.get("PATH", env.get("PATH", ""))
-            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+            # A byte that is not UTF-8 is U+FFFD: strict decoding ended the transport, the
+            # server restarted and every call on it failed as "went away" (QA).
+            params = StdioServerParameters(
+                command=spec.command,
+                args=list(spec.args),
+                env=env,
+                encoding_error_handler="replace",
+            )
             # The server's stderr is its log: not ours to show (it may echo secrets).
             with open(os.devnull, "w") as errlog:
                 async with stdio_client(params, errlog=errlog) as (read, write):
@@ -369,8 +379,42 @@ async def _relay(
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
         async with sink:
             async for message in source:
-                await sink.send(message)
+                await sink.send(_parsed_leniently(message))
     closed.set()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _parsed_leniently(message: SessionMessage | Exception) -> SessionMessage | Exception:
+    """A message the transport could not parse as JSON, parsed by Python's JSON with each
+    lone surrogate escape (``"\\ud83d"``: half an emoji, as a JavaScript server cutting a
+    string writes it) as U+FFFD. The SDK's parser refuses such an escape, and the answer
+    was dropped: the call waited for ``FORGE_TOOL_TIMEOUT``, failed as a timeout, and its
+    server was restarted (QA). Anything else is passed on as it is."""
+    if not isinstance(message, pydantic.ValidationError):
+        return message
+    errors = message.errors()
+    if len(errors) != 1 or errors[0].get("type") != "json_invalid":
+        return message
+    raw = errors[0].get("input")
+    if not isinstance(raw, str | bytes):
+        return message
+    try:
+        value = json.loads(raw)
+        return SessionMessage(mcp_types.JSONRPCMessage.model_validate(_without_surrogates(value)))
+    except (ValueError, RecursionError):
+        return message
 
 
 def reason(exc: BaseException, spec: ServerSpec | None = None) -> str:

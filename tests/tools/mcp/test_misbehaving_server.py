@@ -110,6 +110,26 @@ async def test_a_server_exiting_mid_call_is_a_tool_error(session, agents, script
     assert "went away" in failed["state"]["error"]
 
 
+@pytest.mark.parametrize(
+    ("tool", "text"),
+    [("bad_half_emoji", "cut \ufffd"), ("bad_latin1", "caf\ufffd")],
+    ids=["lone-surrogate-escape", "not-utf-8"],
+)
+async def test_an_answer_with_a_half_character_is_the_result_with_u_fffd(
+    session, agents, script, settings, tool, text
+):
+    """QA: the SDK's parser refused an answer holding a lone surrogate escape (a
+    JavaScript server cutting a string inside an emoji), and its stdio reader one byte
+    that is not UTF-8: the first waited for ``FORGE_TOOL_TIMEOUT`` and failed as a
+    timeout, the second ended the transport ("the server went away"), each costing the
+    server a restart. The character is U+FFFD, the rest of the answer is the result."""
+    settings.FORGE_TOOL_TIMEOUT = 30
+    await use_servers({"bad": misbehaving()})
+    ok, _ = await two_calls(session, script, settings, tool_reply(tool, "{}"))
+    assert ok["state"]["status"] == "completed", ok["state"]
+    assert ok["state"]["output"] == text
+
+
 async def test_an_oversized_result_is_logged_and_the_turn_goes_on(
     session, agents, script, settings
 ):

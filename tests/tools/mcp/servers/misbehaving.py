@@ -12,7 +12,8 @@ Tools: ``echo`` (fine), ``hang`` (never answers), ``sleep`` (answers after a whi
 ``big`` (an oversized text), ``garbage`` (writes a non-JSON line as its answer,
 then never answers), ``bad_schema`` (its input schema is not a JSON Schema),
 ``remote_ref`` (its input schema refers to a schema at a URL), ``picture`` (a PNG
-image).
+image), ``half_emoji`` (a lone surrogate escape in its answer), ``latin1`` (an answer
+that is not UTF-8).
 """
 
 from __future__ import annotations
@@ -87,6 +88,33 @@ async def garbage() -> str:
     """Answers with a line that is not JSON, then nothing."""
     sys.stdout.write("this is not JSON-RPC {{{\n")
     sys.stdout.flush()
+    await asyncio.sleep(3600)
+    return "late"
+
+
+def _answer_raw(ctx: Context, line: bytes) -> None:
+    """Write this call's answer as ``line`` (bytes as they are), past FastMCP's writer."""
+    sys.stdout.flush()
+    head = b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % (
+        str(ctx.request_id).encode()
+    )
+    sys.stdout.buffer.write(head + line + b'"}]}}\n')
+    sys.stdout.buffer.flush()
+
+
+@server.tool(structured_output=False)  # (its raw answer has no structured content)
+async def half_emoji(ctx: Context) -> str:
+    """Answers with a text cut inside a surrogate pair, as a JavaScript server cutting a
+    string writes it (a lone surrogate escape), then nothing."""
+    _answer_raw(ctx, b"cut \\ud83d")
+    await asyncio.sleep(3600)
+    return "late"
+
+
+@server.tool(structured_output=False)  # (its raw answer has no structured content)
+async def latin1(ctx: Context) -> str:
+    """Answers with a text in Latin-1, not UTF-8 (``caf\\xe9``), then nothing."""
+    _answer_raw(ctx, b"caf\xe9")
     await asyncio.sleep(3600)
     return "late"
 
