@@ -130,7 +130,8 @@ def _function(spec: ServerSpec, tool: str) -> Any:
         limit = float(getattr(settings, "FORGE_TOOL_TIMEOUT", 30.0) or 30.0)
         connection = conn.connection(spec)
         try:
-            result = await conn.run(connection.call(tool, args, limit, retry_seconds()))
+            stopped = ctx.abort.is_set  # (read on the MCP loop: a flag, set before the cancel)
+            result = await conn.run(connection.call(tool, args, limit, retry_seconds(), stopped))
         except conn.ServerDown as exc:
             raise ToolError(f"MCP server {spec.name!r}: {exc}", metadata={"mcp": True}) from None
         except McpError as exc:

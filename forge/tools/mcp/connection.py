@@ -26,7 +26,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -85,10 +85,30 @@ class ServerDown(Exception):
     """The server could not be started or reached, or died."""
 
 
+class _ClientSession(ClientSession):
+    """The SDK's session, noting the id of each request while the task that sent it
+    waits for the answer: a call a person stopped is cancelled on the server by that id
+    (MCP's ``notifications/cancelled``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request_ids: dict[asyncio.Task[Any], mcp_types.RequestId] = {}
+
+    async def send_request(self, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        task = asyncio.current_task()
+        if task is not None:
+            self.request_ids[task] = self._request_id  # the id the SDK gives it next
+        try:
+            return await super().send_request(request, result_type, *args, **kwargs)
+        finally:
+            if task is not None:
+                self.request_ids.pop(task, None)
+
+
 class Connection:
     def __init__(self, spec: ServerSpec) -> None:
         self.spec = spec
-        self.session: ClientSession | None = None
+        self.session: _ClientSession | None = None
         self.tools: list[mcp_types.Tool] = []
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -99,6 +119,7 @@ class Connection:
         self._reaper: asyncio.Task[None] | None = None
         # (time.monotonic(), reason) of the last start that failed; None once one works.
         self._failed: tuple[float, str] | None = None
+        self._cancels: set[asyncio.Task[None]] = set()  # notices of calls stopped, being sent
         # Calls running on the connection: one connection serves every session of the
         # process, so a suspect one is stopped only once none is left on it.
         self._in_flight = 0
@@ -172,7 +193,7 @@ class Connection:
                 send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
                 relays.start_soon(_relay, read, send, closed)
                 try:
-                    async with ClientSession(
+                    async with _ClientSession(
                         receive, write, message_handler=self._on_message
                     ) as session:
                         await session.initialize()
@@ -288,7 +309,12 @@ class Connection:
                 self.suspect = False
 
     async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float, retry_after: float = 0.0
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        retry_after: float = 0.0,
+        stopped: Callable[[], bool] | None = None,
     ) -> mcp_types.CallToolResult:
         """Call ``tool``; :class:`ServerDown` when the server dies during the call.
 
@@ -301,6 +327,9 @@ class Connection:
         more. An HTTP server that dies during a call may leave it unanswered (the SDK
         waits for it to come back): the caller's timeout ends it. A server that failed
         to start less than ``retry_after`` seconds ago is not started (:meth:`start`).
+        A call given up because ``stopped()`` (a person stopped the turn) is cancelled on
+        the server, which is kept: it did nothing wrong (QA: every stop restarted it, and
+        a stateful server, a browser's, lost its state, every session's).
         """
         if self.suspect:
             # Other sessions' calls may still run on it: they get up to this call's
@@ -313,7 +342,7 @@ class Connection:
         for attempt in (1, 2):
             await self.start(timeout, retry_after)
             try:
-                return await self._call_once(tool, arguments)
+                return await self._call_once(tool, arguments, stopped)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await self.close()  # not sent: the transport was gone already
                 if attempt == 2:
@@ -330,7 +359,9 @@ class Connection:
                 raise  # the server's own answer: a tool error with its message
         raise ServerDown("the server is gone")  # pragma: no cover (the loop returns or raises)
 
-    async def _call_once(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+    async def _call_once(
+        self, tool: str, arguments: dict[str, Any], stopped: Callable[[], bool] | None = None
+    ) -> mcp_types.CallToolResult:
         """The call, raced against the connection going down (the SDK does not always
         fail a request whose transport died: its error is sent from a cancelled scope)."""
         session, down = self.session, self._down
@@ -343,6 +374,9 @@ class Connection:
         try:
             await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
+            if stopped is not None and stopped():
+                self._cancel_on_server(session, request)
+                raise
             # The caller gave up (a timeout): the server may hang. Stop it now, so the
             # next turn's listing starts a fresh one (within the start timeout, not
             # within its call's), unless other calls still run on it: they are other
@@ -367,6 +401,29 @@ class Connection:
             self.suspect = True
             raise ServerDown("the server went away during the call")
         return request.result()
+
+    def _cancel_on_server(self, session: _ClientSession, request: asyncio.Future[Any]) -> None:
+        """Tell the server that ``request`` (a call still waiting) is cancelled, in the
+        background (best effort: the caller is being cancelled)."""
+        request_id = session.request_ids.get(request) if isinstance(request, asyncio.Task) else None
+        if request_id is None or request.done():
+            return
+        notice = mcp_types.ClientNotification(
+            mcp_types.CancelledNotification(
+                params=mcp_types.CancelledNotificationParams(
+                    requestId=request_id, reason="the user stopped the turn"
+                )
+            )
+        )
+        sending = asyncio.get_running_loop().create_task(session.send_notification(notice))
+        self._cancels.add(sending)
+        sending.add_done_callback(self._cancels.discard)
+        sending.add_done_callback(_retrieved)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # a server gone meanwhile: nothing to tell it
 
 
 async def _relay(

@@ -180,3 +180,36 @@ async def test_a_server_slow_to_start_holds_up_no_other_session(
     await asyncio.wait_for((await slow).task, timeout=DEADLINE)
     notice = (await logged_context(session))["mcp:agent"]["text"]
     assert "slow: failed to start: did not answer within 4 s" in notice
+
+
+async def test_a_call_stopped_by_the_user_is_cancelled_on_its_server_which_is_kept(
+    session, agents, script, settings, tmp_path
+):
+    """QA: a stop during an MCP call marked its connection as a hung server's, and the
+    server was stopped and started again: a stateful server (a browser's, a shell's)
+    lost its state, every session's with it. The call is now cancelled on the server
+    (MCP's ``notifications/cancelled``) and the server kept for the next call."""
+    from forge.runtime import start_turn
+    from forge.runtime.runner import abort_turn
+
+    from .conftest import wait_running
+
+    log, cancelled = tmp_path / "starts.log", tmp_path / "cancelled.log"
+    await use_servers({"bad": misbehaving(f"start-log={log}", f"cancel-log={cancelled}")})
+    script([tool_reply("bad_sleep", json.dumps({"seconds": 60})), ECHO, text_reply("done")])
+    settings.FORGE_TOOL_TIMEOUT = 120
+    started = await start_turn(session=session, text="sleep")
+    await wait_running(session, "bad_sleep")
+    await asyncio.sleep(0.5)  # the request is on the server
+    await abort_turn(session=session)
+    await asyncio.wait({started.task}, timeout=DEADLINE)
+    [stopped] = tool_parts(await reply_of(session))
+    assert stopped["state"]["status"] == "error"
+    deadline = time.monotonic() + DEADLINE
+    while not cancelled.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert cancelled.read_text() == "cancelled 60\n"
+    await run_turn(session, "echo")
+    [echoed] = tool_parts(await reply_of(session))
+    assert echoed["state"]["status"] == "completed", echoed["state"]
+    assert starts(log) == 1

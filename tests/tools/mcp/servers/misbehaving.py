@@ -4,7 +4,8 @@ of forge.tools.mcp's bad input). ``python misbehaving.py [flag ...]``.
 Flags: ``garbage-first`` (a non-JSON line before the handshake), ``exit-at-start``
 (exits before serving), ``never-ready`` (sleeps an hour before serving: a start that
 times out), ``start-log=PATH`` (appends a line to PATH each time it starts, and offers
-a tool ``start_<n>`` on its n-th start: a test sees which start it talks to).
+a tool ``start_<n>`` on its n-th start: a test sees which start it talks to),
+``cancel-log=PATH`` (``sleep`` writes to PATH when its call is cancelled).
 
 Tools: ``echo`` (fine), ``hang`` (never answers), ``sleep`` (answers after a while),
 ``fail_quoting`` (an ``isError`` answer quoting an env value), ``grow`` (adds a tool
@@ -51,8 +52,15 @@ async def hang() -> str:
 
 @server.tool()
 async def sleep(seconds: float) -> str:
-    """Answers after ``seconds``."""
-    await asyncio.sleep(seconds)
+    """Answers after ``seconds``; a call cancelled (``notifications/cancelled``) is noted
+    in the file of the ``cancel-log=PATH`` flag."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        for flag in sys.argv:
+            if flag.startswith("cancel-log="):
+                Path(flag.removeprefix("cancel-log=")).write_text(f"cancelled {seconds:g}\n")
+        raise
     return f"slept {seconds:g}"
 
 
