@@ -16,6 +16,7 @@ import binascii
 import json
 import logging
 import mimetypes
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,8 +70,11 @@ def _decode(data: str) -> bytes:
 
 def _filename(stem: str, index: int, mime: str, uri: str = "") -> str:
     if uri:
-        tail = uri.rstrip("/").rsplit("/", 1)[-1]
-        if tail and "." in tail:
+        # The name its path ends with: not its query or fragment (a signed URL's
+        # signature), nor ``..`` (QA: ``report.txt?sig=…`` was the logged name).
+        path = urllib.parse.urlsplit(uri).path
+        tail = urllib.parse.unquote(path.rstrip("/").rsplit("/", 1)[-1])
+        if "." in tail.strip(".") and tail.isprintable():
             return tail[:120]
     mime = (mime or "").split(";")[0].strip().lower()
     ext = mimetypes.guess_extension(mime) or _EXTENSIONS.get(mime, ".bin")
@@ -115,11 +119,14 @@ def convert(server_tool: str, result: mcp_types.CallToolResult) -> ToolResult:
             texts.append(f"[resource: {item.uri}]")
     if not texts and result.structuredContent is not None:
         texts.append(json.dumps(result.structuredContent))
+    if result.isError:
+        # An error is its text: its files are not kept, so not named either (QA: the
+        # model was told of a file no part held).
+        output = "\n".join(texts)
+        raise ToolError(output or "the MCP tool reported an error", metadata={"mcp": True})
     for file in files:
         texts.append(f"[file: {file.filename} ({file.mime}, {len(file.data)} bytes)]")
     output = "\n".join(texts)
-    if result.isError:
-        raise ToolError(output or "the MCP tool reported an error", metadata={"mcp": True})
     return ToolResult(output=output, metadata={"mcp_server_tool": server_tool}, files=tuple(files))
 
 

@@ -354,6 +354,39 @@ def test_a_stored_media_file_is_named_by_its_type(mime, ending):
     assert _filename("bad_media", 3, mime).endswith(ending)
 
 
+def test_an_embedded_resource_is_named_by_its_uri_s_path():
+    """QA: the name was the URI's last ``/`` piece, a signed URL's query with it
+    (``report.txt?sig=…``), and ``..`` was one."""
+    from mcp import types as mcp_types
+
+    from forge.tools.mcp.adapter import convert
+
+    def resource(uri: str) -> mcp_types.EmbeddedResource:
+        contents = mcp_types.TextResourceContents.model_validate(
+            {"uri": uri, "mimeType": "text/plain", "text": "t"}
+        )
+        return mcp_types.EmbeddedResource(type="resource", resource=contents)
+
+    uris = ["https://h/a/report.txt?sig=abcdef#k", "https://h/x/..", "file:///r/my%20notes.md"]
+    result = convert("s_t", mcp_types.CallToolResult(content=[resource(u) for u in uris]))
+    assert [f.filename for f in result.files] == ["report.txt", "s_t-2.txt", "my notes.md"]
+    assert "sig" not in result.output
+
+
+def test_an_error_result_names_no_file_it_does_not_keep():
+    """QA: an ``isError`` result with an image said ``[file: …]``; no part held it."""
+    from mcp import types as mcp_types
+
+    from forge.tools.base import ToolError
+    from forge.tools.mcp.adapter import convert
+
+    png = mcp_types.ImageContent(type="image", data="iVBORw0KGgo=", mimeType="image/png")
+    text = mcp_types.TextContent(type="text", text="it failed")
+    with pytest.raises(ToolError) as failed:
+        convert("s_t", mcp_types.CallToolResult(content=[text, png], isError=True))
+    assert failed.value.message == "it failed"
+
+
 async def test_a_changed_tool_list_is_listed_again(tmp_path):
     """``notifications/tools/list_changed`` was ignored: the tools of the server's start
     were offered until it restarted, a new one was an unknown tool (QA)."""
