@@ -359,6 +359,24 @@ def test_the_admin_keeps_args_secrets_when_saved_unchanged_or_one_arg_changed(ad
     }
 
 
+@pytest.mark.timeout(30)
+def test_masking_a_long_error_takes_time_linear_in_it() -> None:
+    """QA: an MCP tool's ``isError`` text is masked on the turn's event loop; the URL rule
+    read each run of letters to its end from every start, and 100 KB took 26 s (3 MB,
+    hours) with every session of the process waiting."""
+    import time
+
+    from forge.tools.mcp.spec import masked_text, parse_server
+
+    spec = parse_server("s", {"command": "x", "env": {"TOKEN": f"{SECRET}1"}})
+    text = "Error executing tool: " + "e" * 1_000_000 + f" https://u:{SECRET}1@h.example/p?k=v"
+    began = time.monotonic()
+    masked = masked_text(text, spec)
+    assert time.monotonic() - began < 5
+    assert masked.endswith(f" https://{MASK}@h.example/p?{MASK}")
+    assert masked_text("x" * 40 + "https://u:pw@h.example/", spec).endswith(f"://{MASK}@h.example/")
+
+
 def test_a_failure_reason_that_quotes_a_secret_of_the_spec_masks_it() -> None:
     """An error may quote the command line, a header or an env value: the reason shown in
     notices, the model's input and the log masks what the admin masks."""
