@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge import tools
+from forge.context.tool_output import MODEL_OUTPUT_CHARS
 from forge.providers import events as ev
 from forge.telemetry import tracing
 from forge.tools import ToolContext, ToolError, mcp
@@ -49,6 +50,19 @@ def logged_name(tool: str) -> str:
     session failed for good (QA). Such a call is unknown anyway; its error names what
     the model called."""
     return tool if NAME_RE.fullmatch(tool) else INVALID_TOOL
+
+
+def bounded_error(text: str) -> str:
+    """A tool's error as it is logged (and goes to the model with every later request):
+    at most :data:`MODEL_OUTPUT_CHARS`, as much as the model is shown of an output, the
+    cut said. An error has no file to spill to, and its text is a server's to choose: an
+    MCP server's ``isError`` answer (or JSON-RPC error) of megabytes was logged whole and
+    sent whole on every request after it (QA)."""
+    if len(text) <= MODEL_OUTPUT_CHARS:
+        return text
+    marker = f"\n\n[error truncated: showing the first {{kept}} of {len(text)} characters]"
+    kept = MODEL_OUTPUT_CHARS - len(marker.format(kept=MODEL_OUTPUT_CHARS))
+    return text[:kept] + marker.format(kept=kept)
 
 
 @dataclass
@@ -335,7 +349,7 @@ class ToolCalls:
                 "state": {
                     "status": "error",
                     "input": args if isinstance(args, dict) else {},
-                    "error": exc.message,
+                    "error": bounded_error(exc.message),
                     "metadata": metadata,
                     "time": {"start": call.start or self._now(), "end": self._now()},
                 },

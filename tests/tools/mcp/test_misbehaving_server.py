@@ -145,6 +145,24 @@ async def test_an_oversized_result_is_logged_and_the_turn_goes_on(
     assert len(output) >= size or ok["state"]["metadata"].get("truncated") is True
 
 
+async def test_an_oversized_error_is_logged_and_sent_cut(session, agents, script, settings):
+    """QA: an ``isError`` answer of megabytes was logged whole, and sent whole to the
+    model with every later request (only a completed output's projection is cut): the
+    next step was over the model's context limit, and so was every later one."""
+    from forge.context.tool_output import MODEL_OUTPUT_CHARS
+
+    await use_servers({"bad": misbehaving()})
+    failed, _ = await two_calls(
+        session, script, settings, tool_reply("bad_big_error", json.dumps({"size": 3_000_000}))
+    )
+    error = failed["state"]["error"]
+    assert failed["state"]["status"] == "error"
+    assert len(error) == MODEL_OUTPUT_CHARS
+    assert "e" * 1000 in error
+    assert "\n\n[error truncated: showing the first " in error
+    assert error.endswith(" characters]")
+
+
 async def test_an_image_result_becomes_a_file_part(session, agents, script):
     await use_servers({"bad": misbehaving()})
     script([tool_reply("bad_picture", "{}"), text_reply("done")])

@@ -10,11 +10,11 @@ a tool ``start_<n>`` on its n-th start: a test sees which start it talks to),
 Tools: ``echo`` (fine), ``hang`` (never answers), ``sleep`` (answers after a while),
 ``fail_quoting`` (an ``isError`` answer quoting an env value), ``grow`` (adds a tool
 ``added`` and says the list changed), ``die`` (exits mid-call),
-``big`` (an oversized text), ``garbage`` (writes a non-JSON line as its answer,
-then never answers), ``bad_schema`` (its input schema is not a JSON Schema),
-``remote_ref`` (its input schema refers to a schema at a URL), ``picture`` (a PNG
-image), ``half_emoji`` (a lone surrogate escape in its answer), ``latin1`` (an answer
-that is not UTF-8).
+``big`` (an oversized text), ``big_error`` (an oversized ``isError`` text),
+``garbage`` (writes a non-JSON line as its answer, then never answers), ``bad_schema``
+(its input schema is not a JSON Schema), ``remote_ref`` (its input schema refers to a
+schema at a URL), ``picture`` (a PNG image), ``half_emoji`` (a lone surrogate escape
+in its answer), ``latin1`` (an answer that is not UTF-8).
 """
 
 from __future__ import annotations
@@ -77,6 +77,12 @@ async def grow(ctx: Context) -> str:
     server.add_tool(lambda: "added", name="added", description="Added later.")
     await ctx.session.send_tool_list_changed()
     return "grown"
+
+
+@server.tool()
+def big_error(size: int) -> str:
+    """Fails with a message of ``size`` characters (FastMCP answers ``isError``)."""
+    raise ValueError("e" * size)
 
 
 @server.tool()
