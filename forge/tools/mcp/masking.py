@@ -26,17 +26,36 @@ URL = re.compile(
 )
 
 
+# A path segment that reads as a token: 24 or more of the URL-safe alphabet, letters and
+# digits both (Zapier's and others' servers put the key in the path:
+# ``/api/mcp/s/<key>/mcp``). A word, a name with a dot, a short id are left.
+_PATH_TOKEN = re.compile(r"(?<=/)[A-Za-z0-9_-]{24,}(?=/|$)")
+
+
+def _masked_path(rest: str) -> str:
+    host, slash, path = rest.partition("/")
+
+    def token(match: re.Match[str]) -> str:
+        found = match[0]
+        is_token = any(c.isdigit() for c in found) and any(c.isalpha() for c in found)
+        return MASK if is_token else found
+
+    return host + slash + _PATH_TOKEN.sub(token, slash + path)[len(slash) :]
+
+
 def masked_urls(text: str) -> str:
-    """``text`` with every URL's user information, query and fragment masked: where an MCP
-    server's URL carries a key (``?api_key=…``, ``https://user:pass@…``, ``#token=…``), an
-    error that quotes the URL (httpx's do) must not show it to users, the model or the
-    logs."""
+    """``text`` with every URL's user information, query and fragment masked, and each
+    path segment that reads as a token (:data:`_PATH_TOKEN`): where an MCP server's URL
+    carries a key (``?api_key=…``, ``https://user:pass@…``, ``#token=…``,
+    ``/s/<key>/mcp``), an error that quotes the URL (httpx's do) must not show it to
+    users, the model or the logs."""
 
     def mask(match: re.Match[str]) -> str:
         userinfo = f"{MASK}@" if match["userinfo"] else ""
         query = f"?{MASK}" if match["query"] else ""
         fragment = f"#{MASK}" if match["fragment"] else ""
-        return f"{match['scheme']}{userinfo}{match['rest']}{query}{fragment}"
+        rest = _masked_path(match["rest"])
+        return f"{match['scheme']}{userinfo}{rest}{query}{fragment}"
 
     return URL.sub(mask, text)
 

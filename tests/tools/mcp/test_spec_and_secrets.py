@@ -272,6 +272,35 @@ def test_a_url_s_fragment_is_masked() -> None:
     assert with_secrets_kept(shown, stored) == stored
 
 
+def test_a_key_in_a_url_s_path_is_masked() -> None:
+    """QA (MEDIUM): servers such as Zapier's put their key in the URL's path
+    (``/api/mcp/s/<key>/mcp``); an HTTP error quoting the URL showed it to the user and
+    the model, and the admin showed it to staff. Words, names and short ids stay."""
+    import httpx
+
+    from forge.tools.mcp.connection import reason as _reason
+    from forge.tools.mcp.spec import with_secrets_kept
+
+    key = "zK3p9QvX2mN8rT5wL1yB7cF4hJ6dG0sA"
+    url = f"https://mcp.zapier.example/api/mcp/s/{key}/mcp"
+    request = httpx.Request("POST", url)
+    error = httpx.HTTPStatusError(
+        "Client error '404 Not Found' for url " + repr(url),
+        request=request,
+        response=httpx.Response(404, request=request),
+    )
+    reason = _reason(ExceptionGroup("failed", [error]))
+    assert key not in reason
+    assert "mcp.zapier.example/api/mcp/s/" in reason  # which server, still
+    stored = {"zapier": {"url": url}}
+    shown = redacted(stored)
+    assert shown["zapier"]["url"] == f"https://mcp.zapier.example/api/mcp/s/{MASK}/mcp"
+    assert redacted(shown) == shown  # masking is idempotent
+    assert with_secrets_kept(shown, stored) == stored
+    plain = "https://a-very-long-hostname-with-digits-123.example/mcp-server-streamable-http/v2"
+    assert redacted({"p": {"url": plain}})["p"]["url"] == plain
+
+
 def test_changing_one_arg_keeps_the_other_args_secrets() -> None:
     args = [
         "run",
