@@ -53,7 +53,7 @@ class Chat {
     this.refreshTimer = null;
     this.errorTimer = null;
     this.starting = false; // the first screen's first message is creating its session
-    this.discarded = new Set(); // sessions deleted for a refused first message
+    this.discarded = new Set(); // sessions deleted here (Delete, or a refused first message)
   }
 
   start() {
@@ -427,7 +427,7 @@ class Chat {
   }
 
   goneElsewhere(id) {
-    if (this.discarded.has(id)) return; // deleted here, for a refused first message
+    if (this.discarded.has(id)) return; // deleted here: Delete, or a refused first message
     this.sessionGone(id, GONE);
   }
 
@@ -436,13 +436,19 @@ class Chat {
     const id = this.view.id;
     const title = this.sessions.get(id)?.title || "this session";
     if (!window.confirm(`Delete “${title}” and its whole history?`)) return;
+    // The server closes the session's socket (an error frame, then 4404) before the
+    // DELETE answers: that is this deletion, not news from elsewhere (QA: it showed the
+    // alert "This conversation was deleted.", or "session '…' was deleted").
+    this.discarded.add(id);
     try {
       await this.api.deleteSession(id);
-      this.sessionGone(id);
-      this.composer.focus();
     } catch (error) {
+      this.discarded.delete(id);
       this.showError(`Could not delete: ${error.message}`);
+      return;
     }
+    this.sessionGone(id);
+    this.composer.focus();
   }
 
   // The session is no more (deleted here, or elsewhere: its page or socket answered

@@ -489,6 +489,34 @@ def test_a_session_deleted_elsewhere_leaves_for_the_first_screen(
     assert chat.view_id() not in (None, session_id)
 
 
+def test_deleting_the_open_session_here_raises_no_alarm(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM): Delete, confirmed, showed the red alert banner "This conversation was
+    deleted." (or "session 'ses_…' was deleted (not_found)"), as for a deletion done
+    elsewhere: the server closes the session's socket (its error frame, then 4404)
+    before the DELETE answers, and the page took that for news."""
+    from sessions.models import Session
+
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.on("dialog", lambda dialog: dialog.accept())
+    for n in range(2):
+        chat.send(f"delete me {n}")
+        chat.wait_reply_done()
+        chat.wait_connected()
+        session_id = chat.view_id()
+        page.locator("#delete-button").click()
+        chat.wait_until(lambda: chat.view_id() is None)
+        page.wait_for_timeout(500)  # the socket's close, had it come after the answer
+        assert not Session.objects.filter(pk=session_id).exists()
+        assert page.locator("#error-banner").is_hidden(), page.locator("#error-text").inner_text()
+        assert page.locator(".session-item").count() == 0
+        assert page.evaluate("document.activeElement.id") == "prompt"
+    chat.assert_clean()
+
+
 def test_a_prompt_sent_over_http_keeps_its_line_breaks(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
