@@ -176,6 +176,39 @@ def test_on_a_phone_every_control_is_on_screen_and_works(
     chat.assert_clean()
 
 
+def test_on_a_phone_the_open_chat_title_is_readable(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM): on a phone the header's title row shrank to nothing beside the turn
+    status and the connection badge ("Reply ended.", "Live"): a title showed as "T…",
+    so nothing on the screen said which chat was open; and the rename form ran under
+    them, its Save and Cancel covered by the status (a tap on Save hit "Reply ended.").
+    What does not fit now wraps to a line of its own."""
+    chat = chat_page({"viewport": PHONE})
+    chat.login()
+    page = chat.page
+    chat.send("hello")
+    chat.wait_reply_done()
+    chat.wait_connected()
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("Session title").fill("Trip plans")
+    page.get_by_role("button", name="Save").click()
+    title = page.locator("#session-title", has_text="Trip plans")
+    title.wait_for()
+    page.locator("#turn-status", has_text="Reply ended.").wait_for()
+    width = title.evaluate("(h) => [h.scrollWidth, h.clientWidth]")
+    assert width[0] <= width[1], f"the title is cut: {width}"
+    for selector in (
+        "#session-title",
+        "#rename-button",
+        "#delete-button",
+        "#turn-status",
+        "#connection",
+    ):
+        assert in_viewport(chat, selector), selector
+    chat.assert_clean()
+
+
 def axe_violations(chat: ChatPage, axe_script: Path) -> list[dict[str, Any]]:
     """axe-core's WCAG 2 A/AA violations on the page as it is now."""
     chat.page.add_script_tag(path=str(axe_script))
