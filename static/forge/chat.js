@@ -123,12 +123,22 @@ class Chat {
 
   async loadMoreSessions() {
     if (!this.sessionsNext) return;
+    const button = $("more-sessions");
     try {
       const page = await this.api.next(this.sessionsNext);
       this.loadedMore = true;
       for (const session of page.results) this.sessions.set(session.id, session);
       this.sessionsNext = page.next;
+      const focused = document.activeElement === button;
       this.renderSessions();
+      // The last page hides the button: the keyboard goes on to the first session it
+      // brought (QA: the focus fell to the page's body, back at its top).
+      if (focused && button.hidden && page.results.length) {
+        const first = page.results[0].id;
+        for (const item of $("session-list").querySelectorAll(".session-item")) {
+          if (item.dataset.sessionId === first) item.focus();
+        }
+      }
     } catch (error) {
       this.showError(`Could not list sessions: ${error.message}`);
     }

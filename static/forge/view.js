@@ -320,11 +320,15 @@ export class SessionView {
   async loadOlder() {
     if (!this.nextUrl) return;
     const button = $("load-older");
+    const focused = document.activeElement === button;
     button.disabled = true;
     try {
       const page = await this.api.next(this.nextUrl);
       if (this.closed) return;
       this.list.keepPosition(() => this.addPage(page));
+      // The oldest page hides the button: the keyboard stays on the messages (QA: the
+      // focus fell to the page's body, back at its top).
+      if (focused && button.hidden) $("messages").focus({ preventScroll: true });
     } catch (error) {
       this.chat.showError(`Could not load older messages: ${error.message}`);
     } finally {

@@ -367,12 +367,40 @@ def test_load_older_pages_back(chat_page: OpenPage, alice: Any, agents: Any) -> 
     assert messages.last.inner_text().endswith("message 64")
     older = page.get_by_role("button", name="Load older messages")
     assert older.is_visible()
-    older.click()
+    older.focus()  # from the keyboard
+    older.press("Enter")
     page.locator(".message-user .plain-text", has_text="message 00").wait_for()
     assert messages.count() == 65
     texts = messages.locator(".plain-text").all_inner_texts()
     assert texts == [f"message {n:02d}" for n in range(65)]
     assert older.is_hidden()
+    # The button hid itself: the keyboard is on the messages, not back at the top of
+    # the page (QA: the focus fell to <body>).
+    assert page.evaluate("document.activeElement.id") == "messages"
+    chat.assert_clean()
+
+
+def test_more_sessions_from_the_keyboard_goes_on_to_the_sessions_it_brought(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): Enter on "More sessions" loaded the last page and hid the button, and
+    the focus fell to <body>: a keyboard user started over from the top of the page."""
+    from sessions.services import create_session
+
+    ids = [create_session(user=alice, title=f"chat {n:02d}").pk for n in range(53)]
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    items = page.locator(".session-item")
+    chat.wait_until(lambda: items.count() == 50)
+    more = page.get_by_role("button", name="More sessions")
+    more.focus()
+    more.press("Enter")
+    chat.wait_until(lambda: items.count() == 53)
+    assert more.is_hidden()
+    focused = page.evaluate("document.activeElement.dataset.sessionId ?? null")
+    assert focused == ids[2]  # the newest of the page it brought (chat 02)
+    assert items.nth(50).get_attribute("data-session-id") == ids[2]
     chat.assert_clean()
 
 
