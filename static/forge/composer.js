@@ -43,12 +43,13 @@ export class Composer {
         this.submit();
       }
     });
-    // Files dropped on the box are picked, as with the picker (QA: a drop did nothing,
-    // and the browser's own drop opened the file in the tab, leaving the chat).
-    this.form.addEventListener("dragover", (event) => {
+    // Files dropped on the page are picked, as with the picker (QA: a drop did nothing,
+    // and the browser's own drop opened the file in the tab, leaving the chat). Anywhere
+    // on it: the conversation is the large target, and a drop there did the same (QA).
+    document.addEventListener("dragover", (event) => {
       if (event.dataTransfer?.types.includes("Files")) event.preventDefault();
     });
-    this.form.addEventListener("drop", (event) => {
+    document.addEventListener("drop", (event) => {
       if (!event.dataTransfer?.files.length) return;
       event.preventDefault();
       this.files.files = event.dataTransfer.files;

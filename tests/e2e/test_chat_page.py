@@ -654,6 +654,38 @@ def test_a_file_dropped_on_the_box_is_picked_and_a_bad_link_says_so(
     assert folded.inner_text() == "Attached text: drop.txt"
 
 
+def test_a_file_dropped_on_the_conversation_is_picked(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (LOW): only the composer took a dropped file; dropped on the conversation,
+    the page's largest area, it was not attached, and the browser's own drop opened it
+    in the tab, leaving the chat (and the text in the box)."""
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    chat.send("hello")
+    chat.wait_reply_done()
+    for target in ("messages", "session-title"):
+        page.evaluate("document.getElementById('files').value = ''")
+        dropped = page.evaluate(
+            """(id) => {
+                const files = new DataTransfer();
+                files.items.add(new File(["dropped"], "drop.txt", {type: "text/plain"}));
+                const where = document.getElementById(id);
+                const how = {dataTransfer: files, bubbles: true, cancelable: true};
+                const over = new DragEvent("dragover", how);
+                where.dispatchEvent(over);
+                const taken = !where.dispatchEvent(new DragEvent("drop", how));
+                const picked = document.getElementById("files").files.length;
+                return {over: over.defaultPrevented, taken, picked};
+            }""",
+            target,
+        )
+        assert dropped == {"over": True, "taken": True, "picked": 1}, target
+        assert page.evaluate("document.activeElement.id") == "prompt"
+    chat.assert_clean()
+
+
 def test_a_compaction_shows_as_a_divider_with_the_summary_expandable(
     chat_page: OpenPage, alice: Any, agents: Any
 ) -> None:
