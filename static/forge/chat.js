@@ -190,12 +190,14 @@ class Chat {
   // Leaving for the login page (a 401: signed out in another tab, the login expired):
   // the prompt box's text, or the prompt just sent and refused, is kept for the page
   // that signing in again opens (QA: the box had been cleared, and the text was lost).
+  // It is the user's: kept with their name, and given back to them only (QA: whoever
+  // signed in next in that tab found it in their box, ready to send).
   keepDraft() {
     const view = this.view;
     const pending = view ? [...view.pending.values(), ...view.unconfirmed].map((prompt) => prompt.text) : [];
     const draft = this.composer.prompt.value || pending[0] || this.composer.lastSent || "";
     try {
-      if (draft) sessionStorage.setItem(DRAFT_KEY, draft);
+      if (draft) sessionStorage.setItem(DRAFT_KEY, JSON.stringify({ user: root.dataset.user, text: draft }));
     } catch {
       // storage refused (private mode, quota): nothing more to do
     }
@@ -204,10 +206,12 @@ class Chat {
   restoreDraft() {
     let draft = null;
     try {
-      draft = sessionStorage.getItem(DRAFT_KEY);
+      const kept = sessionStorage.getItem(DRAFT_KEY);
       sessionStorage.removeItem(DRAFT_KEY);
+      const saved = kept ? JSON.parse(kept) : null;
+      if (saved?.user === root.dataset.user && typeof saved.text === "string") draft = saved.text;
     } catch {
-      return;
+      return; // storage refused, or not a draft of this page's
     }
     if (draft && this.composer.prompt.value === "") this.composer.prompt.value = draft;
   }

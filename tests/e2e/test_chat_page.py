@@ -947,3 +947,33 @@ def test_a_prompt_sent_as_the_login_ended_is_in_the_box_after_signing_in_again(
     chat.page.get_by_role("button", name="Sign in").click()
     chat.page.wait_for_url(f"{chat.server.url}/#/s/{session_id}")
     chat.wait_until(lambda: chat.page.locator("#prompt").input_value() == "typed while signed out")
+
+
+def test_a_draft_kept_at_the_end_of_a_login_is_not_given_to_the_next_user(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM, privacy): the text a login's end kept for signing in again went to
+    whoever signed in next in that tab (a shared computer: another person found it in
+    their prompt box, ready to send as theirs). It is given back to its writer only."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+    from django.contrib.sessions.models import Session as LoginSession
+
+    from accounts.models import Membership, User
+
+    bob = User.objects.create(
+        username="bob",
+        password=PBKDF2PasswordHasher().encode("pw-bob-123", "e2e-salt-0123", iterations=1000),
+    )
+    Membership.objects.create(tenant=alice.memberships.get().tenant, user=bob)
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    page.locator("#prompt").fill("alice's private draft")
+    LoginSession.objects.all().delete()  # signed out in another tab
+    page.evaluate("window.forgeChat.chat.api.toLogin()")  # as a 401 does
+    page.wait_for_url(re.compile(r"/login/"))
+    chat.login("bob", "pw-bob-123")
+    page.wait_for_timeout(300)
+    assert page.locator("#prompt").input_value() == ""
+    assert page.evaluate("sessionStorage.getItem('forge.draft')") is None
+    chat.assert_clean()
