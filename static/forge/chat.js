@@ -292,6 +292,11 @@ class Chat {
       const view = this.view;
       if (view?.id !== session.id) return false;
       view.startedHere = true; // until its first prompt is taken (view.js: the ack)
+      if (view.openFailed) {
+        await this.discardUnused(view); // nothing in it: not left in the list
+        this.showError("The new chat could not be opened; the message is back in the box. Try again.");
+        return false;
+      }
       const sent = await view.sendPrompt(text, files);
       if (!sent) await this.discardUnused(view);
       else if (view.pending.size === 0) view.startedHere = false; // taken over HTTP
@@ -343,7 +348,7 @@ class Chat {
   }
 
   async open(id) {
-    if (this.view?.id === id && !this.view.closed) return;
+    if (this.view?.id === id && !this.view.closed && !this.view.openFailed) return;
     // Claimed before any await: a second call for the same session (a click and the
     // hashchange it causes) must not make a second view of it.
     if (this.opening === id) return;

@@ -15,6 +15,7 @@ import { SessionSocket } from "./socket.js";
 const PAGE_SIZE = 50;
 const ACK_TIMEOUT = 15000;
 const SNAPSHOT_EVERY = 1000; // at most one snapshot request a second
+const REOPEN = "Select it in the list to try again.";
 
 function randomId() {
   const bytes = new Uint8Array(12);
@@ -34,6 +35,7 @@ export class SessionView {
     this.nextUrl = null;
     this.pending = new Map(); // client_id -> {text, after}, until acked
     this.uploading = false; // a prompt going over HTTP (with its files), until answered
+    this.openFailed = false; // its history could not be loaded (see open)
     this.wasBusy = false; // a reply ran when the state was last shown
     this.finished = false; // and has ended since: the status line says so
     // Prompts whose socket closed before their ack: given back, and looked for in the
@@ -127,8 +129,12 @@ export class SessionView {
         this.chat.goneElsewhere(this.id); // deleted since the list was read
         return;
       }
+      // Its history is not loaded and no socket will come: a click on it in the list
+      // opens it again, and a prompt is not sent into it (QA: a click did nothing, the
+      // view stayed empty, and a prompt went over HTTP, to show nowhere).
+      this.openFailed = true;
       this.chat.setConnection("failed");
-      this.chat.showError(`Could not open the session: ${error.message}`);
+      this.chat.showError(`Could not open the session: ${error.message}. ${REOPEN}`);
     }
   }
 
@@ -365,6 +371,10 @@ export class SessionView {
 
   async sendPrompt(text, files) {
     if (this.busy) return false;
+    if (this.openFailed) {
+      this.chat.showError(`The conversation did not load, so the prompt was not sent. ${REOPEN}`);
+      return false;
+    }
     if (files.length === 0 && this.connected) {
       const clientId = randomId();
       this.pending.set(clientId, { text, after: this.log.newestMessageId });

@@ -977,3 +977,54 @@ def test_a_draft_kept_at_the_end_of_a_login_is_not_given_to_the_next_user(
     assert page.locator("#prompt").input_value() == ""
     assert page.evaluate("sessionStorage.getItem('forge.draft')") is None
     chat.assert_clean()
+
+
+def test_a_session_that_failed_to_open_opens_again_and_takes_no_prompt_meanwhile(
+    chat_page: OpenPage, alice: Any, agents: Any
+) -> None:
+    """QA (MEDIUM): when a session's history could not be read (a 500, a network blip),
+    the view stayed empty and "Disconnected"; a click on the session in the list did
+    nothing (it was "already open"), and a prompt typed there went over HTTP, was
+    logged, and showed nowhere: the text vanished from the box."""
+    from sessions.models import Message, Session
+    from sessions.services import create_session
+
+    session = create_session(user=alice, title="Flaky")
+    chat = chat_page()
+    chat.login()
+    page = chat.page
+    failures = [1]
+
+    def fail_once(route: Any) -> None:
+        if failures:
+            failures.pop()
+            route.fulfill(status=500, body="oops")
+        else:
+            route.continue_()
+
+    page.route("**/api/sessions/*/messages/?limit=*", fail_once)
+    item = page.locator(".session-item", has_text="Flaky")
+    item.click()
+    banner = page.locator("#error-text")
+    chat.wait_until(lambda: "Could not open the session" in banner.inner_text())
+    chat.send("typed into the empty view")
+    chat.wait_until(lambda: "did not load" in banner.inner_text())
+    assert page.locator("#prompt").input_value() == "typed into the empty view"
+    assert not Message.objects.filter(session=session).exists()
+    item.click()  # again: it opens
+    chat.wait_connected()
+    page.locator("#prompt").press("Enter")
+    chat.wait_reply_done()
+    assert page.locator(".message-user .plain-text").inner_text() == "typed into the empty view"
+    assert Session.objects.count() == 1
+    # The first screen's first message: the new session that did not open goes, and
+    # the text is back in the box.
+    page.goto(f"{chat.server.url}/")
+    chat.wait_until(lambda: page.locator(".session-item").count() == 1)
+    failures.append(1)
+    chat.send("a new chat")
+    chat.wait_until(lambda: "could not be opened" in banner.inner_text())
+    chat.wait_until(lambda: page.locator("#prompt").input_value() == "a new chat")
+    chat.wait_until(lambda: Session.objects.count() == 1)
+    assert chat.view_id() is None
+    page.unroute("**/api/sessions/*/messages/?limit=*")
