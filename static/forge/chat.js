@@ -79,7 +79,12 @@ class Chat {
       }
     });
     $("delete-button").addEventListener("click", () => this.deleteSession());
-    $("error-close").addEventListener("click", () => this.hideError());
+    // Dismissed, the banner hides its button: the keyboard goes back to the prompt box
+    // (QA: the focus fell to the page's body).
+    $("error-close").addEventListener("click", () => {
+      this.hideError();
+      this.composer.focus();
+    });
     window.addEventListener("hashchange", () => this.followHash());
     window.addEventListener("popstate", () => this.followHash()); // pushState's entries
     window.addEventListener("online", () => this.view?.reconnectNow());

@@ -803,6 +803,12 @@ def test_a_prompt_over_the_limit_stays_in_the_box_with_the_reason(
     assert Message.objects.filter(session_id=session_id, role="user").count() == 1
     page.set_input_files("#files", files=[])
     page.locator("#prompt").fill("")
+    # Dismissed from the keyboard, the banner leaves the focus in the prompt box (QA: it
+    # fell to the page's body with the button that hid).
+    page.get_by_role("button", name="Dismiss the error").focus()
+    page.keyboard.press("Enter")
+    assert page.locator("#error-banner").is_hidden()
+    assert page.evaluate("document.activeElement.id") == "prompt"
 
     # The socket closes before the prompt is acknowledged: its text comes back, and once
     # the socket is back and the log does not hold it, the page says it did not arrive.
