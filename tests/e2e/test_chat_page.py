@@ -294,6 +294,9 @@ def test_abort_stops_the_reply(chat_page: OpenPage, alice: Any, agents: Any) -> 
     assert page.locator("#delete-button").is_disabled()
     # The sessions list is drawn anew as a reply's message events come: the keyboard
     # stays on the session it was on (QA: it fell to the page's body within a second).
+    # A screen reader hears that the session works (QA: "black circle" for its dot).
+    item = page.get_by_role("link", name=re.compile(r" working, "))
+    chat.wait_until(lambda: item.count() == 1)
     page.locator(".session-item").first.focus()
     page.evaluate("window.forgeChat.chat.renderSessions()")
     assert page.evaluate("document.activeElement.className") == "session-item"
