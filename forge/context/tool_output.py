@@ -20,12 +20,17 @@ def model_output(part: Mapping[str, Any]) -> str:
     and how to read the rest (``history_read`` with the part's id). Deterministic: the
     same part gives the same text, so replay and the context cache stay exact."""
     output = str(part["state"]["output"])
-    length = len(output)
-    if length <= MODEL_OUTPUT_CHARS:
-        return output
-    marker = (
-        f"\n\n[output truncated: showing the first {{kept}} of {length} characters; "
-        f"history_read with part_id {part.get('id', '')!r} and an offset reads the rest]"
+    return cut(
+        output,
+        f"\n\n[output truncated: showing the first {{kept}} of {len(output)} characters; "
+        f"history_read with part_id {part.get('id', '')!r} and an offset reads the rest]",
     )
+
+
+def cut(text: str, marker: str) -> str:
+    """``text`` whole up to :data:`MODEL_OUTPUT_CHARS`, else its head and ``marker`` (its
+    ``{kept}`` the characters kept), the two together :data:`MODEL_OUTPUT_CHARS` long."""
+    if len(text) <= MODEL_OUTPUT_CHARS:
+        return text
     kept = MODEL_OUTPUT_CHARS - len(marker.format(kept=MODEL_OUTPUT_CHARS))
-    return output[:kept] + marker.format(kept=kept)
+    return text[:kept] + marker.format(kept=kept)

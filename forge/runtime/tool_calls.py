@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge import tools
-from forge.context.tool_output import MODEL_OUTPUT_CHARS
+from forge.context.tool_output import cut
 from forge.providers import events as ev
 from forge.telemetry import tracing
 from forge.tools import ToolContext, ToolError, mcp
@@ -58,11 +58,7 @@ def bounded_error(text: str) -> str:
     cut said. An error has no file to spill to, and its text is a server's to choose: an
     MCP server's ``isError`` answer (or JSON-RPC error) of megabytes was logged whole and
     sent whole on every request after it (QA)."""
-    if len(text) <= MODEL_OUTPUT_CHARS:
-        return text
-    marker = f"\n\n[error truncated: showing the first {{kept}} of {len(text)} characters]"
-    kept = MODEL_OUTPUT_CHARS - len(marker.format(kept=MODEL_OUTPUT_CHARS))
-    return text[:kept] + marker.format(kept=kept)
+    return cut(text, f"\n\n[error truncated: showing the first {{kept}} of {len(text)} characters]")
 
 
 @dataclass

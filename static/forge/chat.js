@@ -9,6 +9,7 @@
 //   view.js        one open session: frames in, the log's changes drawn
 //   render.js      messages and parts as elements (markdown.js for model text)
 //   composer.js    the prompt box, Send and Abort
+//   sessionlist.js the session list's drawing
 //
 // The first screen (no session open) is a new chat, ready to type: the prompt box
 // has focus, and the first message creates the session and is sent to it. On a
@@ -16,7 +17,8 @@
 
 import { Api } from "./api.js";
 import { Composer } from "./composer.js";
-import { $, el, formatTime } from "./dom.js";
+import { $ } from "./dom.js";
+import { drawSessions, focusSession } from "./sessionlist.js";
 import { SessionView } from "./view.js";
 
 const root = document.getElementById("app");
@@ -33,17 +35,6 @@ const GONE = "This conversation was deleted.";
 // A link to a session that is not there (a typo, another user's): it may never have been.
 const NO_SUCH = "There is no such conversation here: it was deleted, or the link is not yours.";
 const DRAFT_KEY = "forge.draft";
-
-// A session whose reply runs: a dot to the eye, "working" to a screen reader (QA: it
-// read the link as "… black circle 11:16 PM").
-function busyDot() {
-  return el(
-    "span",
-    { className: "busy-dot", title: "working" },
-    el("span", { "aria-hidden": "true", text: "●" }),
-    el("span", { className: "visually-hidden", text: "working, " }),
-  );
-}
 
 class Chat {
   constructor() {
@@ -149,12 +140,7 @@ class Chat {
       this.renderSessions();
       // The last page hides the button: the keyboard goes on to the first session it
       // brought (QA: the focus fell to the page's body, back at its top).
-      if (focused && button.hidden && page.results.length) {
-        const first = page.results[0].id;
-        for (const item of $("session-list").querySelectorAll(".session-item")) {
-          if (item.dataset.sessionId === first) item.focus();
-        }
-      }
+      if (focused && button.hidden && page.results.length) focusSession($("session-list"), page.results[0].id);
     } catch (error) {
       this.showError(`Could not list sessions: ${error.message}`);
     }
@@ -166,41 +152,12 @@ class Chat {
   }
 
   renderSessions() {
-    const list = $("session-list");
-    const sessions = [...this.sessions.values()].sort((a, b) =>
-      a.updated_at === b.updated_at ? (a.id < b.id ? 1 : -1) : a.updated_at < b.updated_at ? 1 : -1,
-    );
-    const current = this.view?.id;
-    // The list is drawn anew on every message event of a streaming reply: the session
-    // the keyboard was on gets the focus back (QA: it fell to the page's body).
-    const focused = list.contains(document.activeElement) ? document.activeElement.dataset?.sessionId : null;
-    list.replaceChildren(
-      ...sessions.map((session) =>
-        el(
-          "li",
-          {},
-          el(
-            "a",
-            {
-              href: `#/s/${encodeURIComponent(session.id)}`,
-              className: "session-item",
-              dataset: { sessionId: session.id, status: session.status || "idle" },
-              "aria-current": session.id === current ? "page" : null,
-              onclick: (event) => this.clickSession(event, session.id),
-            },
-            el("span", { className: "session-title", dir: "auto", text: session.title || "Untitled" }),
-            el("span", { className: "session-meta" }, session.status === "busy" ? busyDot() : null, formatTime(session.updated_at)),
-          ),
-        ),
-      ),
-    );
-    $("sessions-empty").hidden = sessions.length > 0;
+    const count = drawSessions($("session-list"), this.sessions.values(), {
+      current: this.view?.id,
+      onClick: (event, id) => this.clickSession(event, id),
+    });
+    $("sessions-empty").hidden = count > 0;
     $("more-sessions").hidden = !this.sessionsNext;
-    if (focused) {
-      for (const item of list.querySelectorAll(".session-item")) {
-        if (item.dataset.sessionId === focused) item.focus();
-      }
-    }
   }
 
   // Leaving for the login page (a 401: signed out in another tab, the login expired):

@@ -20,18 +20,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
-import pydantic
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.stdio import get_default_environment, stdio_client
@@ -40,6 +36,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
+from .lenient import relay
 from .spec import ServerSpec, masked_text
 
 logger = logging.getLogger(__name__)
@@ -191,7 +188,7 @@ class Connection:
                 anyio.create_task_group() as relays,
             ):
                 send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-                relays.start_soon(_relay, read, send, closed)
+                relays.start_soon(relay, read, send, closed)
                 try:
                     async with _ClientSession(
                         receive, write, message_handler=self._on_message
@@ -424,54 +421,6 @@ class Connection:
 def _retrieved(task: asyncio.Task[None]) -> None:
     if not task.cancelled():
         task.exception()  # a server gone meanwhile: nothing to tell it
-
-
-async def _relay(
-    source: MemoryObjectReceiveStream[SessionMessage | Exception],
-    sink: MemoryObjectSendStream[SessionMessage | Exception],
-    closed: asyncio.Event,
-) -> None:
-    """Pass the transport's messages to the session; at the transport's end, close the
-    session's stream (it fails the requests in flight) and set ``closed``."""
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        async with sink:
-            async for message in source:
-                await sink.send(_parsed_leniently(message))
-    closed.set()
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _without_surrogates(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_without_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
-    return value
-
-
-def _parsed_leniently(message: SessionMessage | Exception) -> SessionMessage | Exception:
-    """A message the transport could not parse as JSON, parsed by Python's JSON with each
-    lone surrogate escape (``"\\ud83d"``: half an emoji, as a JavaScript server cutting a
-    string writes it) as U+FFFD. The SDK's parser refuses such an escape, and the answer
-    was dropped: the call waited for ``FORGE_TOOL_TIMEOUT``, failed as a timeout, and its
-    server was restarted (QA). Anything else is passed on as it is."""
-    if not isinstance(message, pydantic.ValidationError):
-        return message
-    errors = message.errors()
-    if len(errors) != 1 or errors[0].get("type") != "json_invalid":
-        return message
-    raw = errors[0].get("input")
-    if not isinstance(raw, str | bytes):
-        return message
-    try:
-        value = json.loads(raw)
-        return SessionMessage(mcp_types.JSONRPCMessage.model_validate(_without_surrogates(value)))
-    except (ValueError, RecursionError):
-        return message
 
 
 def reason(exc: BaseException, spec: ServerSpec | None = None) -> str:
